@@ -1,0 +1,29 @@
+"""lvflow: neural quadratic forms, Lotka–Volterra learning dynamics, plateaus and scaling laws.
+
+Importing lvflow switches JAX to float64 (`jax_enable_x64`): the theory lives at initial
+scales down to ε = 1e-300, far below float32. Set `LVFLOW_KEEP_X64=1` in the environment to
+leave JAX's setting untouched.
+"""
+
+import os as _os
+
+import jax as _jax
+
+if not _os.environ.get("LVFLOW_KEEP_X64"):
+    _jax.config.update("jax_enable_x64", True)
+
+from ._errors import (
+    LvflowError as LvflowError,
+    NotCommutingError as NotCommutingError,
+    NotPSDError as NotPSDError,
+    SolverError as SolverError,
+    SymmetryError as SymmetryError,
+    ZGZError as ZGZError,
+)
+from ._lv import LotkaVolterra as LotkaVolterra
+from ._nqf import NQF as NQF
+from ._structure import Expansion as Expansion, expand as expand, structure_matrix as structure_matrix
+
+__version__ = "0.1.0"
+
+# Re-exports added per module below (one line each).

@@ -1,0 +1,39 @@
+"""The `lvflow` console command: `lvflow predict | figures | bench`, each with `--help`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Each subcommand lives in its own module exposing `add_arguments(parser)` and `run(args) -> int`;
+# they are imported only when named, so `lvflow --help` stays fast.
+_COMMANDS = {
+    "predict": ("lvflow._predict_cli", "Predict the plateaus and switch-on times of a training run."),
+    "figures": ("lvflow._figures.cli", "Regenerate the paper's figures (PNG, PDF and JSON summaries)."),
+    "bench": ("benchmarks.__main__", "Run the benchmarks against scipy and gradient descent."),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="lvflow",
+        description="Neural quadratic forms: predict plateaus, sudden drops and power laws of training.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_) in _COMMANDS.items():
+        sub.add_parser(name, help=help_, add_help=False)
+    if not argv or argv[0] not in _COMMANDS:
+        args = parser.parse_args(argv)  # prints help / errors
+        parser.print_help()
+        return 0 if not argv else 2
+    mod = importlib.import_module(_COMMANDS[argv[0]][0])
+    sp = argparse.ArgumentParser(prog=f"lvflow {argv[0]}", description=_COMMANDS[argv[0]][1])
+    mod.add_arguments(sp)
+    args = sp.parse_args(argv[1:])
+    return int(mod.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Input checks shared by every public entry point.
+
+They run on concrete (non-traced) arrays only: inside `jit` the values are unknown,
+so the checks are skipped there and the public wrappers call them before tracing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._errors import LvflowError, NotPSDError, SymmetryError
+
+
+def _is_concrete(x) -> bool:
+    try:
+        np.asarray(x)
+    except Exception:  # a tracer
+        return False
+    return True
+
+
+def as_array(name: str, x, *, ndim: int | tuple[int, ...] | None = None) -> np.ndarray:
+    """`x` as a float array, finite, with the given number of dimensions."""
+    if x is None:
+        raise LvflowError(f"{name}: is None, expected an array")
+    if not _is_concrete(x):
+        return x
+    a = np.asarray(x)
+    if a.dtype == object:
+        raise LvflowError(f"{name}: not a numeric array (dtype object)")
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else ndim
+        if a.ndim not in allowed:
+            raise LvflowError(f"{name}: expected {' or '.join(map(str, allowed))} dimensions, got shape {a.shape}")
+    if not np.all(np.isfinite(a)):
+        bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
+        raise LvflowError(f"{name}: contains {bad} non-finite value(s) (NaN or inf)")
+    return a
+
+
+def check_symmetric(name: str, a, *, rtol: float = 1e-8) -> None:
+    """Last two axes of `a` symmetric to `rtol` of its scale."""
+    if not _is_concrete(a):
+        return
+    a = np.asarray(a)
+    scale = max(float(np.max(np.abs(a))), np.finfo(float).tiny) if a.size else 1.0
+    err = float(np.max(np.abs(a - np.swapaxes(a, -1, -2)))) if a.size else 0.0
+    if err > rtol * scale:
+        raise SymmetryError(f"{name}: not symmetric (max |a - aᵀ| = {err:.3g}, scale {scale:.3g})")
+
+
+def check_psd(name: str, a, *, rtol: float = 1e-8) -> None:
+    """`a` symmetric positive semi-definite, up to `rtol` of its largest eigenvalue."""
+    if not _is_concrete(a):
+        return
+    a = np.asarray(a, dtype=float)
+    check_symmetric(name, a, rtol=max(rtol, 1e-10))
+    eig = np.linalg.eigvalsh((a + np.swapaxes(a, -1, -2)) / 2)
+    scale = max(float(np.max(np.abs(eig))), np.finfo(float).tiny) if eig.size else 1.0
+    lo = float(np.min(eig)) if eig.size else 0.0
+    if lo < -rtol * scale:
+        raise NotPSDError(f"{name}: not positive semi-definite (smallest eigenvalue {lo:.3g}, largest {scale:.3g})")
+
+
+def check_in_open_interval(name: str, v, lo: float, hi: float) -> float:
+    """A float scalar strictly inside (lo, hi)."""
+    v = float(as_array(name, v, ndim=0))
+    if not (lo < v < hi):
+        raise LvflowError(f"{name}: must lie in ({lo:g}, {hi:g}), got {v:g}")
+    return v
+
+
+def check_positive(name: str, v, *, allow_zero: bool = False) -> float:
+    v = float(as_array(name, v, ndim=0))
+    if v < 0 or (v == 0 and not allow_zero):
+        raise LvflowError(f"{name}: must be {'non-negative' if allow_zero else 'positive'}, got {v:g}")
+    return v
