@@ -27,3 +27,12 @@ from ._structure import Expansion as Expansion, expand as expand, structure_matr
 __version__ = "0.1.0"
 
 # Re-exports added per module below (one line each).
+from ._scaling import PowerLawFit as PowerLawFit
+from ._scaling import SpectrumExponents as SpectrumExponents
+from ._scaling import StepResolution as StepResolution
+from ._scaling import predicted_exponent as predicted_exponent
+from ._scaling import spectrum_exponents as spectrum_exponents
+from ._scaling import effective_exponent as effective_exponent
+from ._scaling import effective_exponent_time as effective_exponent_time
+from ._scaling import fit_power_law as fit_power_law
+from ._scaling import resolved_steps as resolved_steps
