@@ -36,3 +36,6 @@ from ._scaling import effective_exponent as effective_exponent
 from ._scaling import effective_exponent_time as effective_exponent_time
 from ._scaling import fit_power_law as fit_power_law
 from ._scaling import resolved_steps as resolved_steps
+from ._flow import FlowSolution as FlowSolution, matrix_flow as matrix_flow
+from ._recursion import RecursionResult as RecursionResult, gd_recursion as gd_recursion
+from ._compress import Compressed as Compressed, compress as compress
