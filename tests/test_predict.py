@@ -1,0 +1,213 @@
+"""`lvflow.predict` against closed forms (Thm 6, Eq. 158, Eq. 168), scipy, and plain gradient
+descent; its saved results; the initial-scale rules."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.integrate import solve_ivp
+
+import lvflow
+from lvflow import LotkaVolterra, LvflowError, NQF
+from lvflow._predict import eps_merge, initial_scale, lv_from_arrays, power_law_lv, predict
+
+
+def t_star_158(r, Ckk, c, eps, rho):
+    """Eq. 158 with a = 1, ζ_k = r_k, C_k = C_kk (exact for diagonal C, Thm 6)."""
+    return (math.log(1 / eps) - np.log(Ckk * c / (r - Ckk * c * eps) * (1 - rho) / rho)) / r
+
+
+def z_thm6(t, r, Ckk, z0):
+    """Thm 6: z_k(t) = r z0 / (C z0 + (r − C z0) e^{−r t})."""
+    t = np.asarray(t)[:, None]
+    return r * z0 / (Ckk * z0 + (r - Ckk * z0) * np.exp(-r * t))
+
+
+N = 60  # one curve length (and K = 3) throughout: each new shape costs a compile
+
+
+@pytest.fixture(scope="module")
+def three():
+    lv = LotkaVolterra(np.array([0.25, 1.0, 0.5]), np.diag([2.0, 1.0, 0.5]))
+    return lv, predict(lv, eps=1e-4, c=np.array([1.0, 2.0, 0.5]), learning_rate=0.01, rho=0.3, num_points=N)
+
+
+def test_diagonal_matches_closed_forms(three):
+    lv, p = three
+    r, Ckk, c = np.array([0.25, 1.0, 0.5]), np.array([2.0, 1.0, 0.5]), np.array([1.0, 2.0, 0.5])
+    assert p.method == "lv" and np.array_equal(p.order, [1, 2, 0])  # ignition order: r descending
+    ref = t_star_158(r, Ckk, c, 1e-4, 0.3)[[1, 2, 0]]
+    np.testing.assert_allclose(p.t_star, ref, rtol=1e-6)
+    np.testing.assert_allclose(p.steps_star, ref / 0.01, rtol=1e-6)
+    np.testing.assert_allclose(p.tau_star, 1 / r[[1, 2, 0]], rtol=1e-6)  # Eq. 168: τ*_k = 1/r_k
+    V = r**2 / (8 * Ckk)
+    np.testing.assert_allclose(p.V, V[[1, 2, 0]], rtol=1e-12)
+    # Plateau before the k-th ignition: the drops still to come (Eq. 168).
+    np.testing.assert_allclose(p.plateau_loss, np.cumsum(V[[1, 2, 0]][::-1])[::-1], rtol=1e-6)
+    # The loss curve: Eq. 163 with Thm 6's z_k(t), E = Σ V_k (1 − z_k/z_k∞)².
+    z = z_thm6(np.asarray(p.ts), r, Ckk, 1e-4 * c)
+    E = np.sum(V * (1 - z / (r / Ckk)) ** 2, axis=1)
+    np.testing.assert_allclose(p.excess_loss, E, rtol=1e-6, atol=1e-12)
+    assert np.all(np.isnan(p.loss))  # y2 unknown for a bare (r, C): only the excess loss is defined
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.lists(st.floats(0.05, 3.0), min_size=3, max_size=3, unique=True), st.floats(1e-9, 1e-2), st.floats(0.1, 0.9))
+def test_switch_on_times_hypothesis(r, eps, rho):
+    r = np.array(r)
+    Ckk = 1.0 + r  # any positive diagonal
+    p = predict(LotkaVolterra(r, np.diag(Ckk)), eps=eps, rho=rho, num_points=N)  # K, N fixed: no recompiles
+    np.testing.assert_allclose(np.sort(p.t_star), np.sort(t_star_158(r, Ckk, np.ones_like(r), eps, rho)), rtol=1e-6)
+    assert np.all(np.diff(np.asarray(p.t_star)) >= 0)
+
+
+def test_coupled_system_against_scipy():
+    r = np.array([1.0, 0.6, 0.3])
+    G = np.array([[1.0, 0.3, 0.0], [0.2, 1.0, 0.4], [0.1, 0.0, 1.0]])
+    C = G @ G.T  # a Gram matrix: PSD with competition
+    eps = 1e-6
+    p = predict(LotkaVolterra(r, C), eps=eps, t1=200.0, num_points=N)
+    zinf = np.linalg.solve(C, r)  # all > 0 here: the interior equilibrium is z(∞)
+    assert np.all(zinf > 0.05)
+    # Independent: scipy's Radau on ln z, then the ρ = ½ crossings of z_k(∞) on its dense output.
+    sol = solve_ivp(lambda t, u: r - C @ np.exp(u), (0, 1000.0), np.full(3, math.log(eps)), method="Radau",
+                    rtol=1e-11, atol=1e-12, dense_output=True)
+    np.testing.assert_allclose(np.exp(sol.y[:, -1]), zinf, rtol=1e-6)
+    tt = np.linspace(0, 100, 1_000_001)
+    z = np.exp(sol.sol(tt))
+    for i, k in enumerate(np.asarray(p.order)):
+        cross = tt[np.argmax(z[k] >= 0.5 * zinf[k])]
+        assert abs(float(p.t_star[i]) - cross) < 2e-4, (k, float(p.t_star[i]), cross)
+    np.testing.assert_allclose(p.z_inf, zinf, rtol=1e-10)
+    assert any("not diagonal" in n for n in p.notes)
+
+
+def test_power_law_exponent_and_merging():
+    k = np.arange(1, 4.0)
+    p = predict(power_law_lv(alpha1=2.0, alpha2=0.8, modes=3), eps=1e-6, alpha=(2.0, 0.8), num_points=N)
+    assert p.exponent == pytest.approx((2.0 - 1) / 0.8)  # Thm 9
+    r, V = k**-0.8, k**-2.0
+    np.testing.assert_allclose(p.r, r, rtol=1e-12)
+    np.testing.assert_allclose(p.V, V, rtol=1e-12)
+    np.testing.assert_allclose(p.C_diag, r**2 / (8 * V), rtol=1e-12)
+    # ε_merge is where `resolved_steps` (independent code, _scaling.py) flips for that pair.
+    em = np.asarray(p.eps_merge)
+    for j in range(2):
+        assert lvflow._scaling.resolved_steps(r, em[j] * 0.99, C=r**2 / (8 * V)).resolved[j]
+        assert not lvflow._scaling.resolved_steps(r, em[j] * 1.01, C=r**2 / (8 * V)).resolved[j]
+    # Leading order: ln(1/ε_merge) = ln 9 (1/ζ_k + 1/ζ_{k+1}) / (1/ζ_{k+1} − 1/ζ_k), up to O(1) terms.
+    lead = np.log(9) * (1 / r[:-1] + 1 / r[1:]) / (1 / r[1:] - 1 / r[:-1])
+    np.testing.assert_allclose(-np.log(em), lead, rtol=0.35)
+
+
+def test_eps_merge_flips_resolution():
+    zeta = np.array([1.0, 0.5, 0.25, 0.24])
+    C, c = np.array([1.0, 2.0, 1.0, 1.0]), np.ones(4)
+    em = eps_merge(zeta, C=C, c=c)
+    from lvflow._scaling import resolved_steps
+
+    for k, e in enumerate(em):
+        assert resolved_steps(zeta, e * 0.999, C=C).resolved[k]
+        assert not resolved_steps(zeta, e * 1.001, C=C).resolved[k]
+    assert em[2] < 1e-30  # nearly equal rates merge unless ε is astronomically small
+    assert np.isnan(eps_merge(np.array([1.0, 1.0]), C=np.ones(2), c=np.ones(2))[0])
+
+
+def test_gd_steps_match_gradient_descent():
+    """End to end from data: a diagonal NQF (commuting A_μ), plain numpy GD on W with lr η,
+    and the step at which each z_k = (PᵀWWᵀP)_kk crosses ½ z_k(∞)."""
+    rng = np.random.default_rng(1)
+    Q, _ = np.linalg.qr(rng.normal(size=(3, 3)))
+    lam = Q * np.sqrt(3 / 8)  # Σ_μ λ_μk λ_μj = (3/8) δ_kj ⇒ C = (8/m)·(3/8) I = I  (m = 3)
+    A = np.stack([np.diag(l) for l in lam])
+    r_target = np.array([1.0, 0.5, 0.25])
+    y = np.linalg.solve(8 / 3 * lam.T, r_target)  # r_k = (8/m) Σ_μ y_μ λ_μk
+    nqf = NQF(A, y)
+    eta, eps = 0.01, 1e-4
+    p = predict(nqf, eps=eps, learning_rate=eta, num_points=N)
+    np.testing.assert_allclose(np.sort(np.asarray(p.r))[::-1], r_target, rtol=1e-10)
+    W = math.sqrt(eps) * np.eye(3)
+    z_hist = []
+    for _ in range(int(p.steps_star[-1] * 1.3)):
+        M = W @ W.T
+        res = np.einsum("mij,ij->m", A, M) - y
+        H = 4 / 3 * np.einsum("m,mij->ij", res, A)
+        W = W - eta * H @ W  # ∇_W L = (4/m) Σ Δ_μ A_μ W = H W (Eq. 27)
+        z_hist.append(np.diag(W @ W.T))
+    z_hist = np.array(z_hist)
+    for i in range(3):
+        k = int(np.argmin(np.abs(r_target - float(p.r[i]))))  # the coordinate of this mode (P = I)
+        gd_step = int(np.argmax(z_hist[:, k] >= 0.5 * r_target[k])) + 1  # z_k(∞) = r_k / C_kk, C = I
+        assert abs(gd_step - float(p.steps_star[i])) / gd_step < 0.02, (i, gd_step, float(p.steps_star[i]))
+
+
+def test_save_roundtrip(three, tmp_path):
+    _, p = three
+    p.save(tmp_path / "o.json")
+    d = json.loads((tmp_path / "o.json").read_text())
+    assert d["eps"] == 1e-4 and d["method"] == "lv" and len(d["modes"]) == 3
+    np.testing.assert_allclose([m["t_star"] for m in d["modes"]], p.t_star, rtol=1e-15)
+    assert d["curve"]["loss"][0] is None  # NaN → null: strict JSON
+    np.testing.assert_allclose(d["curve"]["steps"], np.asarray(p.ts) / 0.01)
+    p.save(tmp_path / "o.npz")
+    with np.load(tmp_path / "o.npz", allow_pickle=False) as z:
+        np.testing.assert_array_equal(z["t_star"], p.t_star)
+        np.testing.assert_array_equal(z["excess_loss"], p.excess_loss)
+        assert str(z["method"]) == "lv" and float(z["learning_rate"]) == 0.01
+    with pytest.raises(LvflowError, match="save: unsupported"):
+        p.save(tmp_path / "o.txt")
+    p.plot(tmp_path / "o.png")
+    assert (tmp_path / "o.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_initial_scale_rules():
+    assert initial_scale(3, eps=1e-3)[0] == 1e-3
+    e, c = initial_scale(2, z0=np.array([1e-4, 4e-4]))
+    assert e == 4e-4 and np.allclose(c, [0.25, 1.0])
+    # init_std σ, width d: E[W Wᵀ] = d σ² I, so every mode starts near d σ² ...
+    e, c = initial_scale(4, init_std=1e-3, width=200)
+    assert e == pytest.approx(200 * 1e-6) and np.all(c == 1)
+    # ... which a sampled W confirms for a random mode basis P (relative spread √(2/d) = 0.1).
+    rng = np.random.default_rng(0)
+    P, _ = np.linalg.qr(rng.normal(size=(4, 4)))
+    z0 = np.mean([np.diag(P.T @ (W := 1e-3 * rng.normal(size=(4, 200))) @ W.T @ P) for _ in range(200)], axis=0)
+    np.testing.assert_allclose(z0, e, rtol=0.03)
+    for kw, msg in [
+        (dict(eps=0.0), "eps: must lie in"),
+        (dict(eps=1.0), "eps: must lie in"),
+        (dict(eps=1e-3, z0=np.ones(2)), "only one of"),
+        (dict(init_std=0.1), "width: required"),
+        (dict(init_std=0.1, width=100), "init_std"),
+        (dict(eps=1e-3, c=np.array([1.0, -1.0])), "c: every entry must be positive"),
+        (dict(z0=np.array([0.5, 2.0])), "z0: max entry"),
+    ]:
+        with pytest.raises(LvflowError, match=msg):
+            initial_scale(2, **kw)
+
+
+def test_lv_from_arrays_forms():
+    lv = lv_from_arrays({"zeta": np.array([1.0, 0.5]), "V": np.array([0.25, 0.125])})
+    np.testing.assert_allclose(np.diag(lv.C), [1 / 2, 0.25 / 1.0])  # ζ²/(8V)
+    np.testing.assert_allclose(lv.V, [0.25, 0.125])
+    lv = lv_from_arrays({"": np.array([[1.0, 2.0, 0.5], [0.5, 0.5, 1.0]])})
+    np.testing.assert_allclose(lv.r, [1.0, 0.5]) and np.testing.assert_allclose(lv.C, [[2, 0.5], [0.5, 1]])
+    with pytest.raises(lvflow.NotPSDError, match="^sys: C: not positive"):
+        lv_from_arrays({"r": np.ones(2), "C": np.array([[1.0, 2.0], [2.0, 1.0]])}, name="sys")
+
+
+def test_matrix_flow_fallback():
+    rng = np.random.default_rng(0)
+    from lvflow._predict import nqf_from_data
+
+    x, y = rng.normal(size=(5, 2)), rng.normal(size=5)
+    nqf = nqf_from_data("mlp", {"x": x, "y": y})
+    with pytest.raises(lvflow.NotCommutingError):
+        predict(nqf, eps=1e-3, force_lv=True)
+    p = predict(nqf, eps=1e-3, num_points=N)
+    assert p.method == "matrix_flow" and p.order.shape == (0,) and "do not commute" in p.notes[0]
+    # At t = 0, M = ε I: f_μ = ε Tr A_μ = 0 for the MLP's off-diagonal A, so L = mean(y²).
+    assert float(p.loss[0]) == pytest.approx(np.mean(y**2), rel=1e-9)
+    assert np.all(np.diff(np.asarray(p.loss)) <= 1e-12)  # gradient flow never increases the loss
