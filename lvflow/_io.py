@@ -164,12 +164,21 @@ def atomic_write_bytes(path, data: bytes) -> Path:
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise LvflowError(f"output: directory does not exist: {parent}")
+    # mkstemp creates the file 0600; give the result the mode a plain open() would (or keep
+    # the mode of the file it replaces).
+    try:
+        mode = p.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, mode)
         os.replace(tmp, p)
     except BaseException:
         try:

@@ -339,10 +339,20 @@ def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path
     for ax, logx in zip(axes, (False, True)):
         keep = x > 0 if logx else np.ones_like(x, bool)
         # Floor the log axis ten decades below the start: the tail's 1e-300 says nothing.
-        floor = max(float(np.nanmax(np.abs(y))) if y.size else 1.0, np.finfo(float).tiny) * 1e-10
+        floor = max(float(np.nanmax(np.abs(y))) if y.size else 1.0, np.finfo(float).tiny) * 1e-8
         ax.plot(x[keep], np.maximum(y[keep], floor), lw=1.8, label=f"predicted {ylabel}")
         for t in xs[np.isfinite(xs)]:
             ax.axvline(t, color="0.6", lw=0.8, ls="--")
+        if not flow and pred.order.shape[0]:
+            # The ε → 0 staircase (Eq. 168): plateau levels switching at τ*_k ln(1/ε).
+            tau = np.asarray(pred.tau_star) * math.log(1 / pred.eps) / (pred.learning_rate or 1.0)
+            lev = np.asarray(pred.plateau_loss)
+            ok = np.isfinite(tau) & np.isfinite(lev)
+            edges = np.concatenate([[x[keep][0]], tau[ok], [x[-1]]])
+            levels = np.concatenate([lev[ok], [floor]])
+            ax.stairs(np.maximum(levels, floor), np.maximum.accumulate(edges), color="C1", lw=1.2, ls=":",
+                      label="ε → 0 limit (Eq. 168)", baseline=None)
+        ax.legend(fontsize=8, loc="lower left")
         ax.set_yscale("log")
         if logx:
             ax.set_xscale("log")
@@ -397,8 +407,8 @@ def eps_merge(zeta, *, C, c, rho: float = 0.5) -> Float[np.ndarray, " Km1"]:
 
 
 def _default_horizon(lv: LotkaVolterra, eps: float, c: np.ndarray, tau_star: np.ndarray) -> float:
-    """Long enough to see every switch-on: 1.5× the latest estimated ignition plus ten
-    e-folding times of the slowest growing mode."""
+    """Long enough to see every switch-on: 1.2× the latest estimated ignition plus eight
+    e-folding times of the slowest growing mode (it is then within 0.1 % of saturation)."""
     r, Ckk = np.asarray(lv.r), np.diagonal(np.asarray(lv.C))
     grow = (r > 0) & (Ckk > 0)
     if not np.any(r > 0):
@@ -407,7 +417,7 @@ def _default_horizon(lv: LotkaVolterra, eps: float, c: np.ndarray, tau_star: np.
         t_iso = np.where(grow, np.log(np.maximum(r / (Ckk * c * eps), math.e)) / r, 0.0)
     t_sched = np.where(np.isfinite(tau_star), tau_star, 0.0) * math.log(1 / eps)
     rmin = float(np.min(r[r > 0]))
-    return float(1.5 * max(np.max(t_iso), np.max(t_sched)) + 10.0 / rmin)
+    return float(1.2 * max(np.max(t_iso), np.max(t_sched)) + 8.0 / rmin)
 
 
 def _time_grid(t1: float, n: int) -> np.ndarray:
@@ -639,11 +649,38 @@ def _cnn(x, k, kernel):
     return _arch("CNN")(tuple(x.shape[1:]), tuple(int(v) for v in kernel), 1, k, key=jax.random.PRNGKey(0))
 
 
+def _scalar_vector_inputs(cls_name):
+    def build(x, k, kernel):
+        if k is not None:
+            raise LvflowError(f"y: {cls_name} has a scalar output, so y must have shape (m,), got (m, {k})")
+        import jax
+
+        if x.ndim != 2:
+            raise LvflowError(f"x: expected shape (m, n) (one input vector per row), got {x.shape}")
+        return _arch(cls_name)(x.shape[1], 1, key=jax.random.PRNGKey(0))
+
+    return build
+
+
+def _sensing(x, k, kernel):
+    import jax
+
+    if k is not None:
+        raise LvflowError(f"y: matrix sensing has a scalar output, so y must have shape (m,), got (m, {k})")
+    if x.ndim != 3 or x.shape[1] != x.shape[2]:
+        raise LvflowError(f"x: expected shape (m, n, n) (one square sensing matrix S_a per sample), got {x.shape}")
+    return _arch("MatrixSensing")(x.shape[1], 1, key=jax.random.PRNGKey(0))
+
+
 # name → (class in `lvflow.architectures`, builder(x, k, kernel)). The width is irrelevant:
 # `A(x)` is the same for every neuron (Thm 1), so a one-neuron module is built.
 _ARCHITECTURES = {
     "mlp": ("MLP", _vector_inputs("MLP")),
     "cnn": ("CNN", _cnn),
+    "diagonal": ("DiagonalLinear", _scalar_vector_inputs("DiagonalLinear")),
+    "signed-diagonal": ("SignedDiagonal", _scalar_vector_inputs("SignedDiagonal")),
+    "quadratic": ("QuadraticNet", _scalar_vector_inputs("QuadraticNet")),
+    "sensing": ("MatrixSensing", _sensing),
 }
 
 

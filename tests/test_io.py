@@ -83,6 +83,13 @@ def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
     save_json(f, {"a": np.arange(3), "b": np.float64(np.inf), "c": "s"})
     assert json.loads(f.read_text()) == {"a": [0, 1, 2], "b": None, "c": "s"}
     assert os.listdir(tmp_path) == ["out.json"]
+    umask = os.umask(0o022)
+    try:
+        save_json(tmp_path / "new.json", {})
+        assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o644  # as open() would, not mkstemp's 0600
+    finally:
+        os.umask(umask)
+    (tmp_path / "new.json").unlink()
 
     # A failure mid-write leaves the old file intact and no temporary behind.
     def failing(*a, **k):

@@ -26,7 +26,7 @@ def z_thm6(t, r, Ckk, z0):
     return r * z0 / (Ckk * z0 + (r - Ckk * z0) * np.exp(-r * t))
 
 
-N = 60  # one curve length (and K = 3) throughout: each new shape costs a compile
+N = 400  # the default curve length, and K = 3, throughout: each new shape costs a compile
 
 
 @pytest.fixture(scope="module")

@@ -125,3 +125,104 @@ def test_non_commuting_data_with_force_lv(capsys, tmp_path):
 def test_debug_shows_traceback(capsys, tmp_path):
     with pytest.raises(Exception, match="file not found"):
         main(["predict", "--system", str(tmp_path / "missing.npz"), "--eps", "1e-5", "--debug"])
+
+
+# The README's worked example ("Predict the plateaus of your own model"), verbatim.
+README_CSV = """\
+r,C0,C1,C2
+1.0,1,0,0
+0.5,0,1,0
+0.25,0,0,1
+"""
+README_CMD = "--system sys.csv --eps 1e-4 --lr 0.01 --plot loss.png --save out.json"
+README_TABLE = """\
+#  mode   r_k        V_k     t*_k  steps*_k  tau*_k  plateau loss    eps merge
+1     1     1      0.125  9.21024   921.024       1      0.164062  0.000342583
+2     2   0.5    0.03125   17.034    1703.4       2     0.0390625  0.000171292
+3     3  0.25  0.0078125  31.2946   3129.46       4     0.0078125            -"""
+
+
+def test_readme_example(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sys.csv").write_text(README_CSV)
+    rc, out, err = cli(capsys, *README_CMD.split())
+    assert rc == 0, err
+    assert README_TABLE in out
+    assert "100.00%" in err  # diffrax's progress meter, on stderr
+    # Every number of the table against its closed form, to the printed digits.
+    r, eps, eta = np.array([1.0, 0.5, 0.25]), 1e-4, 0.01
+    t_star = np.log((r - eps) / eps) / r  # Eq. 158, a = 1, C_kk = c_k = 1, ρ = ½
+    V = r**2 / 8  # V_k = r_k² / (8 C_kk)
+    rows = [ln.split() for ln in README_TABLE.splitlines()[1:]]
+    for k, row in enumerate(rows):
+        assert float(row[3]) == float(f"{V[k]:.6g}")
+        assert float(row[4]) == float(f"{t_star[k]:.6g}")
+        assert float(row[5]) == float(f"{t_star[k] / eta:.6g}")
+        assert float(row[6]) == float(f"{1 / r[k]:.6g}")  # τ*_k = 1/r_k (Eq. 168)
+        assert float(row[7]) == float(f"{V[k:].sum():.6g}")  # the drops still to come
+    from lvflow._scaling import resolved_steps
+
+    for k in range(2):  # at eps_merge the pair's steps stop being resolved
+        e = float(rows[k][8])
+        assert resolved_steps(r, e * 0.999, C=np.ones(3)).resolved[k]
+        assert not resolved_steps(r, e * 1.001, C=np.ones(3)).resolved[k]
+    saved = json.loads((tmp_path / "out.json").read_text())
+    np.testing.assert_allclose([m["t_star"] for m in saved["modes"]], t_star, rtol=1e-7)
+    assert (tmp_path / "loss.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(os.listdir(tmp_path)) == ["loss.png", "out.json", "sys.csv"]  # no temporaries left
+
+
+def test_json_quiet_and_npz(capsys, tmp_path):
+    f = tmp_path / "zv.npz"
+    np.savez(f, zeta=np.array([1.0, 0.5, 0.25]), V=np.array([0.5, 0.1, 0.05]))
+    rc, out, err = cli(capsys, "--system", f, "--eps", "1e-4", "--json", "--quiet", "--save", tmp_path / "o.npz")
+    assert rc == 0 and err == ""  # --quiet: no progress bar
+    d = json.loads(out)
+    zeta, V = np.array([1.0, 0.5, 0.25]), np.array([0.5, 0.1, 0.05])
+    Ckk = zeta**2 / (8 * V)
+    t_ref = (np.log(1e4) - np.log(Ckk / (zeta - Ckk * 1e-4))) / zeta  # Eq. 158
+    np.testing.assert_allclose([m["t_star"] for m in d["modes"]], t_ref, rtol=1e-7)
+    np.testing.assert_allclose([m["V"] for m in d["modes"]], V, rtol=1e-12)
+    assert d["learning_rate"] is None and d["curve"]["steps"] is None
+    with np.load(tmp_path / "o.npz", allow_pickle=False) as z:
+        np.testing.assert_allclose(z["t_star"], t_ref, rtol=1e-7)
+
+
+def test_power_law_and_init_std(capsys):
+    rc, out, err = cli(capsys, "--alpha1", "2", "--alpha2", "0.8", "--modes", "3", "--init-std", "1e-3",
+                       "--width", "100", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["exponent"] == pytest.approx(1.25)  # (α₁ − 1)/α₂, Thm 9
+    assert d["eps"] == pytest.approx(100 * 1e-6)  # ε = d σ²
+    r, V = np.arange(1, 4.0) ** -0.8, np.arange(1, 4.0) ** -2.0
+    C = r**2 / (8 * V)
+    np.testing.assert_allclose([m["t_star"] for m in d["modes"]], np.log((r - C * 1e-4) / (C * 1e-4)) / r, rtol=1e-7)
+
+
+def test_architecture_route(capsys, tmp_path):
+    """A diagonal linear net, A(x) = ¼ Diag(x) (commuting), on an orthogonal design:
+    C = (8/m) Σ_μ λ_μ λ_μᵀ = I, so Eq. 158 holds exactly for the reduced gLV."""
+    rng = np.random.default_rng(2)
+    Q, _ = np.linalg.qr(rng.normal(size=(3, 3)))
+    x = 4 * np.sqrt(3 / 8) * Q  # λ_μ = x_μ / 4, Σ_μ λ_μk λ_μj = (3/8) δ_kj
+    r = np.array([1.0, 0.4, 0.2])
+    y = np.linalg.solve(8 / 3 * (x / 4).T, r)  # r_k = (8/m) Σ_μ y_μ λ_μk
+    csv = tmp_path / "xy.csv"
+    csv.write_text("x0,x1,x2,y\n" + "\n".join(",".join(f"{v:.17g}" for v in (*x[i], y[i])) for i in range(3)) + "\n")
+    rc, out, err = cli(capsys, "--architecture", "diagonal", "--data", csv, "--eps", "1e-5", "--force-lv", "--json", "--quiet")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["method"] == "lv"
+    np.testing.assert_allclose([m["r"] for m in d["modes"]], r, rtol=1e-9)
+    np.testing.assert_allclose([m["t_star"] for m in d["modes"]], np.log((r - 1e-5) / 1e-5) / r, rtol=1e-7)
+
+
+def test_console_script(tmp_path):
+    """The installed `lvflow` entry point (one real subprocess)."""
+    exe = os.path.join(os.path.dirname(sys.executable), "lvflow")
+    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "lvflow._cli"]
+    p = subprocess.run([*cmd, "predict", "--system", str(tmp_path / "none.npz"), "--eps", "1e-4"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [f"lvflow predict: error: --system: file not found: {tmp_path / 'none.npz'}"]
