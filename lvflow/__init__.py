@@ -39,3 +39,5 @@ from ._scaling import resolved_steps as resolved_steps
 from ._flow import FlowSolution as FlowSolution, matrix_flow as matrix_flow
 from ._recursion import RecursionResult as RecursionResult, gd_recursion as gd_recursion
 from ._compress import Compressed as Compressed, compress as compress
+from . import architectures as architectures
+from ._predict import Prediction as Prediction, predict as predict
