@@ -35,7 +35,7 @@ def check_state(nqf: NQF, M0, mu0, d, *, M_name: str = "M0", mu_name: str = "mu0
     """Validate an initial `(M, μ)` for `nqf` and a width `d`; return `(M, μ, d)` as arrays.
 
     `M` must be `p×p`, finite and PSD. `μ` and `d` are required when the NQF has μ-terms
-    (Thm 12). With both given, `M − μμᵀ/d` must be PSD: `W W ᵀ = U Uᵀ + μμᵀ/d` for
+    (Thm 12). With both given, `M − μμᵀ/d` must be PSD: `W Wᵀ = U Uᵀ + μμᵀ/d` for
     `U = W − μ1ᵀ/d`, so otherwise no `W ∈ R^{p×d}` has `W Wᵀ = M`, `W 1 = μ`.
     For ZGZ modules `μ` does not feed back (`v = 0`), so `d` defaults to 1 there.
     """
@@ -79,6 +79,21 @@ def _vector_field(t, y, args):
     H, v = gradient_terms(nqf, M, mu, gamma)
     X = jnp.outer(v, mu) + H @ M
     return -(X + X.T), -(d * v + H @ mu)
+
+
+def _smallest_scale(M0, mu0) -> float:
+    """The smallest significant eigenvalue of `M0` (above 1e-13 of the largest, i.e. above rounding).
+
+    A mode starting at 1e-10 beside one at 1 must be resolved to relative accuracy: its
+    ignition time depends on it. Falls back to `max μ0²`, then 1, when `M0 = 0`.
+    """
+    eig = np.linalg.eigvalsh(M0)
+    top = float(eig.max(initial=0.0))
+    if top > 0:
+        return float(eig[eig > 1e-13 * top].min())
+    if mu0 is not None and np.any(mu0 != 0):
+        return float(np.max(mu0**2))
+    return 1.0
 
 
 @eqx.filter_jit
@@ -128,7 +143,8 @@ def matrix_flow(
 
     `μ̇ = −(d v + H μ)`,   `Ṁ = −(v μᵀ + μ vᵀ + H M + M H)`.
 
-    Weight decay `γ` is the penalty `(γ/2)|W|²` added to the loss: it replaces `H` by `H + γI`.
+    Weight decay `γ` is the penalty `(γ/2)|W|²` added to the loss: it replaces `H` by `H + γI`
+    (`Ẇ` gains `−γW`, `Ṁ` gains `−2γM`, `μ̇` gains `−γμ`).
 
     **Arguments:**
 
@@ -139,14 +155,21 @@ def matrix_flow(
       For a ZGZ module `μ` does not feed back; pass `mu0` only to follow it.
     - `weight_decay`: `γ ≥ 0`.
     - `rtol`, `atol`: the step-size controller's tolerances. `atol` defaults to
-      `1e-3 · rtol · max(|M0|, |μ0|²)`, so that an initial scale of 1e-10 is resolved to
-      relative accuracy instead of being swamped by an absolute tolerance.
+      `1e-3 · rtol · λ_min(M0)` (the smallest significant eigenvalue), so that a mode starting
+      at 1e-10 is resolved to relative accuracy instead of being swamped by an absolute tolerance.
     - `solver`: a diffrax solver (default `Tsit5()`; the flow is not stiff unless `H`'s
       spectrum is very spread, in which case pass e.g. `diffrax.Kvaerno5()`).
     - `max_steps`: the solver's step budget.
 
     **Returns:** a `FlowSolution`. Raises `SolverError` if the solve fails or leaves the
     finite numbers.
+
+    `M` is integrated entry by entry in the given basis, so a mode far below the largest
+    (`z ≲ 1e-16 · |M|`) is lost to rounding; below that use the Lotka–Volterra reduction in
+    `ln z` (`reduce_to_lv`, `solve_lv`). Measured on a 6-mode commuting problem with modes from
+    1e-1 down to 1e-10 (t ∈ [0, 40], through all ignitions): `Tsit5` at `rtol = 1e-8` takes 174
+    steps, mode-wise relative error 5e-7 (rounding-limited); `Dopri8` 94 steps; `Kvaerno5`
+    1528 steps and error 3e-5 — the flow is not stiff, so the implicit solver only costs.
     """
     M0, mu0, d = check_state(nqf, M0, mu0, d)
     ts = as_array("ts", ts, ndim=1)
@@ -157,8 +180,7 @@ def matrix_flow(
     gamma = check_positive("weight_decay", weight_decay, allow_zero=True)
     rtol = check_positive("rtol", rtol)
     if atol is None:
-        scale = max(float(np.max(np.abs(M0))), 0.0 if mu0 is None else float(np.max(mu0**2)))
-        atol = 1e-3 * rtol * scale if scale > 0 else 1e-3 * rtol
+        atol = 1e-3 * rtol * _smallest_scale(M0, mu0)
     atol = check_positive("atol", atol)
     if not (isinstance(max_steps, (int, np.integer)) and max_steps > 0):
         raise LvflowError(f"max_steps: must be a positive integer, got {max_steps!r}")

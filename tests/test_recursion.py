@@ -19,20 +19,21 @@ def _sym(a):
     return (a + np.swapaxes(a, -1, -2)) / 2
 
 
-def _nqf(mu_terms, seed=0):
+def _nqf(mu_terms, seed=0, k=()):
+    """A random NQF with m samples, k = () or (outputs,), and optionally μ-terms (non-ZGZ, Thm 12)."""
     rng = np.random.default_rng(seed)
-    A = _sym(rng.normal(size=(M_SAMPLES, P, P)))
-    kw = dict(f0=0.1 * rng.normal(size=M_SAMPLES))
-    if mu_terms:  # a non-ZGZ module (Thm 12)
-        kw.update(g=0.5 * rng.normal(size=(M_SAMPLES, P)), B=0.3 * _sym(rng.normal(size=(M_SAMPLES, P, P))))
-    return NQF(A, rng.normal(size=M_SAMPLES), **kw)
+    out = (M_SAMPLES,) + k
+    kw = dict(f0=0.1 * rng.normal(size=out))
+    if mu_terms:
+        kw.update(g=0.5 * rng.normal(size=out + (P,)), B=0.3 * _sym(rng.normal(size=out + (P, P))))
+    return NQF(_sym(rng.normal(size=out + (P, P))), rng.normal(size=out), **kw)
 
 
 def direct_loss(W, A, y, f0, g, B):
-    """(1/b) Σ_μ (f0 + Σ_i w_iᵀ A w_i + gᵀW1 + (W1)ᵀB(W1) − y)², neuron by neuron."""
+    """(1/b) Σ_μ |f0 + Σ_i w_iᵀ A w_i + gᵀW1 + (W1)ᵀB(W1) − y|², neuron by neuron."""
     mu = W.sum(axis=1)
-    f = f0 + jnp.einsum("mij,ia,ja->m", A, W, W) + g @ mu + jnp.einsum("mij,i,j->m", B, mu, mu)
-    return jnp.mean((f - y) ** 2)
+    f = f0 + jnp.einsum("...ij,ia,ja->...", A, W, W) + g @ mu + jnp.einsum("...ij,i,j->...", B, mu, mu)
+    return jnp.sum((f - y) ** 2) / A.shape[0]
 
 
 @functools.partial(jax.jit, static_argnames="steps")
@@ -49,18 +50,18 @@ def gd_on_W(W0, A, y, f0, g, B, batches, lr, gamma, beta, *, steps):
     return jnp.concatenate([Ws, W[None]])
 
 
-CASES = {  # (μ-terms, minibatch, weight decay, momentum): every option, each path twice
-    "zgz-full": (False, False, 0.0, 0.0),
-    "mu-minibatch-wd": (True, True, 0.05, 0.0),
-    "mu-momentum-wd": (True, False, 0.05, 0.9),
-    "zgz-momentum-minibatch": (False, True, 0.0, 0.9),
+CASES = {  # (μ-terms, minibatch, weight decay, momentum, outputs): every option, each path twice
+    "zgz-full-2outputs": (False, False, 0.0, 0.0, (2,)),
+    "mu-minibatch-wd": (True, True, 0.05, 0.0, ()),
+    "mu-momentum-wd": (True, False, 0.05, 0.9, ()),
+    "zgz-momentum-minibatch": (False, True, 0.0, 0.9, ()),
 }
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_matches_gradient_descent_on_W(case):
-    mu_terms, minibatch, gamma, beta = CASES[case]
-    nqf = _nqf(mu_terms)
+    mu_terms, minibatch, gamma, beta, k = CASES[case]
+    nqf = _nqf(mu_terms, k=k)
     rng = np.random.default_rng(1)
     W0 = 0.4 * rng.normal(size=(P, D))
     batches = rng.integers(0, M_SAMPLES, size=(STEPS, 3)) if minibatch else None
@@ -69,7 +70,7 @@ def test_matches_gradient_descent_on_W(case):
         nqf, W0 @ W0.T, steps=STEPS, lr=lr, mu0=W0.sum(1) if mu_terms else None, d=D if mu_terms else None,
         batches=batches, weight_decay=gamma, momentum=beta, record_every=100,
     )
-    zeros = lambda *s: jnp.zeros((M_SAMPLES,) + s)
+    zeros = lambda *s: jnp.zeros((M_SAMPLES,) + k + s)
     g = nqf.g if mu_terms else zeros(P)
     B = nqf.B if mu_terms else zeros(P, P)
     idx = jnp.asarray(batches) if minibatch else jnp.broadcast_to(jnp.arange(M_SAMPLES), (STEPS, M_SAMPLES))
