@@ -1,0 +1,77 @@
+"""Row 6: the physical limit — how far a solve is from the arithmetic it has to do.
+
+Work of one solve = (flops of one vector-field evaluation) × (evaluations): `u̇ = r − C e^u` costs
+`2K² + 2K` flops with a dense `C` (a matrix–vector product), `3K` with a diagonal one (which
+`solve_lv` detects), counting `exp` as one flop (it is ~10–20: the bound is generous to the
+ideal). Evaluations = steps taken (accepted + rejected) × new stages per step of the solver's
+Butcher tableau (Dopri5: 6, first-same-as-last). The ideal time is that work at the machine's
+float64 rate measured here, in-process, by a `K × K` matmul (compute bound) — and, closer to what
+a matrix–vector product can reach, a batched matvec rate. `ratio = ideal / measured`: the
+fraction of the machine a solve uses; its inverse is the overhead (step control, while-loop
+dispatch, saving steps, switch-on root finding).
+"""
+
+from __future__ import annotations
+
+import diffrax as dfx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import problems
+from ._harness import Row, best_of
+from .config import Config
+from .glv import measured_lvflow
+
+NAME = "limit"
+
+
+def matmul_gflops(n: int, repeats: int) -> float:
+    """float64 GFLOP/s of an `n × n` matmul (`2n³` flops), best of `repeats`."""
+    a = jax.random.normal(jax.random.PRNGKey(0), (n, n), dtype=jnp.float64)
+    f = jax.jit(lambda a: a @ a)
+    f(a).block_until_ready()
+    t, _, _ = best_of(lambda: f(a), repeats)
+    return 2 * n**3 / t / 1e9
+
+
+def matvec_gflops(n: int, repeats: int, *, inner: int = 100) -> float:
+    """float64 GFLOP/s of `n × n` matrix–vector products (`2n²` flops each), `inner` chained in one
+    compiled loop so dispatch is not measured."""
+    a = jax.random.normal(jax.random.PRNGKey(0), (n, n), dtype=jnp.float64) / n
+    x = jnp.ones(n)
+    f = jax.jit(lambda a, x: jax.lax.fori_loop(0, inner, lambda i, x: jnp.tanh(a @ x), x))
+    f(a, x).block_until_ready()
+    t, _, _ = best_of(lambda: f(a, x), repeats)
+    return 2 * n**2 * inner / t / 1e9
+
+
+def evals_per_step(solver=None) -> int:
+    tab = (solver or dfx.Dopri5()).tableau
+    return int(tab.num_stages - (1 if tab.fsal else 0))
+
+
+def run(cfg: Config) -> list[Row]:
+    K = cfg.size(1000, 30)
+    n_mm = cfg.size(2000, 200)
+    mm = matmul_gflops(n_mm, cfg.repeats)
+    mv = matvec_gflops(K, cfg.repeats)
+    per_step = evals_per_step()
+    rows = []
+    for p in (problems.fig3_right(K), problems.coupled(K)):
+        t, sol = measured_lvflow(p, cfg)
+        flops_eval = 3 * K if p.diagonal else 2 * K * K + 2 * K
+        n_eval = int(sol.num_steps) * per_step
+        flops = flops_eval * n_eval
+        ideal_mm = flops / (mm * 1e9)
+        ideal_mv = flops / (mv * 1e9)
+        data = {"K": K, "flops_per_eval": flops_eval, "steps": int(sol.num_steps), "evals": n_eval,
+                "flops": flops, "matmul_gflops": mm, "matmul_n": n_mm, "matvec_gflops": mv,
+                "ideal_s_at_matmul_rate": ideal_mm, "ideal_s_at_matvec_rate": ideal_mv, "lvflow_s": t,
+                "achieved_gflops": flops / t / 1e9, "us_per_step": t / int(sol.num_steps) * 1e6}
+        note = (f"{int(sol.num_steps)} steps × {per_step} evals × {flops_eval:.3g} flop = {flops:.3g} flop; "
+                f"achieved {flops / t / 1e9:.3g} GFLOP/s of {mm:.3g} (matmul) / {mv:.3g} (matvec); "
+                f"{t / int(sol.num_steps) * 1e6:.0f} µs/step; at matvec rate ideal {ideal_mv:.3g} s")
+        rows.append(Row(NAME, f"{p.name} K={K}, fraction of peak", t, "ideal at matmul rate", ideal_mm,
+                        ideal_mm / t, None, note, data))
+    return rows

@@ -1,0 +1,72 @@
+"""The benchmark harness: its baselines against closed forms and plain numpy, and a smoke run.
+
+Timings are not asserted (the machine is shared); what is asserted is that every baseline computes
+the right thing, so the speed ratios compare equal work.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from benchmarks import gd, problems
+from benchmarks.scipy_glv import _illinois, solve_scipy
+
+
+def test_problems_closed_form_and_equilibrium():
+    p = problems.fig3_right(50)
+    t = problems.switch_on_closed_form(p)
+    # Thm 6 evaluated at t* gives ρ z(∞), independently of how t* was solved for.
+    c, r, z0 = p.d, p.r, p.z0
+    z = r * z0 / (c * z0 + (r - c * z0) * np.exp(-r * t))
+    np.testing.assert_allclose(z, p.rho * p.z_inf, rtol=1e-10)
+    assert p.t1 > t.max()
+    q = problems.coupled(50)
+    assert np.linalg.eigvalsh(q.C).min() > 0
+    np.testing.assert_allclose(q.C @ q.z_inf, q.r, rtol=1e-10, atol=1e-14)  # Woodbury solve
+    assert np.all(q.z_inf > 0)
+    np.testing.assert_allclose(q.Cz(q.z0), q.C @ q.z0, rtol=1e-12)
+
+
+def test_illinois_vectorised_roots():
+    roots = np.array([0.3, 1.7, 2.5])
+    f = lambda t: t**3 - roots**3  # noqa: E731
+    a, b = np.zeros(3), np.full(3, 3.0)
+    np.testing.assert_allclose(_illinois(f, a, b, f(a), f(b)), roots, rtol=1e-13)
+
+
+@pytest.mark.parametrize("method", ["LSODA", "Radau"])
+def test_scipy_switch_on_times_match_eq158(method):
+    p = problems.fig3_right(20)
+    res = solve_scipy(p, method=method, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(res.switch_on_times, problems.switch_on_closed_form(p), rtol=1e-7)
+    np.testing.assert_allclose(np.exp(res.u1), p.z_inf, rtol=1e-8)
+
+
+def test_scipy_coupled_matches_dense_rhs_independent_solve():
+    from scipy.integrate import solve_ivp
+
+    p = problems.coupled(8)
+    res = solve_scipy(p, method="LSODA", rtol=1e-10, atol=1e-12)
+    C = p.C
+    ref = solve_ivp(lambda t, z: z * (p.r - C @ z), (0, p.t1), p.z0, method="DOP853", rtol=1e-12, atol=1e-300,
+                    dense_output=True)
+    # z at lvflow-free switch-on times equals ρ z(∞) on an independent solve in z (not ln z)
+    zs = np.array([ref.sol(t)[k] for k, t in enumerate(res.switch_on_times)])
+    np.testing.assert_allclose(zs, p.rho * p.z_inf, rtol=1e-6)
+
+
+def test_gd_scan_matches_numpy_gradient_descent():
+    p = problems.coupled(6)
+    W0 = np.diag(np.sqrt(p.z0)) + 1e-4 * np.random.default_rng(0).standard_normal((6, 6))
+    steps, lr = 200, 0.01
+    W, _ = gd.gd(jnp.asarray(W0), *gd._args(p), steps=steps, lr=lr)
+    # plain numpy GD on L(W) = (1/m) Σ_μ (Tr[WWᵀA_μ] − y_μ)², A_μ = Diag(λ_μ), C = (8/m)ΛᵀΛ, y = Λ z∞
+    m = 6 + p.U.shape[1]
+    Lam = np.sqrt(m / 8) * np.vstack([np.diag(np.sqrt(p.d)), p.U.T])
+    y = Lam @ p.z_inf
+    Wn = W0.copy()
+    for _ in range(steps):
+        res = Lam @ np.sum(Wn**2, axis=1) - y
+        H = 4 / m * np.diag(Lam.T @ res)  # H = (4/m) Σ Δ_μ A_μ (Eq. 27), ∇L = HW
+        Wn = Wn - lr * H @ Wn
+    np.testing.assert_allclose(np.asarray(W), Wn, rtol=1e-10, atol=1e-14)
