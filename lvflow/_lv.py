@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 from ._errors import LvflowError
 from ._validate import as_array, check_psd
@@ -94,6 +95,9 @@ def saturated_equilibrium(C: np.ndarray, r: np.ndarray, active=None, *, tol: flo
     K = r.shape[0]
     allowed = np.ones(K, bool) if active is None else np.asarray(active, bool)
     scale = max(float(np.max(np.abs(r))) if K else 1.0, np.finfo(float).tiny)
+    fast = _equilibrium_fast_path(C, r, allowed, tol * scale)
+    if fast is not None:
+        return fast
     z = np.zeros(K)
     P = np.zeros(K, bool)
     for _ in range(3 * K + 10):
@@ -116,3 +120,112 @@ def saturated_equilibrium(C: np.ndarray, r: np.ndarray, active=None, *, tol: flo
             P &= z > tol * scale
             z[~P] = 0.0
     return z
+
+
+def _equilibrium_fast_path(C: np.ndarray, r: np.ndarray, allowed: np.ndarray, tol: float) -> np.ndarray | None:
+    """Closed forms that skip the O(K⁴) active-set loop: diagonal `C` (`z*_k = max(r_k, 0)/C_kk`,
+    Thm 6), or an interior solution `C z = r` with every `z_k > 0` (checked against KKT)."""
+    K = r.shape[0]
+    if K == 0:
+        return np.zeros(0)
+    d = np.diagonal(C)
+    if np.count_nonzero(C - np.diag(d)) == 0:
+        if np.any(allowed & (d <= 0) & (r > tol)):
+            return None  # unbounded growth: let the general path report what it finds
+        return np.where(allowed & (r > 0) & (d > 0), np.maximum(r, 0) / np.where(d > 0, d, 1.0), 0.0)
+    idx = np.flatnonzero(allowed)
+    try:
+        zi = np.linalg.solve(C[np.ix_(idx, idx)], r[idx])
+    except np.linalg.LinAlgError:
+        return None
+    if not np.all(np.isfinite(zi)) or np.any(zi <= 0):
+        return None
+    z = np.zeros(K)
+    z[idx] = zi
+    w = r - C @ z
+    if np.max(np.abs(w[idx])) > 1e3 * tol or np.any(w[~allowed] > tol):
+        return None
+    return z
+
+
+def equilibrium_is_unique(C, r, z, *, rtol: float = 1e-10) -> bool:
+    """Whether the saturated equilibrium `z` is the only minimiser of `½zᵀCz − rᵀz` on `z ≥ 0`.
+
+    Sufficient test: `C` is positive definite on every mode that is active (`z_k > 0`) or
+    marginal (`r_k − (Cz)_k ≈ 0`), so no direction within the constraints leaves the loss flat.
+    When it fails (a singular `C`, e.g. two identical features) the limit of the flow depends on
+    `z0` (the flow conserves `ln z` along the null space of `C`).
+    """
+    C = np.asarray(C, dtype=float)
+    r = np.asarray(r, dtype=float)
+    z = np.asarray(z, dtype=float)
+    if r.size == 0:
+        return True
+    scale = max(float(np.max(np.abs(r))), np.finfo(float).tiny)
+    w = r - C @ z
+    T = (z > 0) | (w > -1e-9 * scale)
+    if not np.any(T):
+        return True
+    CT = C[np.ix_(T, T)]
+    d = np.diagonal(C)
+    top = max(float(np.max(d)), np.finfo(float).tiny)  # within a factor K of the top eigenvalue
+    if np.count_nonzero(CT - np.diag(np.diagonal(CT))) == 0:
+        return bool(np.min(np.diagonal(CT)) > rtol * top)
+    try:  # Cholesky of C_TT − δI succeeds iff λ_min(C_TT) > δ; cheaper than an eigensolve
+        np.linalg.cholesky((CT + CT.T) / 2 - rtol * top * np.eye(CT.shape[0]))
+    except np.linalg.LinAlgError:
+        return False
+    return True
+
+
+def saturated_equilibrium_jax(
+    r: Float[Array, " K"], C: Float[Array, "K K"], *, max_iter: int | None = None
+) -> tuple[Float[Array, " K"], Bool[Array, ""]]:
+    """`saturated_equilibrium` for traced inputs (under `jit`/`vmap` over systems).
+
+    Block principal pivoting (Júdice & Pires 1994; Kim & Park 2011) on the KKT conditions
+    `z ≥ 0, w = r − Cz ≤ 0, z·w = 0`: guess the support `F`, solve `C_FF z_F = r_F`, and swap every
+    index that violates the conditions; after three swaps that do not reduce the number of
+    violations, swap only the largest violating index (Murty's rule, which terminates). Every
+    iteration is one masked `K × K` solve. Returns `(z, converged)`; not converged (or a singular
+    `C_FF`) is reported, never silently returned as a solution.
+    """
+    K = r.shape[-1]
+    max_iter = 3 * K + 10 if max_iter is None else max_iter
+    scale = jnp.maximum(jnp.max(jnp.abs(r)), jnp.finfo(r.dtype).tiny)
+    tol = 1e-11 * scale
+    eye = jnp.eye(K, dtype=C.dtype)
+    idx = jnp.arange(K)
+
+    def solve(F):
+        FF = F[:, None] & F[None, :]
+        A = jnp.where(FF, C, eye)
+        z = jnp.linalg.solve(A, jnp.where(F, r, 0.0))
+        return jnp.where(F, z, 0.0)
+
+    def infeasible(F, z):
+        w = r - C @ z
+        return (F & (z < -tol)) | (~F & (w > tol))
+
+    def cond(state):
+        it, F, z, bad, best, strikes = state
+        return (it < max_iter) & jnp.any(bad)
+
+    def body(state):
+        it, F, z, bad, best, strikes = state
+        n = jnp.sum(bad)
+        improved = n < best
+        strikes = jnp.where(improved, 0, strikes + 1)
+        best = jnp.minimum(best, n)
+        single = (idx == jnp.max(jnp.where(bad, idx, -1))) & bad
+        swap = jnp.where(strikes >= 3, single, bad)
+        F = F ^ swap
+        z = solve(F)
+        return it + 1, F, z, infeasible(F, z), best, strikes
+
+    F0 = r > 0
+    z0 = solve(F0)
+    state = (0, F0, z0, infeasible(F0, z0), K + 1, 0)
+    it, F, z, bad, _, _ = jax.lax.while_loop(cond, body, state)
+    ok = ~jnp.any(bad) & jnp.all(jnp.isfinite(z))
+    return jnp.maximum(z, 0.0), ok
