@@ -82,6 +82,7 @@ class NQF(eqx.Module):
 
     def predict(self, M: Float[Array, "p p"], mu: Float[Array, " p"] | None = None) -> Float[Array, "m *k"]:
         """`f_μ = f0_μ + g_μᵀμ + Tr[M A_μ] + μᵀ B_μ μ` for every sample (Eq. 2, Eq. 196)."""
+        self._need_mu(mu)
         out = self.f0 + jnp.einsum("...ij,ij->...", self.A, M)
         if mu is not None:
             if self.g is not None:
@@ -115,7 +116,13 @@ class NQF(eqx.Module):
         """`v = Σ_x ℓ'_x (g_x + 2 B_x μ)` with `ℓ' = 2Δ/m` (Thm 2); zero for ZGZ modules."""
         if not self.has_mu_terms:
             return jnp.zeros(self.p, dtype=self.A.dtype)
+        self._need_mu(mu)
         return self._v(self.residual(M, mu), mu)
+
+    def _need_mu(self, mu):
+        # Dropping the μ-terms silently would give a wrong prediction, not an error.
+        if mu is None and self.has_mu_terms:
+            raise LvflowError("mu: required, this NQF has μ-terms (g or B, Thm 12)")
 
     def _v(self, res, mu):
         lp = 2.0 / self.m * res

@@ -111,3 +111,12 @@ def test_constructor_errors():
         NQF(A, y, g=np.zeros((3, 3)))
     with pytest.raises(lvflow.LvflowError, match="f0: shape"):
         NQF(A, y, f0=np.zeros(2))
+
+
+def test_mu_required_when_nqf_has_mu_terms():
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(4, 3, 3))
+    A = A + A.transpose(0, 2, 1)
+    nqf = lvflow.NQF(A, rng.normal(size=4), g=rng.normal(size=(4, 3)))
+    with pytest.raises(lvflow.LvflowError, match="mu: required"):
+        nqf.loss(np.eye(3))
