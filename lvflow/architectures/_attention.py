@@ -1,0 +1,240 @@
+"""Attention: multi-head attention, query–key-only heads, and attention logits (Props 3–4, Table 3).
+
+Conventions shared by the three modules: an input is one sequence `X ∈ R^{D×N}` whose columns
+are the `N` tokens; the query is the **last token** `x = X[:, -1]` (the position being
+predicted, as in causal attention), and it attends to all `N` tokens, itself included. The
+score of token `n` is `s_n = x_nᵀ Wᴷᵀ Wᑫ x / √d_k`. Weight matrices are packed into a neuron
+row-major, in the order listed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from .._validate import as_array, _is_concrete
+from .._errors import LvflowError
+from ._base import AbstractArchitecture, bilinear, check_out_size, check_sequence, check_size, init_W, per_output
+from ._base import unpack
+
+
+def centered_softmax(s: Float[Array, " N"]) -> Float[Array, " N"]:
+    """`softmax(s) − 1/N`, accurate to relative precision when `s` is tiny.
+
+    Written as `(e_n − ē) / (N (1 + ē))` with `e = expm1(s − c)`: the difference of two numbers
+    close to `1/N` would lose everything below `1e-16 · N`, while the NQF regime has `|s| ~ |W|²`.
+    The shift `c = max s` (gradient stopped; the value does not depend on it) prevents overflow.
+    """
+    c = jax.lax.stop_gradient(jnp.max(s, axis=0))
+    e = jnp.expm1(s - c)
+    ebar = jnp.mean(e, axis=0)
+    return (e - ebar) / (s.shape[0] * (1.0 + ebar))
+
+
+class MultiHeadAttention(AbstractArchitecture):
+    """Multi-head attention read out at the last token: `f(X) = Σ_i v_iᵀ W_iᴠ X softmax(s_i)`,
+
+    `s_i = Xᵀ W_iᴷᵀ W_iᑫ x / √d_k`, `x = X[:, -1]`. A head is a neuron,
+    `w_i = [vec Wᑫ (d_k×D), vec Wᴷ (d_k×D), vec Wᴠ (d_v×D), vec v (d_v×k, or d_v)]`.
+
+    At `W = 0` the softmax is uniform, so to second order the head is `vᵀ Wᴠ x̄` with
+    `x̄ = X 1/N`; the structure matrix (Prop 3) has only the `(Wᴠ, v)` block,
+
+    `A⁽ᶜ⁾ = ½ [[0, (I_{d_v} ⊗ x̄) ⊗ e_cᵀ], [·ᵀ, 0]]`
+
+    (`x̄ ⊗ I_{d_v}` in the paper's column-major vec). `Wᑫ` and `Wᴷ` enter at fourth order, and
+    the sign flip of a whole head leaves it unchanged, so the NQF error is `O(|W|⁴)`.
+
+    **Arguments:**
+
+    - `in_size` `D`, `key_size` `d_k`, `value_size` `d_v`, `num_heads` `d`, `out_size` `k`
+      (`None`: scalar). Paper, Fig 2: `MultiHeadAttention(20, 8, 20, 4, 8)` on sequences of 16.
+    - `key`, `init_scale`: `W ~ N(0, init_scale²)`.
+    """
+
+    W: Float[Array, "p d"]
+    in_size: int = eqx.field(static=True)
+    key_size: int = eqx.field(static=True)
+    value_size: int = eqx.field(static=True)
+    _out_size: int | None = eqx.field(static=True)
+
+    def __init__(self, in_size, key_size, value_size, num_heads, out_size=None, *, key: PRNGKeyArray, init_scale=0.01):
+        self.in_size = check_size("in_size", in_size)
+        self.key_size = check_size("key_size", key_size)
+        self.value_size = check_size("value_size", value_size)
+        heads = check_size("num_heads", num_heads)
+        self._out_size = check_out_size(out_size)
+        p = sum(int(math.prod(s)) for s in self._shapes)
+        self.W = init_W(key, p, heads, init_scale)
+
+    @property
+    def out_size(self) -> int | None:
+        return self._out_size
+
+    @property
+    def _shapes(self):
+        D, dk, dv, k = self.in_size, self.key_size, self.value_size, self._out_size
+        return [(dk, D), (dk, D), (dv, D), (dv,) if k is None else (dv, k)]
+
+    def unit(self, w: Float[Array, " p"], X: Float[Array, "D N"]) -> Float[Array, "*k"]:
+        Wq, Wk, Wv, v = unpack(w, self._shapes)
+        s = (Wk @ X).T @ (Wq @ X[:, -1]) / math.sqrt(self.key_size)
+        return (Wv @ (X @ jax.nn.softmax(s))) @ v
+
+    def __call__(self, X: Float[Array, "D N"]) -> Float[Array, "*k"]:
+        X = check_sequence("X", X, self.in_size)
+        Wq, Wk, Wv, v = unpack(self.W, self._shapes)  # head axis h last
+        q = jnp.einsum("jbh,b->jh", Wq, X[:, -1])
+        s = jnp.einsum("jh,jbh,bn->nh", q, Wk, X) / math.sqrt(self.key_size)
+        z = jnp.einsum("abh,bn,nh->ah", Wv, X, jax.nn.softmax(s, axis=0))
+        return jnp.einsum("ah,a...h->...", z, v)
+
+    def structure(self, X: Float[Array, "D N"]) -> Float[Array, "*k p p"]:
+        X = check_sequence("X", X, self.in_size, dtype=self.W.dtype)
+        xbar = jnp.mean(X, axis=1)
+        C = per_output(jnp.kron(jnp.eye(self.value_size, dtype=X.dtype), xbar[:, None]), self._out_size)
+        start = 2 * self.key_size * self.in_size  # after Wᑫ, Wᴷ
+        return bilinear(self.p, (start, start + self.value_size * self.in_size), (start + self.value_size * self.in_size, self.p), C)
+
+
+class QKAttention(AbstractArchitecture):
+    """Query–key-only attention: heads with a fixed value readout `c`, `Σ_i cᵀ X softmax(s_i)`.
+
+    `s_i = Xᵀ W_iᴷᵀ W_iᑫ x / √d_k`, `x = X[:, -1]`; neuron `w_i = [vec Wᑫ (d_k×D), vec Wᴷ (d_k×D)]`.
+    The readout `c ∈ R^D` (or `R^{D×k}`) is not trained (its gradient is stopped).
+
+    A head at `W = 0` outputs the constant `cᵀ x̄`, which no neuron can change; each unit is
+    therefore centred, `unit(w, X) = cᵀ X (softmax(s) − 1/N)`, so that `unit(0, X) = 0` as the
+    sum form needs, and `model(X) = f0(X) + Σ_i unit(w_i, X)` with `f0(X) = d cᵀ x̄` (`f0`
+    method). `__call__` returns the centred sum `Σ_i unit(w_i, X)` (subtract `f0` from targets,
+    or add it to outputs). Structure matrix (Prop 4), with `Σ_X = X Xᵀ/N − x̄ x̄ᵀ`, `u = Σ_X c`:
+
+    `A = 1/(2√d_k) [[0, I_{d_k} ⊗ x uᵀ], [I_{d_k} ⊗ u xᵀ, 0]]`
+
+    (`x uᵀ ⊗ I_{d_k}` in the paper's column-major vec), one per column of `c`. The softmax's next
+    term is quadratic in the scores, so the NQF error is `O(|W|⁴)`.
+
+    **Arguments:**
+
+    - `in_size` `D`, `key_size` `d_k`, `num_heads` `d`, `out_size` `k` (`None`: scalar).
+      Paper, Fig 2: `QKAttention(20, 8, 4, 8)`; Fig 6: `QKAttention(16, 8, 4)` on sequences of 10.
+    - `readout`: the fixed `c`, shape `(D,)` or `(D, k)`; default `N(0, 1/D)` drawn from `key`.
+    - `key`, `init_scale`: `W ~ N(0, init_scale²)`.
+    """
+
+    W: Float[Array, "p d"]
+    readout: Float[Array, "D *k"]
+    in_size: int = eqx.field(static=True)
+    key_size: int = eqx.field(static=True)
+    _out_size: int | None = eqx.field(static=True)
+
+    def __init__(self, in_size, key_size, num_heads, out_size=None, *, readout=None, key: PRNGKeyArray, init_scale=0.01):
+        self.in_size = check_size("in_size", in_size)
+        self.key_size = check_size("key_size", key_size)
+        heads = check_size("num_heads", num_heads)
+        self._out_size = check_out_size(out_size)
+        wkey, ckey = jax.random.split(key)
+        shape = (self.in_size,) if self._out_size is None else (self.in_size, self._out_size)
+        if readout is None:
+            readout = jax.random.normal(ckey, shape) / math.sqrt(self.in_size)
+        else:
+            readout = as_array("readout", readout)
+            if tuple(readout.shape) != shape:
+                raise LvflowError(f"readout: expected shape {shape} (D{'' if self._out_size is None else ', k'}), got {tuple(readout.shape)}")
+        self.readout = jnp.asarray(readout, dtype=float)
+        self.W = init_W(wkey, 2 * self.key_size * self.in_size, heads, init_scale)
+
+    @property
+    def out_size(self) -> int | None:
+        return self._out_size
+
+    @property
+    def _shapes(self):
+        return [(self.key_size, self.in_size)] * 2
+
+    @property
+    def _c(self):
+        return jax.lax.stop_gradient(self.readout)
+
+    def f0(self, X: Float[Array, "D N"]) -> Float[Array, "*k"]:
+        """`f_X(0) = d cᵀ x̄`: the output of all heads at `W = 0` (not included in `__call__`)."""
+        X = check_sequence("X", X, self.in_size)
+        return self.d * (jnp.mean(X, axis=1) @ self._c)
+
+    def unit(self, w: Float[Array, " p"], X: Float[Array, "D N"]) -> Float[Array, "*k"]:
+        Wq, Wk = unpack(w, self._shapes)
+        s = (Wk @ X).T @ (Wq @ X[:, -1]) / math.sqrt(self.key_size)
+        return (X @ centered_softmax(s)) @ self._c
+
+    def __call__(self, X: Float[Array, "D N"]) -> Float[Array, "*k"]:
+        X = check_sequence("X", X, self.in_size)
+        Wq, Wk = unpack(self.W, self._shapes)
+        q = jnp.einsum("jbh,b->jh", Wq, X[:, -1])
+        s = jnp.einsum("jh,jbh,bn->nh", q, Wk, X) / math.sqrt(self.key_size)
+        return jnp.sum(X @ centered_softmax(s), axis=1) @ self._c
+
+    def structure(self, X: Float[Array, "D N"]) -> Float[Array, "*k p p"]:
+        X = check_sequence("X", X, self.in_size, dtype=self.W.dtype)
+        N = X.shape[1]
+        xbar = jnp.mean(X, axis=1)
+        Sigma = X @ X.T / N - jnp.outer(xbar, xbar)
+        u = Sigma @ self._c  # (D,) or (D, k)
+        xu = jnp.einsum("a,b...->...ab", X[:, -1], u)  # x uᵀ, one per output
+        eye = jnp.eye(self.key_size, dtype=X.dtype)
+        C = jnp.einsum("jl,...ab->...jalb", eye, xu).reshape(xu.shape[:-2] + (self.p // 2, self.p // 2))
+        n = self.p // 2
+        return bilinear(self.p, (0, n), (n, self.p), C / math.sqrt(self.key_size))
+
+
+class AttentionLogits(AbstractArchitecture):
+    """Single-head attention logits of the last token: `s = Xᵀ Wᴷᵀ Wᑫ x / √d_k ∈ R^N`.
+
+    The neurons are the `d_k` rows of `Wᑫ, Wᴷ ∈ R^{d_k×D}`: `w_j = [wᑫ_j, wᴷ_j] ∈ R^{2D}`, so
+    `s_n = Σ_j (wᑫ_jᵀ x)(wᴷ_jᵀ x_n) / √d_k` with `d_k = d` the number of neurons. The logits are
+    exactly quadratic in `W`; per logit `n` (Table 3, key token `u = x_n`):
+
+    `A⁽ⁿ⁾ = 1/(2√d_k) [[0, x x_nᵀ], [x_n xᵀ, 0]]`.
+
+    **Arguments:**
+
+    - `in_size` `D`, `key_size` `d_k` (= `d`, the number of neurons), `seq_len` `N` (= `out_size`).
+    - `key`, `init_scale`: `W ~ N(0, init_scale²)`.
+    """
+
+    W: Float[Array, "p d"]
+    in_size: int = eqx.field(static=True)
+    seq_len: int = eqx.field(static=True)
+
+    def __init__(self, in_size, key_size, seq_len, *, key: PRNGKeyArray, init_scale=0.01):
+        self.in_size = check_size("in_size", in_size)
+        key_size = check_size("key_size", key_size)
+        self.seq_len = check_size("seq_len", seq_len)
+        self.W = init_W(key, 2 * self.in_size, key_size, init_scale)
+
+    @property
+    def out_size(self) -> int:
+        return self.seq_len
+
+    def _check(self, X, dtype=None):
+        X = check_sequence("X", X, self.in_size, dtype=dtype)
+        if X.shape[1] != self.seq_len:
+            raise LvflowError(f"X: expected {self.seq_len} tokens (seq_len), got shape {tuple(X.shape)}")
+        return X
+
+    def unit(self, w: Float[Array, " p"], X: Float[Array, "D N"]) -> Float[Array, " N"]:
+        wq, wk = unpack(w, [(self.in_size,)] * 2)
+        return (wq @ X[:, -1]) * (wk @ X) / math.sqrt(self.d)
+
+    def __call__(self, X: Float[Array, "D N"]) -> Float[Array, " N"]:
+        X = self._check(X)
+        Wq, Wk = unpack(self.W, [(self.in_size,)] * 2)  # (D, d_k) each
+        return (X.T @ Wk) @ (Wq.T @ X[:, -1]) / math.sqrt(self.d)
+
+    def structure(self, X: Float[Array, "D N"]) -> Float[Array, "N p p"]:
+        X = self._check(X, dtype=self.W.dtype)
+        C = jnp.einsum("a,bn->nab", X[:, -1], X) / math.sqrt(self.d)
+        return bilinear(self.p, (0, self.in_size), (self.in_size, self.p), C)

@@ -1,0 +1,72 @@
+"""Two-layer perceptron `f(x) = Σ_i v_i φ(u_iᵀ x)` (Prop 1, Table 3)."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from ._base import AbstractArchitecture, Activation, bilinear, check_activation, check_input, check_out_size
+from ._base import check_size, init_W, per_output, unpack
+
+
+class MLP(AbstractArchitecture):
+    """Two-layer MLP without bias, `f(x) = Σ_i v_i φ(u_iᵀ x)` (`v_i ∈ R^k` for vector output).
+
+    Neuron `w_i = [u_i (n), v_i (k, or 1 for a scalar output)]`, so `p = n + k`. Its structure
+    matrix (Prop 1, Table 3) is, per output `c`,
+
+    `A⁽ᶜ⁾(x) = φ'(0)/2 · [[0, x e_cᵀ], [e_c xᵀ, 0]]`
+
+    (for a scalar output, `φ'(0)/2 · [[0, x], [xᵀ, 0]]`). The error of the NQF is `O(|W|³)`, and
+    `O(|W|⁴)` for odd `φ` (per-neuron sign symmetry `(u, v) → (−u, −v)`).
+
+    **Arguments:**
+
+    - `in_size`, `width`, `out_size`: `n`, `d` and `k` (`None`: scalar output). Paper, Fig 2:
+      `MLP(20, 64, 8)`.
+    - `activation`: smooth `φ` with `φ(0) = 0` (default `tanh`).
+    - `key`, `init_scale`: `W ~ N(0, init_scale²)`.
+
+    **Raises:** `ZGZError` when `φ(0) ≠ 0` (e.g. `jax.nn.sigmoid`).
+    """
+
+    W: Float[Array, "p d"]
+    in_size: int = eqx.field(static=True)
+    _out_size: int | None = eqx.field(static=True)
+    activation: Activation = eqx.field(static=True)
+    dphi0: float = eqx.field(static=True)
+
+    def __init__(self, in_size, width, out_size=None, *, activation=jnp.tanh, key: PRNGKeyArray, init_scale=0.01):
+        self.in_size = check_size("in_size", in_size)
+        width = check_size("width", width)
+        self._out_size = check_out_size(out_size)
+        self.dphi0 = check_activation("activation", activation)
+        self.activation = activation
+        self.W = init_W(key, self.in_size + self._k, width, init_scale)
+
+    @property
+    def out_size(self) -> int | None:
+        return self._out_size
+
+    @property
+    def _k(self) -> int:
+        return 1 if self._out_size is None else self._out_size
+
+    def _split(self, w):
+        u, v = unpack(w, [(self.in_size,), (self._k,)])
+        return u, (v[0] if self._out_size is None else v)
+
+    def unit(self, w: Float[Array, " p"], x: Float[Array, " n"]) -> Float[Array, "*k"]:
+        u, v = self._split(w)
+        return v * self.activation(u @ x)
+
+    def __call__(self, x: Float[Array, " n"]) -> Float[Array, "*k"]:
+        x = check_input("x", x, (self.in_size,), "one input vector")
+        U, V = self._split(self.W)  # (n, d), (d,) or (k, d)
+        return V @ self.activation(x @ U)
+
+    def structure(self, x: Float[Array, " n"]) -> Float[Array, "*k p p"]:
+        x = check_input("x", x, (self.in_size,), "one input vector", dtype=self.W.dtype)
+        C = per_output(self.dphi0 * x[:, None], self._out_size)
+        return bilinear(self.p, (0, self.in_size), (self.in_size, self.p), C)
