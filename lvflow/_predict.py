@@ -280,8 +280,9 @@ class Prediction(eqx.Module):
             return save_npz(p, {k: np.asarray(v) for k, v in arrays.items()})
         raise LvflowError(f"save: unsupported file type {p.suffix or '(none)'!r} for {p}; use .json or .npz")
 
-    def table(self, *, digits: int = 6) -> str:
-        """The plateau table as aligned text (what `lvflow predict` prints)."""
+    def table(self, *, digits: int = 6, max_rows: int | None = None) -> str:
+        """The plateau table as aligned text (what `lvflow predict` prints); with `max_rows`,
+        only the first rows (and a line saying how many were left out)."""
         head = ["#", "mode", "r_k", "V_k", "t*_k", "steps*_k", "tau*_k", "plateau loss", "eps merge"]
         fmt = lambda v: "-" if not np.isfinite(v) else f"{v:.{digits}g}"
         body = [
@@ -291,9 +292,20 @@ class Prediction(eqx.Module):
         ]
         w = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
         line = lambda cells: "  ".join(c.rjust(w[i]) for i, c in enumerate(cells))
-        return "\n".join([line(head)] + [line(b) for b in body])
+        cut = body if max_rows is None else body[:max_rows]
+        more = [f"… {len(body) - len(cut)} more modes (all of them in --save / --json)"] if len(cut) < len(body) else []
+        return "\n".join([line(head)] + [line(b) for b in cut] + more)
 
-    def summary(self) -> str:
+    def n_resolved(self) -> int:
+        """How many leading switch-ons stand apart at this ε (each of them and its successor
+        have `ε < ε_merge`; the convention of `lvflow._scaling.resolved_steps`)."""
+        em = np.asarray(self.eps_merge)
+        if not self.order.shape[0]:
+            return 0
+        bad = np.flatnonzero(~(self.eps < em))
+        return int(bad[0]) if bad.size else int(self.order.shape[0])
+
+    def summary(self, *, max_rows: int | None = 40) -> str:
         """Header lines, the table, and the notes."""
         lines = [
             f"lvflow predict: {self.source}",
@@ -304,13 +316,20 @@ class Prediction(eqx.Module):
         if np.isfinite(self.exponent):
             lines.append(f"predicted loss exponent (alpha1 - 1)/alpha2 = {self.exponent:.6g} (Thm 9)")
         if self.order.shape[0]:
-            lines.append(self.table())
+            n, K = self.n_resolved(), int(self.order.shape[0])
+            if n < K:
+                lines.append(f"at this eps the first {n} switch-ons stand apart; from #{n + 1} on they merge "
+                             "into a smooth decay (eps merge: the eps above which a step merges with the next)")
+            lines.append(self.table(max_rows=max_rows))
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
     def plot(self, path, *, title: str | None = None) -> Path:
         """Save the predicted loss curve in linear and log time (two panels), atomically."""
         return plot_prediction(self, path, title=title)
+
+
+_MAX_MARKS = 12
 
 
 def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path:
@@ -341,8 +360,16 @@ def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path
         # Floor the log axis ten decades below the start: the tail's 1e-300 says nothing.
         floor = max(float(np.nanmax(np.abs(y))) if y.size else 1.0, np.finfo(float).tiny) * 1e-8
         ax.plot(x[keep], np.maximum(y[keep], floor), lw=1.8, label=f"predicted {ylabel}")
-        for t in xs[np.isfinite(xs)]:
+        for t in xs[np.isfinite(xs)][:_MAX_MARKS]:  # more would hide the curve
             ax.axvline(t, color="0.6", lw=0.8, ls="--")
+        fin = xs[np.isfinite(xs) & (xs > 0)]
+        if logx and np.isfinite(pred.exponent) and fin.size >= 2:
+            # Thm 9's slope −(α₁−1)/α₂, anchored on the curve midway (in log t) through the switch-ons.
+            tm = math.sqrt(fin[0] * fin[-1])
+            ym = float(np.interp(math.log(tm), np.log(x[keep]), y[keep]))
+            tt = np.geomspace(fin[0], fin[-1], 20)
+            ax.plot(tt, ym * (tt / tm) ** -pred.exponent, color="k", lw=0.9, ls="-.",
+                    label=f"slope −{pred.exponent:.3g} (Thm 9)")
         if not flow and pred.order.shape[0]:
             # The ε → 0 staircase (Eq. 168): plateau levels switching at τ*_k ln(1/ε).
             tau = np.asarray(pred.tau_star) * math.log(1 / pred.eps) / (pred.learning_rate or 1.0)
@@ -358,7 +385,8 @@ def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path
             ax.set_xscale("log")
         ax.set_xlabel("training step" if steps else "time t (gradient flow)")
         ax.set_ylabel(ylabel)
-        ax.set_title(("log" if logx else "linear") + " time; dashed: switch-on times t*_k")
+        ax.set_title(("log" if logx else "linear") + " time; dashed: switch-on times t*_k"
+                     + (f" (first {_MAX_MARKS})" if np.count_nonzero(np.isfinite(xs)) > _MAX_MARKS else ""), fontsize=10)
     fig.suptitle(title or f"{pred.source}  (eps = {pred.eps:.3g})", fontsize=10)
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=120)

@@ -149,6 +149,11 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"{prog}: interrupted\n")
         return 130
+    except BrokenPipeError:  # `lvflow predict … | head`: the reader left; say nothing more
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except Exception as e:  # noqa: BLE001 — one line per failure, the traceback only on request
         if getattr(args, "debug", False):
             raise

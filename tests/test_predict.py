@@ -211,3 +211,12 @@ def test_matrix_flow_fallback():
     # At t = 0, M = ε I: f_μ = ε Tr A_μ = 0 for the MLP's off-diagonal A, so L = mean(y²).
     assert float(p.loss[0]) == pytest.approx(np.mean(y**2), rel=1e-9)
     assert np.all(np.diff(np.asarray(p.loss)) <= 1e-12)  # gradient flow never increases the loss
+
+
+def test_n_resolved_matches_resolved_steps():
+    r = np.arange(1, 4.0) ** -0.8
+    lv = power_law_lv(alpha1=2.0, alpha2=0.8, modes=3)
+    for eps in (1e-3, 1e-6, 1e-9):
+        p = predict(lv, eps=eps, num_points=N)
+        ref = lvflow._scaling.resolved_steps(r, eps, C=np.asarray(p.C_diag))
+        assert p.n_resolved() == ref.n_resolved
