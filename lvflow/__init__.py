@@ -41,3 +41,5 @@ from ._recursion import RecursionResult as RecursionResult, gd_recursion as gd_r
 from ._compress import Compressed as Compressed, compress as compress
 from . import architectures as architectures
 from ._predict import Prediction as Prediction, predict as predict
+from ._solve import LVSolution as LVSolution, solve_lv as solve_lv
+from ._closed_forms import XiSolution as XiSolution, ignition_time as ignition_time, isotropic_modes as isotropic_modes, isotropic_riccati as isotropic_riccati, log_orthogonal_features as log_orthogonal_features, orthogonal_features as orthogonal_features, orthogonal_samples as orthogonal_samples, projector_modes as projector_modes, proportional_samples as proportional_samples

@@ -1,0 +1,327 @@
+"""Numerical solution of the gLV (Eq. 32) in log variables, with switch-on times (Thm 8)."""
+
+from __future__ import annotations
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int
+
+from ._errors import LvflowError, SolverError
+from ._lv import LotkaVolterra, equilibrium_is_unique, saturated_equilibrium, saturated_equilibrium_jax
+from ._validate import _is_concrete, as_array, check_in_open_interval, check_positive
+
+_DEFAULT_MAX_STEPS = 16384
+_N_DEFAULT_TS = 400
+_BISECTION_STEPS = 60  # halves [0, 1] down to 1e-18: below float64 resolution of any step
+
+
+class LVSolution(eqx.Module):
+    """The solution of `ż_k = z_k (r_k − Σ_j C_kj z_j)` (Eq. 32) returned by `solve_lv`.
+
+    **Fields:**
+
+    - `ts`: save times, shape `(n,)`.
+    - `zs`: mode strengths `z_k(t)` at `ts`, shape `(n, K)`.
+    - `loss`: the loss `L(z) = zᵀCz/8 − rᵀz/4 + y2` (Eq. 26 in modes) at `ts`, shape `(n,)`.
+    - `switch_on_times`: `t*_k`, the first `t ≥ 0` with `z_k(t) ≥ ρ z_k(∞)` (Thm 8, Eq. 158), shape
+      `(K,)`: `0` for a mode that starts above its target, `inf` for one that never gets there
+      (`z_k(∞) = 0`: `r_k ≤ 0`, or driven extinct by its competitors; or not reached by `t1`).
+    - `z_inf`: the limit `z(∞)` the switch-on targets refer to, shape `(K,)`.
+    - `rho`: the switch-on fraction `ρ`.
+    - `num_steps`, `num_accepted_steps`, `num_rejected_steps`: solver statistics.
+    - `result`: diffrax's `RESULTS` flag; `success` is `True` iff the solve succeeded and every
+      saved value is finite.
+    """
+
+    ts: Float[Array, " n"]
+    zs: Float[Array, "n K"]
+    loss: Float[Array, " n"]
+    switch_on_times: Float[Array, " K"]
+    z_inf: Float[Array, " K"]
+    rho: Float[Array, ""]
+    num_steps: Int[Array, ""]
+    num_accepted_steps: Int[Array, ""]
+    num_rejected_steps: Int[Array, ""]
+    result: dfx.RESULTS
+    success: Bool[Array, ""]
+
+
+def default_ts(t1, n: int = _N_DEFAULT_TS) -> Float[Array, " n"]:
+    """`0` followed by `n − 1` log-spaced times from `t1·10⁻⁴` to `t1`.
+
+    The gLV's events are spread over decades of time (ignitions at `ln(1/ε)/ζ_k`, Eq. 158), so a
+    log-spaced grid resolves the early transitions as well as the late ones.
+    """
+    t1 = jnp.asarray(t1, dtype=float)
+    return jnp.concatenate([jnp.zeros(1), t1 * jnp.logspace(-4.0, 0.0, n - 1)])
+
+
+def solve_lv(
+    system: LotkaVolterra,
+    z0,
+    t1,
+    *,
+    ts=None,
+    rho=0.5,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    solver: dfx.AbstractSolver | None = None,
+    max_steps: int = _DEFAULT_MAX_STEPS,
+    throw: bool = True,
+    progress: bool = False,
+    z_inf=None,
+) -> LVSolution:
+    """Integrate the gLV `ż_k = z_k (r_k − Σ_j C_kj z_j)` (Eq. 32) from `z(0) = z0` to `t1`.
+
+    The flow is integrated in `u = ln z`, `u̇ = r − C e^u`: tiny initial values (`z0` down to
+    `1e-300`) are then an ordinary offset rather than a stiffness, and the error control is on
+    `ln z`, i.e. *relative* in `z` for every mode, whatever its size. `rtol`/`atol` are diffrax's
+    tolerances on `u` (so `atol` is an absolute error in `ln z`, a relative error in `z`).
+
+    **Solver.** Default: `diffrax.Dopri5` with a PID controller. Measured on this project's machine
+    (2 cores, float64, rtol 1e-8): on the 1000-mode Fig 3-right system it took 0.16 s warm
+    (2512 steps) against 0.25 s for Tsit5 and 0.22 s for Kvaerno5 (303 steps, but each with Newton
+    iterations); the log-variable flow is only mildly stiff (`−C diag(z)` has eigenvalues up to
+    `max r`), and an explicit step is cheap when `C` is diagonal, which is detected and used as an
+    `O(K)` matrix–vector product. Pass `solver=` to override (e.g. `diffrax.Kvaerno5()` for a strongly
+    stiff coupled system).
+
+    **Switch-on times** (Thm 8): for each mode the first accepted step `[t_i, t_{i+1}]` at whose end
+    `u_k ≥ ln(ρ z_k(∞))` is located from the saved steps, and the crossing is found by bisection on
+    the cubic Hermite interpolant of `u_k` through the step's end values and slopes (the same order,
+    4, as the solver's own dense output), so its accuracy follows the solver tolerance, not a grid.
+
+    **`z(∞)`.** The saturated equilibrium (`LotkaVolterra.equilibrium`: `z ≥ 0`, `r − Cz ≤ 0`,
+    complementary), which is the flow's limit from any positive `z0` when it is unique (`C` positive
+    definite on the active and marginal modes). When it is not unique (singular `C`, e.g. two
+    identical features: the flow conserves `ln z` along the null space of `C`, so the limit depends
+    on `z0`), `z(t1)` is used instead: choose `t1` past the last transition. For traced systems
+    (`jax.vmap` over systems) it is computed in JAX by block principal pivoting, falling back to
+    `z(t1)` if that does not converge. `z_inf=` overrides it.
+
+    **Arguments:**
+
+    - `system`: a `LotkaVolterra`.
+    - `z0`: initial mode strengths, shape `(K,)`, all `> 0` (a mode at exactly 0 stays there).
+    - `t1`: final time, `> 0`.
+    - `ts`: save times in `[0, t1]`, increasing (default: `default_ts(t1)`, 0 and log-spaced).
+    - `rho`: switch-on fraction in `(0, 1)` (Eq. 158; the paper's figures use `ρ = ½`).
+    - `rtol`, `atol`: step-size tolerances on `u = ln z`.
+    - `solver`: a diffrax solver (default `Dopri5()`).
+    - `max_steps`: step budget; all accepted steps are stored (`max_steps × K` floats).
+    - `throw`: raise `SolverError` on failure (default); with `False`, return `success = False`.
+    - `progress`: show a `diffrax.TqdmProgressMeter`.
+    - `z_inf`: the limit `z(∞)` to measure switch-on against (default: see above).
+
+    Works under `jax.jit`/`jax.vmap` over `z0`, `t1` and the system's arrays; input checks then
+    apply to the concrete arguments only, and `throw=True` raises through `equinox.error_if`.
+    """
+    if not isinstance(system, LotkaVolterra):
+        raise LvflowError(f"system: expected a LotkaVolterra, got {type(system).__name__}")
+    K = system.K
+    z0 = as_array("z0", z0, ndim=1)
+    if np.shape(z0) != (K,):
+        raise LvflowError(f"z0: shape {np.shape(z0)} does not match the system's {K} modes")
+    if _is_concrete(z0) and np.any(np.asarray(z0) <= 0):
+        k = int(np.flatnonzero(np.asarray(z0) <= 0)[0])
+        raise LvflowError(
+            f"z0: must be > 0 in every mode (entry {k} is {float(np.asarray(z0)[k]):g}; "
+            "a mode at 0 never grows — drop it from the system instead)"
+        )
+    if _is_concrete(t1):
+        t1 = check_positive("t1", t1)
+    if _is_concrete(rho):
+        rho = check_in_open_interval("rho", rho, 0.0, 1.0)
+    rtol = check_positive("rtol", rtol)
+    atol = check_positive("atol", atol)
+    if not isinstance(max_steps, int) or max_steps < 1:
+        raise LvflowError(f"max_steps: must be a positive integer, got {max_steps!r}")
+    if ts is None:
+        ts = default_ts(t1)
+    else:
+        ts = as_array("ts", ts, ndim=1)
+        if _is_concrete(ts) and _is_concrete(t1):
+            a = np.asarray(ts, dtype=float)
+            if a.size == 0:
+                raise LvflowError("ts: is empty")
+            if a[0] < 0 or a[-1] > t1:
+                raise LvflowError(f"ts: must lie in [0, t1 = {t1:g}], got [{a[0]:g}, {a[-1]:g}]")
+            if np.any(np.diff(a) < 0):
+                raise LvflowError("ts: must be non-decreasing")
+    solver = dfx.Dopri5() if solver is None else solver
+    if not isinstance(solver, dfx.AbstractSolver):
+        raise LvflowError(f"solver: expected a diffrax solver, got {type(solver).__name__}")
+
+    r, C = system.r, system.C
+    concrete_system = _is_concrete(r) and _is_concrete(C)
+    diagonal = concrete_system and np.count_nonzero(np.asarray(C) - np.diag(np.diagonal(np.asarray(C)))) == 0
+    if z_inf is not None:
+        z_inf = as_array("z_inf", z_inf, ndim=1)
+        if np.shape(z_inf) != (K,):
+            raise LvflowError(f"z_inf: shape {np.shape(z_inf)} does not match the system's {K} modes")
+        if _is_concrete(z_inf) and np.any(np.asarray(z_inf) < 0):
+            raise LvflowError("z_inf: must be >= 0")
+        z_eq, eq_ok = jnp.asarray(z_inf, dtype=float), jnp.asarray(True)
+    elif concrete_system:
+        Cn, rn = np.asarray(C, dtype=float), np.asarray(r, dtype=float)
+        d = np.diagonal(Cn)
+        grow = (d <= 0) & (rn > 0)
+        if np.any(grow):
+            k = int(np.flatnonzero(grow)[0])
+            raise LvflowError(
+                f"system: mode {k} has r_k = {rn[k]:g} > 0 but C_kk = {d[k]:g}, so z_k grows without bound"
+            )
+        z_eq = saturated_equilibrium(Cn, rn)
+        if not np.all(np.isfinite(z_eq)):
+            raise LvflowError("system: no finite saturated equilibrium (the loss is unbounded below)")
+        eq_ok = jnp.asarray(equilibrium_is_unique(Cn, rn, z_eq))
+        z_eq = jnp.asarray(z_eq)
+    else:
+        z_eq, eq_ok = saturated_equilibrium_jax(r, C)
+
+    sol = _solve_core(
+        r,
+        jnp.diagonal(C) if diagonal else C,
+        jnp.log(jnp.asarray(z0, dtype=float)),
+        jnp.asarray(t1, dtype=float),
+        jnp.asarray(ts, dtype=float),
+        z_eq,
+        eq_ok,
+        jnp.asarray(rho, dtype=float),
+        system.y2,
+        jnp.asarray(rtol),
+        jnp.asarray(atol),
+        solver=solver,
+        max_steps=max_steps,
+        progress=progress,
+    )
+    if throw:
+        if _is_concrete(sol.success):
+            if not bool(sol.success):
+                raise SolverError(_failure_message(sol))
+        else:
+            sol = eqx.error_if(sol, ~sol.success, "solve_lv: the gLV solve failed (see diffrax.RESULTS)")
+    return sol
+
+
+def _failure_message(sol: LVSolution) -> str:
+    if sol.result == dfx.RESULTS.successful:
+        why = "non-finite values in the solution"
+    else:
+        why = str(sol.result).split("<", 1)[-1].rstrip(">")
+    return f"solve_lv: {why} (after {int(sol.num_steps)} steps)"
+
+
+@eqx.filter_jit
+def _solve_core(
+    r: Float[Array, " K"],
+    C: Float[Array, "K K"] | Float[Array, " K"],
+    u0: Float[Array, " K"],
+    t1: Float[Array, ""],
+    ts: Float[Array, " n"],
+    z_eq: Float[Array, " K"],
+    eq_ok: Bool[Array, ""],
+    rho: Float[Array, ""],
+    y2: Float[Array, ""],
+    rtol: Float[Array, ""],
+    atol: Float[Array, ""],
+    *,
+    solver: dfx.AbstractSolver,
+    max_steps: int,
+    progress: bool,
+) -> LVSolution:
+    """Arrays in, `LVSolution` out: jittable and vmappable. `C` is the full matrix, or its
+    diagonal (shape `(K,)`) when it is diagonal, so every product with it is `O(K)`."""
+    diagonal = C.ndim == 1
+
+    def Cz(z):
+        return C * z if diagonal else C @ z
+
+    def field(t, u, args):
+        # u̇ = r − C e^u: Eq. 32 divided by z.
+        return r - Cz(jnp.exp(u))
+
+    meter = dfx.TqdmProgressMeter() if progress else dfx.NoProgressMeter()
+    out = dfx.diffeqsolve(
+        dfx.ODETerm(field),
+        solver,
+        t0=0.0,
+        t1=t1,
+        dt0=None,
+        y0=u0,
+        saveat=dfx.SaveAt(subs=[dfx.SubSaveAt(ts=ts), dfx.SubSaveAt(t0=True, steps=True)]),
+        stepsize_controller=dfx.PIDController(rtol=rtol, atol=atol),
+        max_steps=max_steps,
+        throw=False,
+        progress_meter=meter,
+    )
+    us = out.ys[0]
+    step_ts, step_us = out.ts[1], out.ys[1]
+    n_saved = out.stats["num_accepted_steps"] + 1
+    u_end = step_us[n_saved - 1]
+    z_inf = jnp.where(eq_ok, z_eq, jnp.exp(u_end))
+
+    switch = _switch_on_times(step_ts, step_us, n_saved, z_inf, rho, r, C, diagonal)
+    zs = jnp.exp(us)
+    if diagonal:
+        loss = jnp.sum(C * zs**2, axis=-1) / 8 - zs @ r / 4 + y2
+    else:
+        loss = jnp.einsum("ni,ij,nj->n", zs, C, zs) / 8 - zs @ r / 4 + y2
+    success = (out.result == dfx.RESULTS.successful) & jnp.all(jnp.isfinite(zs)) & jnp.all(jnp.isfinite(u_end))
+    return LVSolution(
+        ts=ts,
+        zs=zs,
+        loss=loss,
+        switch_on_times=switch,
+        z_inf=z_inf,
+        rho=rho,
+        num_steps=out.stats["num_steps"],
+        num_accepted_steps=out.stats["num_accepted_steps"],
+        num_rejected_steps=out.stats["num_rejected_steps"],
+        result=out.result,
+        success=success,
+    )
+
+
+def _switch_on_times(step_ts, step_us, n_saved, z_inf, rho, r, C, diagonal):
+    """First `t` with `u_k(t) = ln(ρ z_k(∞))`, by bisection on the cubic Hermite interpolant of the
+    accepted step that brackets the first upward crossing (Thm 8's `t*_k`)."""
+    K = step_us.shape[-1]
+    modes = jnp.arange(K)
+    valid = jnp.arange(step_ts.shape[0]) < n_saved
+    safe_zinf = jnp.where(z_inf > 0, z_inf, 1.0)
+    target = jnp.log(rho) + jnp.log(safe_zinf)
+    g = jnp.where(valid[:, None], step_us - target, -jnp.inf)
+    above = g >= 0
+    reached = jnp.any(above, axis=0) & (z_inf > 0)
+    i1 = jnp.argmax(above, axis=0)
+    i0 = jnp.maximum(i1 - 1, 0)
+    ta, tb = step_ts[i0], step_ts[jnp.minimum(i1, n_saved - 1)]
+    h = tb - ta
+    ga, gb = g[i0, modes], g[i1, modes]
+
+    # Slopes u̇_k = r_k − (C e^u)_k at the bracket's ends: one row of C per mode, O(K²) at most.
+    def slope(i):
+        if diagonal:
+            return r - C * jnp.exp(step_us[i, modes])
+        return r - jnp.einsum("kj,kj->k", C, jnp.exp(step_us[i]))
+
+    da, db = slope(i0) * h, slope(i1) * h
+
+    def hermite(s):
+        s2, s3 = s * s, s * s * s
+        return (2 * s3 - 3 * s2 + 1) * ga + (s3 - 2 * s2 + s) * da + (3 * s2 - 2 * s3) * gb + (s3 - s2) * db
+
+    def bisect(_, lohi):
+        lo, hi = lohi
+        mid = (lo + hi) / 2
+        up = hermite(mid) >= 0
+        return jnp.where(up, lo, mid), jnp.where(up, mid, hi)
+
+    lo, hi = jax.lax.fori_loop(0, _BISECTION_STEPS, bisect, (jnp.zeros(K), jnp.ones(K)))
+    t_cross = ta + (lo + hi) / 2 * h
+    t_star = jnp.where(i1 == 0, 0.0, t_cross)
+    return jnp.where(reached, t_star, jnp.inf)

@@ -1,0 +1,205 @@
+"""solve_lv against closed forms (Thm 6, Eq. 158), numpy GD on W (Fig 3 left) and scipy Radau."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+import lvflow
+from lvflow._solve import default_ts, solve_lv
+
+# One diagonal 5-mode system serves several tests (one compilation): Fig 3 left's rates, with
+# interaction strengths over four decades.
+R5 = np.array([1.0, 0.5, 0.25, 0.125, 0.0625])
+
+
+def _thm6(r, c, z0, t):
+    # Thm 6 written out in numpy (independently of lvflow._closed_forms).
+    t = np.asarray(t)[:, None]
+    return r * z0 / (c * z0 + (r - c * z0) * np.exp(-r * t))
+
+
+def _eq158(r, c, z0, rho):
+    # Eq. 158 with a = 1, ζ = r, C_k = C_kk, z0 = c_k ε (take c_k = 1, ε = z0).
+    return (np.log(1 / z0) - np.log(c / (r - c * z0) * (1 - rho) / rho)) / r
+
+
+def test_thm6_tiny_initial_values_and_switch_on_times():
+    c = np.array([1.0, 10.0, 0.1, 1e-2, 1e2])
+    z0 = np.array([1e-300, 1e-200, 1e-100, 1e-50, 1e-5])
+    t_last = np.max(_eq158(R5, c, z0, 0.5))
+    sol = solve_lv(lvflow.LotkaVolterra(R5, np.diag(c)), z0, 1.5 * t_last, rtol=1e-11, atol=1e-11)
+    assert bool(sol.success)
+    exact = _thm6(R5, c, z0, sol.ts)
+    assert np.max(np.abs(np.asarray(sol.zs) / exact - 1)) < 1e-8
+    np.testing.assert_allclose(np.asarray(sol.z_inf), R5 / c, rtol=1e-14)
+    np.testing.assert_allclose(np.asarray(sol.switch_on_times), _eq158(R5, c, z0, 0.5), rtol=1e-6)
+    # Loss in modes vs its definition L = zᵀCz/8 − rᵀz/4 (+ y2 = 0).
+    z = np.asarray(sol.zs)
+    np.testing.assert_allclose(np.asarray(sol.loss), (c * z**2).sum(1) / 8 - z @ R5 / 4, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("rho", [0.1, 0.9])
+def test_switch_on_times_other_rho(rho):
+    c = np.ones(5)
+    z0 = np.full(5, 1e-5)
+    sol = solve_lv(lvflow.LotkaVolterra(R5, np.diag(c)), z0, 400.0, rho=rho, rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(np.asarray(sol.switch_on_times), _eq158(R5, c, z0, rho), rtol=1e-6)
+
+
+def test_fig3_left_vs_numpy_gd_on_W():
+    # m = 5 diagonal A_μ whose diagonals are the columns of a random orthogonal matrix, scaled so
+    # C_kk = 1; targets chosen so r = (1, ½, ¼, ⅛, 1/16); W(0) = √ε I; full-batch GD, lr 0.01.
+    m = p = 5
+    eps, eta = 1e-5, 0.01
+    Q, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(p, p)))
+    s = np.sqrt(m / 8)
+    lam = s * Q.T  # lam[μ, k] = s Q_kμ
+    A = np.array([np.diag(l) for l in lam])
+    y = m / (8 * s) * Q.T @ R5
+    C = 8 / m * lam.T @ lam
+    r = 8 / m * lam.T @ y
+    np.testing.assert_allclose(C, np.eye(p), atol=1e-12)
+    np.testing.assert_allclose(r, R5, atol=1e-12)
+    system = lvflow.LotkaVolterra(r, np.eye(p), y2=np.mean(y**2))
+    # Gradient flow Ẇ = −∇L (Eq. 27, L without a ½) is GD's limit with t = η · step.
+    n_steps = 25_000
+    save = np.unique(np.round(np.asarray(default_ts(n_steps * eta)) / eta).astype(int))
+    sol = solve_lv(system, np.full(p, eps), n_steps * eta, ts=save * eta, rtol=1e-11, atol=1e-11)
+    W = np.sqrt(eps) * np.eye(p)
+    gd_loss = np.empty(len(save))
+    j = 0
+    for n in range(n_steps + 1):
+        delta = np.einsum("mij,ij->m", A, W @ W.T) - y
+        if n == save[j]:
+            gd_loss[j] = np.mean(delta**2)
+            j += 1
+            if j == len(save):
+                break
+        W = W - eta * (4 / m) * np.einsum("m,mij->ij", delta, A) @ W
+    scale = gd_loss[0]
+    err = np.max(np.abs(np.asarray(sol.loss) - gd_loss)) / scale
+    assert err < 0.01, err
+    # The loss has its plateaus: after the last switch-on it is at the saturated value.
+    assert float(sol.loss[-1]) == pytest.approx(float(system.loss(system.equilibrium())), abs=1e-7 * scale)
+
+
+def _competitive():
+    # Mode 1 (r = 0.8) grows first, then is driven extinct by modes 0 and 2 (w_1 < 0 at z*).
+    r = np.array([1.0, 0.8, 0.5])
+    C = np.array([[1.0, 0.95, 0.2], [0.95, 1.0, 0.2], [0.2, 0.2, 1.0]])
+    return lvflow.LotkaVolterra(r, C), np.array([1e-6, 1e-6, 1e-8])
+
+
+def test_coupled_extinction_vs_scipy_radau():
+    system, z0 = _competitive()
+    r, C = np.asarray(system.r), np.asarray(system.C)
+    t1 = 120.0
+    ts = np.linspace(0, t1, 41)
+    sol = solve_lv(system, z0, t1, ts=ts, rtol=1e-11, atol=1e-11)
+    z_inf = np.asarray(sol.z_inf)
+    assert z_inf[1] == 0 and np.all(z_inf[[0, 2]] > 0)
+    np.testing.assert_allclose(z_inf[[0, 2]], np.linalg.solve(C[np.ix_([0, 2], [0, 2])], r[[0, 2]]), rtol=1e-12)
+    assert np.isinf(sol.switch_on_times[1])
+    # Independent: scipy Radau in z with exact Jacobian; crossings of ρ z_k(∞) by scipy's events.
+    events = [lambda t, z, k=k: z[k] - 0.5 * z_inf[k] for k in (0, 2)]
+    ref = solve_ivp(
+        lambda t, z: z * (r - C @ z),
+        (0, t1),
+        z0,
+        method="Radau",
+        t_eval=ts,
+        rtol=1e-12,
+        atol=1e-30,
+        jac=lambda t, z: np.diag(r - C @ z) - z[:, None] * C,
+        events=events,
+    )
+    np.testing.assert_allclose(np.asarray(sol.zs), ref.y.T, rtol=1e-6)
+    assert np.max(ref.y[1]) > 1e4 * z0[1]  # mode 1 did grow before it died out
+    for j, k in enumerate((0, 2)):
+        assert float(sol.switch_on_times[k]) == pytest.approx(ref.t_events[j][0], rel=1e-6)
+
+
+def test_singular_C_uses_the_end_state():
+    # Two identical features: u̇_0 = u̇_1, so z_0/z_1 is conserved and z_0 + z_1 → 1.
+    r = np.array([1.0, 1.0, 0.5])
+    C = np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    z0 = np.array([1e-6, 3e-6, 1e-6])
+    sol = solve_lv(lvflow.LotkaVolterra(r, C), z0, 120.0, ts=np.linspace(0, 120.0, 41), rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(np.asarray(sol.z_inf), [0.25, 0.75, 0.5], rtol=1e-8)
+    # Each of the twins behaves as a logistic with rate 1 for the pair: t* from z0_0 + z0_1.
+    s0 = z0[0] + z0[1]
+    np.testing.assert_allclose(float(sol.switch_on_times[0]), np.log((1 - s0) / s0), rtol=1e-6)
+
+
+def test_vmap_over_z0_and_systems_equals_loop():
+    system, z0 = _competitive()
+    ts = np.linspace(0, 120.0, 41)
+    z0s = z0 * np.array([[1.0], [0.1], [10.0]])
+    solve = lambda s, z: solve_lv(s, z, 120.0, ts=ts, rtol=1e-11, atol=1e-11)
+    batched = jax.vmap(lambda z: solve(system, z))(jnp.asarray(z0s))
+    for i, z in enumerate(z0s):
+        one = solve(system, z)
+        np.testing.assert_allclose(np.asarray(batched.zs[i]), np.asarray(one.zs), rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(batched.switch_on_times[i]), np.asarray(one.switch_on_times), rtol=1e-13)
+    # Over systems (traced r and C: the equilibrium is found in JAX).
+    scales = np.array([1.0, 0.5, 2.0])
+    rs = np.asarray(system.r) * scales[:, None]
+    by_system = jax.jit(jax.vmap(lambda r: solve(lvflow.LotkaVolterra(r, system.C), jnp.asarray(z0))))(jnp.asarray(rs))
+    for i, r in enumerate(rs):
+        one = solve(lvflow.LotkaVolterra(r, system.C), z0)
+        np.testing.assert_allclose(np.asarray(by_system.z_inf[i]), np.asarray(one.z_inf), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(np.asarray(by_system.zs[i]), np.asarray(one.zs), rtol=1e-10)
+        np.testing.assert_allclose(np.asarray(by_system.switch_on_times[i]), np.asarray(one.switch_on_times), rtol=1e-10)
+
+
+def test_nonpositive_rates_never_switch_on():
+    r = np.array([1.0, 0.0, -0.5])
+    c = np.array([1.0, 1.0, 1.0])
+    z0 = np.array([1e-3, 1e-3, 1e-3])
+    ts = np.linspace(0, 50.0, 41)
+    sol = solve_lv(lvflow.LotkaVolterra(r, np.diag(c)), z0, 50.0, ts=ts, rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(np.asarray(sol.zs)[:, 1:], _thm6_nonpositive(r[1:], c[1:], z0[1:], ts), rtol=1e-8)
+    assert np.isfinite(sol.switch_on_times[0]) and np.all(np.isinf(sol.switch_on_times[1:]))
+
+
+def _thm6_nonpositive(r, c, z0, t):
+    t = np.asarray(t)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(r == 0, z0 / (1 + c * z0 * t), r * z0 / (c * z0 + (r - c * z0) * np.exp(-r * t)))
+
+
+def test_solver_failure_raises_or_flags():
+    system, z0 = _competitive()
+    ts = np.linspace(0, 120.0, 41)
+    with pytest.raises(lvflow.SolverError, match="steps"):
+        solve_lv(system, z0, 120.0, ts=ts, max_steps=8)
+    sol = solve_lv(system, z0, 120.0, ts=ts, max_steps=8, throw=False)
+    assert not bool(sol.success)
+
+
+def test_input_errors():
+    system, z0 = _competitive()
+    with pytest.raises(lvflow.LvflowError, match="z0: must be > 0"):
+        solve_lv(system, np.array([1e-3, 0.0, 1e-3]), 10.0)
+    with pytest.raises(lvflow.LvflowError, match="z0"):
+        solve_lv(system, np.array([1e-3, np.nan, 1e-3]), 10.0)
+    with pytest.raises(lvflow.LvflowError, match="z0"):
+        solve_lv(system, np.array([1e-3, 1e-3]), 10.0)
+    with pytest.raises(lvflow.LvflowError, match="t1"):
+        solve_lv(system, z0, 0.0)
+    with pytest.raises(lvflow.LvflowError, match="rho"):
+        solve_lv(system, z0, 10.0, rho=1.0)
+    with pytest.raises(lvflow.LvflowError, match="rho"):
+        solve_lv(system, z0, 10.0, rho=0.0)
+    with pytest.raises(lvflow.LvflowError, match="ts"):
+        solve_lv(system, z0, 10.0, ts=[0.0, 11.0])
+    with pytest.raises(lvflow.NotPSDError, match="C"):
+        lvflow.LotkaVolterra([1.0, 1.0], [[1.0, 2.0], [2.0, 1.0]])
+    with pytest.raises(lvflow.LvflowError, match="r"):
+        lvflow.LotkaVolterra([1.0, np.nan], np.eye(2))
+    with pytest.raises(lvflow.LvflowError, match="grows without bound"):
+        solve_lv(lvflow.LotkaVolterra([1.0, 1.0], np.diag([1.0, 0.0])), [1e-3, 1e-3], 10.0)
+    with pytest.raises(lvflow.LvflowError, match="system"):
+        solve_lv(np.eye(3), z0, 10.0)
