@@ -1,0 +1,36 @@
+"""The paper's figures, regenerated from lvflow (`lvflow figures`, or `lvflow.figures`).
+
+Adding a figure is one module and one line here. The module `lvflow/_figures/<name>.py`
+defines
+
+- `TITLE`: one line shown in the progress output and `--help`;
+- `make(out: pathlib.Path, *, quick: bool = False) -> dict`: computes, draws through
+  `_style` (which writes `<name>.png` and `<name>.pdf`), writes `<name>.json` with
+  `_style.write_summary`, and returns that summary. `quick=True` runs reduced sizes
+  (all quick figures together must stay under 5 minutes on 2 cores); the default runs the
+  paper's sizes.
+
+Modules are imported only when their figure is made, so one figure's missing dependency
+never blocks the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+#: Figure name → module. Order is the order `lvflow figures` makes them in.
+FIGURES: dict[str, str] = {
+    "fig3": "lvflow._figures.fig3",
+    "fig4": "lvflow._figures.fig4",
+    "fig5": "lvflow._figures.fig5",
+    "limit": "lvflow._figures.limit",
+}
+
+
+def load(name: str):
+    """The module of figure `name` (see `FIGURES`)."""
+    from .._errors import LvflowError
+
+    if name not in FIGURES:
+        raise LvflowError(f"figure: unknown name {name!r}; choose from {', '.join(FIGURES)}")
+    return importlib.import_module(FIGURES[name])

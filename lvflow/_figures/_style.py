@@ -1,0 +1,106 @@
+"""The shared look of lvflow's figures: colours, fonts, sizes, saving (PNG + PDF) and the JSON
+summary beside each figure. Every figure module draws through these helpers so the set reads
+as one paper: modes keep their colour across panels, measured curves are solid, theory dashed
+black, predicted event times dotted grey verticals."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display needed, and no GUI import cost
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from .._io import save_json  # noqa: E402
+
+#: Measured curves (GD, the trained network): solid. Theory: these styles.
+THEORY = dict(color="black", ls="--", lw=1.1)
+PREDICTED_TIME = dict(color="0.45", ls=":", lw=1.0)
+FIT = dict(color="tab:red", ls="-", lw=2.2, alpha=0.75)
+NETWORK_WIDTH = 1.8
+
+_RC = {
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.labelsize": 9,
+    "legend.fontsize": 7.5,
+    "legend.frameon": False,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": False,
+    "lines.linewidth": 1.6,
+    "savefig.dpi": 200,
+    "savefig.bbox": "tight",
+    "pdf.fonttype": 42,  # embed TrueType: editable text in the PDF
+}
+
+
+def mode_colors(n: int) -> list:
+    """`n` distinct colours for modes / samples ranked by ignition order (early = dark)."""
+    cmap = plt.get_cmap("viridis")
+    if n <= 1:
+        return [cmap(0.1)]
+    return [cmap(0.05 + 0.85 * i / (n - 1)) for i in range(n)]
+
+
+@contextlib.contextmanager
+def style():
+    """Matplotlib settings of every lvflow figure, restored on exit."""
+    with plt.rc_context(_RC):
+        yield
+
+
+def subplots(ncols: int = 1, nrows: int = 1, *, width: float = 3.4, height: float = 2.8, **kw):
+    """A figure of `nrows × ncols` panels of `width × height` inches each."""
+    return plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), constrained_layout=True, **kw)
+
+
+def panel_label(ax, text: str) -> None:
+    """Bold panel letter in the top-left corner, outside the axes."""
+    ax.text(-0.14, 1.04, text, transform=ax.transAxes, fontweight="bold", fontsize=11, va="bottom")
+
+
+def save(fig, out: Path, name: str) -> list[Path]:
+    """Write `name.png` and `name.pdf` into `out` (created if needed); close the figure."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.png", out / f"{name}.pdf"]
+    for p in paths:
+        fig.savefig(p)
+    plt.close(fig)
+    return paths
+
+
+def write_summary(out: Path, name: str, summary: Mapping[str, Any]) -> Path:
+    """Write the quantities the figure shows to `name.json` (atomically)."""
+    return save_json(Path(out) / f"{name}.json", summary)  # numpy → JSON, non-finite → null
+
+
+def rel_err(measured, predicted):
+    """`|measured − predicted| / |predicted|`, elementwise."""
+    m, p = np.asarray(measured, float), np.asarray(predicted, float)
+    return np.abs(m - p) / np.abs(p)
+
+
+def crossing_time(t, y, level, *, log: bool = True) -> float:
+    """First time the curve `y(t)` crosses `level` (from either side), interpolated linearly
+    (in `ln y` if `log`). NaN if it never does."""
+    t = np.asarray(t, float)
+    y = np.asarray(y, float)
+    f = (np.log(y) - math.log(level)) if log else (y - level)
+    s = np.sign(f)
+    idx = np.flatnonzero(s[:-1] != s[1:])
+    if idx.size == 0:
+        return float("nan")
+    i = int(idx[0])
+    if f[i + 1] == f[i]:
+        return float(t[i])
+    return float(t[i] + (t[i + 1] - t[i]) * f[i] / (f[i] - f[i + 1]))

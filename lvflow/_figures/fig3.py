@@ -1,0 +1,193 @@
+"""Fig 3: feature-wise plateaus and the feature-wise scaling law.
+
+Left/middle (App. C): `m = 5` samples with diagonal `A_μ` whose diagonals are the columns of a
+random orthogonal matrix, so `C` is diagonal (`C_kk = 1`) and each mode follows Thm 6. Full-batch
+GD (lr 0.01) on `W` from `W(0) = √ε I` (ε = 1e-5): the eigenvalues of `WWᵀ` switch on one by
+one at `t*_k = ln(r_k/(C_kk ε))/r_k` (Eq. 158, ρ = ½), and the excess loss steps down by
+`V_k = r_k²/8` at each.
+
+Right: 1000 modes with `r_k = k^{−0.8}`, `V_k = k^{−2}`, `C_kk = r_k²/(8V_k)` and
+`z_k0 = 10⁻⁶ k^{−1.2}`: the excess loss (Eq. 163, Thm 6 per mode) falls as
+`t^{−(α₁−1)/α₂} = t^{−1.25}` (Thm 9) between the first switch-on and the finite-size cutoff.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .. import _scaling
+from .._nqf import NQF
+from . import _style
+from ._gd import gd_trajectory
+
+TITLE = "feature-wise plateaus (m = 5, GD vs gLV) and the 1000-mode power law"
+
+R_LEFT = 0.5 ** np.arange(5)  # r = (1, .5, .25, .125, .0625)
+EPS_LEFT = 1e-5
+LR = 0.01
+
+
+def _logistic(r, C, z0, t):
+    """Thm 6: `z_k(t) = r_k z_k0 / (C_kk z_k0 + (r_k − C_kk z_k0) e^{−r_k t})`, broadcast over
+    `(t, k)` (`r > 0`, so `e^{−rt}` only underflows, harmlessly)."""
+    t = np.asarray(t, float)[:, None]
+    return r * z0 / (C * z0 + (r - C * z0) * np.exp(-r * t))
+
+
+def _system_left(seed: int = 0):
+    """The m = 5 NQF of Fig 3 (left): `λ_{μ,k} = √(m/8) Q_{μk}`, `y = √(m/8) Q r`, so that
+    `r_k = (8/m) Σ_μ y_μ λ_{μ,k}` and `C_kj = (8/m) Σ_μ λ_{μ,k} λ_{μ,j} = δ_kj` (Eq. 32)."""
+    m = R_LEFT.size
+    Q, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((m, m)))
+    lam = math.sqrt(m / 8) * Q  # lam[μ, k]
+    A = np.stack([np.diag(lam[mu]) for mu in range(m)])
+    y = math.sqrt(m / 8) * Q @ R_LEFT
+    return NQF(A, y), lam, y
+
+
+def _left(quick: bool) -> dict:
+    nqf, lam, y = _system_left()
+    m = R_LEFT.size
+    r_check = 8 / m * lam.T @ y
+    C = 8 / m * lam.T @ lam
+    t_end = 1.45 * math.log(R_LEFT[-1] / EPS_LEFT) / R_LEFT[-1]
+    steps = int(round(t_end / LR))
+    every = 20 if quick else 5
+    t, M = gd_trajectory(nqf, math.sqrt(EPS_LEFT) * np.eye(m), lr=LR, steps=steps, every=every)
+    z_gd = np.diagonal(M, axis1=1, axis2=2)  # P = I: M stays diagonal, its diagonal = the eigenvalues
+    eig_gd = np.linalg.eigvalsh(M)[:, ::-1]
+    # the NQF loss (Eq. 26) of every record at once
+    loss_gd = np.mean((np.einsum("mij,tij->tm", np.asarray(nqf.A), M) - y) ** 2, axis=1)
+    t_loss = t
+    Ckk = np.diagonal(C)
+    z_inf = R_LEFT / Ckk
+    V = R_LEFT**2 / (8 * Ckk)  # Thm 6
+    z_th = _logistic(R_LEFT, Ckk, EPS_LEFT, t)
+    E_th = np.sum(V * (1 - z_th / z_inf) ** 2, axis=1)  # Eq. 163 (L(z∞) = 0 here)
+    t_star = np.log(R_LEFT / (Ckk * EPS_LEFT)) / R_LEFT  # the times Fig 3 marks (Eq. 158, ρ = ½)
+    t_eig = np.array([_style.crossing_time(t, z_gd[:, k], z_inf[k] / 2) for k in range(m)])
+    # in the loss: mode k is half-way (z = z∞/2, residual share V_k/4) with the later modes untouched
+    tails = np.r_[np.cumsum(V[::-1])[::-1][1:], 0.0]
+    t_loss_drop = np.array([_style.crossing_time(t_loss, loss_gd, tails[k] + V[k] / 4) for k in range(m)])
+    return dict(t=t, z_gd=z_gd, eig_gd=eig_gd, z_th=z_th, t_loss=t_loss, loss_gd=loss_gd, E_th=E_th,
+                t_star=t_star, t_eig=t_eig, t_loss_drop=t_loss_drop, V=V, tails=tails, z_inf=z_inf,
+                r_check=r_check, C=C, steps=steps)
+
+
+def _right(quick: bool) -> dict:
+    K = 1000
+    k = np.arange(1, K + 1, dtype=float)
+    a1, a2, beta, eps = 2.0, 0.8, 1.2, 1e-6
+    r, V = k**-a2, k**-a1
+    Ckk = r**2 / (8 * V)
+    c = k**-beta  # z_k0 = ε c_k
+    t = np.geomspace(0.3, 1e5, 1500 if quick else 4000)
+    z = _logistic(r, Ckk, eps * c, t)
+    E = np.sum(V * (1 - z / (r / Ckk)) ** 2, axis=1)  # Eq. 163
+    fit = _scaling.fit_power_law(t, E)
+    spec = _scaling.spectrum_exponents(r=r, C=Ckk)
+    kappa = _scaling.predicted_exponent(alpha1=a1, alpha2=a2)
+    # the mode switching on at the middle of the fitted window (t*_k ≈ k^{α₂} ln(8/ε))
+    t_mid = math.sqrt(fit.window[0] * fit.window[1])
+    k_mid = (t_mid / math.log(8 / eps)) ** (1 / a2)
+    k_eff = float(_scaling.effective_exponent(k_mid, eps, alpha1=a1, alpha2=a2, zeta=k_mid**-a2,
+                                              C=k_mid**(a1 - 2 * a2) / 8, c=k_mid**-beta, beta=beta))
+    k_eff_flat = float(_scaling.effective_exponent(k_mid, eps, alpha1=a1, alpha2=a2, zeta=k_mid**-a2,
+                                                   C=k_mid**(a1 - 2 * a2) / 8))
+    res = _scaling.resolved_steps(r, eps, C=Ckk, c=c)
+    return dict(t=t, E=E, fit=fit, kappa=kappa, k_eff=k_eff, k_eff_flat=k_eff_flat, spec=spec, K=K, eps=eps,
+                res=res, t_first=float(res.t_star[0]), t_last=float(res.t_star[-1]), k_mid=k_mid)
+
+
+def make(out: Path, *, quick: bool = False) -> dict:
+    L = _left(quick)
+    R = _right(quick)
+    m = R_LEFT.size
+    cols = _style.mode_colors(m)
+    with _style.style():
+        fig, axs = _style.subplots(3, width=3.5, height=2.9)
+        ax = axs[0]
+        for k in range(m):
+            ax.semilogy(L["t"], L["eig_gd"][:, k], color=cols[k], lw=_style.NETWORK_WIDTH,
+                        label=f"$r_{k + 1}$ = {R_LEFT[k]:g}")
+            ax.semilogy(L["t"], L["z_th"][:, k], **_style.THEORY)
+            ax.axvline(L["t_star"][k], color=cols[k], ls=":", lw=1.0)
+        ax.plot([], [], **_style.THEORY, label="gLV (Thm 6)")
+        ax.plot([], [], color="0.4", ls=":", label="$t^*_k$ (Eq. 158)")
+        ax.set(xlabel="time $t$ = lr × step", ylabel="eigenvalues of $WW^T$", title="GD: modes switch on one by one")
+        ax.set_ylim(EPS_LEFT / 3, 3)
+        ax.legend(loc="lower right", ncol=1)
+        _style.panel_label(ax, "a")
+
+        ax = axs[1]
+        ax.semilogy(L["t_loss"], L["loss_gd"], color="tab:blue", lw=_style.NETWORK_WIDTH, label="GD")
+        ax.semilogy(L["t"], L["E_th"], **_style.THEORY, label="gLV (Eq. 163)")
+        for k in range(m):
+            ax.axvline(L["t_star"][k], color=cols[k], ls=":", lw=1.0)
+            if L["tails"][k] > 0:
+                ax.axhline(L["tails"][k], color="0.8", lw=0.6, zorder=0)
+        ax.plot([], [], color="0.4", ls=":", label="$t^*_k$")
+        ax.plot([], [], color="0.8", lw=0.6, label=r"plateaus $\sum_{j>k} V_j$")
+        ax.set(xlabel="time $t$ = lr × step", ylabel="excess loss", title="plateaus and sudden drops")
+        ax.set_ylim(1e-5, 0.3)
+        ax.legend(loc="upper right")
+        _style.panel_label(ax, "b")
+
+        ax = axs[2]
+        fit = R["fit"]
+        ax.loglog(R["t"], R["E"], color="tab:blue", lw=_style.NETWORK_WIDTH, label=f"gLV, K = {R['K']} modes")
+        tw = np.geomspace(*fit.window, 50)
+        ax.loglog(tw, fit(tw) * 1.8, **_style.FIT, label=f"fit: slope −{fit.exponent:.3f}")
+        tp = np.geomspace(fit.window[0] / 3, fit.window[1] * 3, 50)
+        t0 = math.sqrt(fit.window[0] * fit.window[1])
+        ax.loglog(tp, fit(t0) / 1.8 * (tp / t0) ** -R["kappa"], **_style.THEORY,
+                  label=f"Thm 9: $-(\\alpha_1-1)/\\alpha_2$ = −{R['kappa']:.3g}")
+        ax.axvline(R["t_first"], **_style.PREDICTED_TIME)
+        ax.axvline(R["t_last"], **_style.PREDICTED_TIME, label="$t^*_1$, $t^*_K$ (cutoff)")
+        ax.set(xlabel="time $t$", ylabel="excess loss $E(t)$",
+               title=r"$r_k = k^{-0.8}$, $V_k = k^{-2}$, $z_{k0} = 10^{-6}k^{-1.2}$")
+        ax.set_ylim(1e-6, 5 * R["E"].max())
+        ax.set_xlim(0.3, 2e4)
+        ax.text(0.97, 0.97, f"finite-ε $\\kappa_{{\\rm eff}}$ (Eq. 292) = {R['k_eff']:.3f}\n"
+                f"steps resolved: {R['res'].n_resolved} of {R['K']}", transform=ax.transAxes, fontsize=7.5,
+                ha="right", va="top")
+        ax.legend(loc="lower left")
+        _style.panel_label(ax, "c")
+        _style.save(fig, out, "fig3")
+
+    fit = R["fit"]
+    summary = {
+        "figure": "fig3",
+        "quick": quick,
+        "left": {
+            "m": m, "eps": EPS_LEFT, "lr": LR, "steps": L["steps"], "r": R_LEFT, "C_diag": np.diagonal(L["C"]),
+            "C_offdiag_max": float(np.max(np.abs(L["C"] - np.diag(np.diagonal(L["C"]))))),
+            "r_from_data_max_err": float(np.max(np.abs(L["r_check"] - R_LEFT))),
+            "t_star_predicted": L["t_star"],
+            "t_star_measured_eigenvalues": L["t_eig"],
+            "t_star_measured_loss": L["t_loss_drop"],
+            "rel_err_eigenvalues": _style.rel_err(L["t_eig"], L["t_star"]),
+            "rel_err_loss": _style.rel_err(L["t_loss_drop"], L["t_star"]),
+            "plateau_levels": L["tails"],
+            "V": L["V"],
+            "max_rel_dev_gd_vs_glv_eigenvalues": float(np.max(np.abs(L["z_gd"] / L["z_th"] - 1))),
+        },
+        "right": {
+            "K": R["K"], "eps": R["eps"], "alpha1": 2.0, "alpha2": 0.8, "beta_init": 1.2,
+            "alpha1_from_spectrum": R["spec"].alpha1, "alpha2_from_spectrum": R["spec"].alpha2,
+            "exponent_predicted": R["kappa"],
+            "exponent_fitted": fit.exponent, "exponent_fit_stderr": fit.stderr,
+            "fit_window": list(fit.window), "fit_decades": fit.decades,
+            "k_eff_eq292": R["k_eff"],
+            "k_eff_eq292_if_z0_were_eps": R["k_eff_flat"],
+            "k_at_window_middle": R["k_mid"],
+            "rel_err_fitted_vs_predicted": float(abs(fit.exponent - R["kappa"]) / R["kappa"]),
+            "steps_resolved": R["res"].n_resolved,
+            "t_star_first": R["t_first"], "t_star_last": R["t_last"],
+        },
+    }
+    _style.write_summary(out, "fig3", summary)
+    return summary

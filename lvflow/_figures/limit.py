@@ -1,0 +1,160 @@
+"""The ε → 0 limit (beyond the paper, THEORY §4): plateaus become a step function in
+`τ = t / ln(1/ε)`, for a coupled `C` in which a mode switches off.
+
+System: three features `g_1 = e_1`, `g_2 = e_2`, `g_3 = (e_1 + e_2 + 0.3 e_3)/|·|` and target
+`ỹ = (1, 0.8, −0.2)`, so `C = G Gᵀ` (PSD, coupled) and `r = G ỹ` (Eq. 32 with
+`λ_{μ,k} = √(m/8) G_{kμ}`). Mode 3, the best single feature, ignites first; modes 1 and 2 then
+ignite and make it redundant, so it switches off when mode 2 ignites. The gLV is solved at
+`ε = 10⁻², …, 10⁻³²` (`z_k0 = ε`, `solve_lv`, in `ln z`) and compared with the limit of
+`plateau_schedule`; the event times converge like `1/ln(1/ε)`, and the finite-ε corrected
+schedule (`corrected=True`) removes most of that error.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.ticker
+import numpy as np
+
+from .._lv import LotkaVolterra
+from . import _style
+
+TITLE = "ε → 0: loss vs τ = t/ln(1/ε) converging to the saddle-to-saddle step function"
+
+_G = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 1.0, 0.3]])
+_G[2] /= np.linalg.norm(_G[2])
+_Y = np.array([1.0, 0.8, -0.2])
+TAU_MAX = 7.0
+
+
+def system() -> LotkaVolterra:
+    """The coupled 3-mode gLV of this figure, with `y2` so that `L = |Gᵀz − ỹ|²/8 ≥ 0`."""
+    return LotkaVolterra(_G @ _Y, _G @ _G.T, y2=float(_Y @ _Y) / 8)
+
+
+def _s_limit(sched, tau):
+    """The limit's `s_k(τ) = ln z_k / ln(1/ε)`: piecewise linear, `ds/dτ = r − C z*` with `z*`
+    the plateau equilibrium between events (from `s_k(0) = −1`)."""
+    lv = sched.system
+    r, C = np.asarray(lv.r), np.asarray(lv.C)
+    ev = np.asarray(sched.tau)
+    Z = np.asarray(sched.equilibria())  # row i: plateau after i events
+    bounds = np.r_[0.0, np.unique(ev)]
+    s = np.full(r.size, -1.0)
+    out = np.empty((tau.size, r.size))
+    for i, (a, b) in enumerate(zip(bounds, np.r_[bounds[1:], np.inf])):
+        z = Z[np.searchsorted(ev, a, side="right")]
+        slope = r - C @ z
+        sel = (tau >= a) & (tau < b)
+        out[sel] = np.minimum(s + slope * (tau[sel, None] - a), 0.0)
+        if np.isfinite(b):
+            s = np.minimum(s + slope * (b - a), 0.0)
+    return out
+
+
+def make(out: Path, *, quick: bool = False) -> dict:
+    from .._schedule import plateau_schedule
+    from .._solve import solve_lv
+
+    lv = system()
+    lim = plateau_schedule(lv, 1e-8)
+    L_inf = float(np.asarray(lim.loss)[-1])
+    ev_tau = np.asarray(lim.tau)
+    ev_mode = np.asarray(lim.mode)
+    ev_ign = np.asarray(lim.ignites)
+    # ignitions: mode k reaches half of its value on the plateau it ignites into
+    ign = np.flatnonzero(ev_ign)
+    Z = np.asarray(lim.equilibria())
+    half = np.array([0.5 * Z[i + 1, ev_mode[i]] for i in ign])
+    shown = [1e-2, 1e-4, 1e-8, 1e-16, 1e-32]
+    conv = [1e-2, 1e-3, 1e-4, 1e-6, 1e-8, 1e-12, 1e-16, 1e-24, 1e-32] + ([] if quick else [1e-64, 1e-128])
+    eps_all = sorted(set(shown) | set(conv), reverse=True)
+    n_ts = 600 if quick else 2000
+    tau_grid = np.linspace(0.0, TAU_MAX, n_ts)
+    runs = {}
+    for eps in eps_all:
+        Lg = math.log(1 / eps)
+        sol = solve_lv(lv, np.full(lv.K, eps), TAU_MAX * Lg, ts=tau_grid * Lg)
+        loss = np.asarray(sol.loss) - L_inf
+        z = np.asarray(sol.zs)
+        meas = np.array([_style.crossing_time(tau_grid, z[:, ev_mode[i]], h) for i, h in zip(ign, half)])
+        corr = plateau_schedule(lv, eps, corrected=True)
+        tau_corr = np.array([float(np.asarray(corr.tau_star)[ev_mode[i]]) for i in ign])
+        runs[eps] = dict(loss=loss, z=z, tau_meas=meas, tau_corr=tau_corr)
+
+    tau_lim = ev_tau[ign]
+    cols = _style.mode_colors(len(shown))
+    mcols = ["tab:blue", "tab:orange", "tab:green"]
+    with _style.style():
+        fig, axs = _style.subplots(3, width=3.5, height=2.9)
+        ax = axs[0]
+        for c, eps in zip(cols, shown):
+            ax.semilogy(tau_grid, runs[eps]["loss"], color=c, label=f"ε = 1e{round(math.log10(eps))}")
+        step = np.asarray(lim.loss_at(tau_grid)) - L_inf
+        ax.semilogy(tau_grid, np.maximum(step, 1e-30), color="black", ls="--", lw=1.3,
+                    label="ε → 0 (plateau_schedule)")
+        ax.set(xlabel=r"rescaled time $\tau = t/\ln(1/\varepsilon)$", ylabel="excess loss $L - L_\infty$",
+               title="gLV at finite ε vs its ε → 0 limit")
+        ax.set_ylim(1e-4, 1.0)
+        ax.legend(loc="lower left")
+        _style.panel_label(ax, "a")
+
+        ax = axs[1]
+        eps = shown[-1]
+        Lg = math.log(1 / eps)
+        s_fin = np.log(runs[eps]["z"]) / Lg
+        s_lim = _s_limit(lim, tau_grid)
+        for k in range(lv.K):
+            ax.plot(tau_grid, s_fin[:, k], color=mcols[k], label=f"mode {k + 1}")
+            ax.plot(tau_grid, s_lim[:, k], color="black", ls="--", lw=1.0)
+        ax.plot([], [], color="black", ls="--", lw=1.0, label="ε → 0 limit")
+        for t_, m_, ig in zip(ev_tau, ev_mode, ev_ign):
+            if not ig:
+                ax.annotate(f"mode {m_ + 1} switches off", xy=(t_, 0.0), xytext=(t_ - 2.6, -0.6),
+                            arrowprops=dict(arrowstyle="->", lw=0.8), fontsize=7.5)
+        ax.set(xlabel=r"rescaled time $\tau = t/\ln(1/\varepsilon)$",
+               ylabel=r"$s_k = \ln z_k / \ln(1/\varepsilon)$", title=f"modes at ε = 1e{round(math.log10(eps))}")
+        ax.set_ylim(-1.1, 0.15)
+        ax.legend(loc="lower right")
+        _style.panel_label(ax, "b")
+
+        ax = axs[2]
+        x = np.array([math.log(1 / e) for e in conv])
+        for j, i in enumerate(ign):
+            err = np.array([abs(runs[e]["tau_meas"][j] - tau_lim[j]) for e in conv])
+            errc = np.array([abs(runs[e]["tau_meas"][j] - runs[e]["tau_corr"][j]) for e in conv])
+            c = mcols[ev_mode[i]]
+            ax.loglog(x, err, "o-", color=c, ms=3.5, label=f"mode {ev_mode[i] + 1} ignites")
+            ax.loglog(x, np.where(errc > 0, errc, np.nan), "s:", color=c, ms=3.0, mfc="none")
+        ax.loglog(x, 3.0 / x, **_style.THEORY, label=r"$\propto 1/\ln(1/\varepsilon)$")
+        ax.plot([], [], "o-", color="0.5", ms=3.5, label="vs the ε → 0 limit")
+        ax.plot([], [], "s:", color="0.5", ms=3.0, mfc="none", label="vs the corrected schedule")
+        ax.set(xlabel=r"$\ln(1/\varepsilon)$", ylabel=r"$|\tau^*_{\rm gLV} - \tau^*_{\rm predicted}|$",
+               title="ignition times converge like 1/ln(1/ε)")
+        ax.set_xticks([5, 10, 20, 50] + ([] if quick else [100, 200]))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.legend(loc="lower left", fontsize=6.5)
+        _style.panel_label(ax, "c")
+        _style.save(fig, out, "limit")
+
+    summary = {
+        "figure": "limit",
+        "quick": quick,
+        "r": np.asarray(lv.r), "C": np.asarray(lv.C),
+        "limit_event_tau": ev_tau, "limit_event_mode": ev_mode, "limit_event_ignites": ev_ign,
+        "limit_plateau_loss": np.asarray(lim.loss),
+        "switch_offs": [int(m) for m, ig in zip(ev_mode, ev_ign) if not ig],
+        "eps": conv,
+        "ignition_modes": ev_mode[ign],
+        "tau_predicted_limit": tau_lim,
+        "tau_measured": {f"{e:g}": runs[e]["tau_meas"] for e in conv},
+        "tau_predicted_corrected": {f"{e:g}": runs[e]["tau_corr"] for e in conv},
+        "max_abs_err_limit": {f"{e:g}": float(np.max(np.abs(runs[e]["tau_meas"] - tau_lim))) for e in conv},
+        "max_abs_err_corrected": {f"{e:g}": float(np.max(np.abs(runs[e]["tau_meas"] - runs[e]["tau_corr"])))
+                                  for e in conv},
+    }
+    _style.write_summary(out, "limit", summary)
+    return summary
