@@ -379,7 +379,9 @@ def resolved_steps(zeta, eps, *, a: int = 1, C=None, c=1.0, rho: float = 0.5) ->
         room = zs - Ck * ck * eps
         if np.any(room <= 0):
             raise LvflowError("eps: too large, some mode starts at or above its plateau (ζ_k ≤ C_k c_k ε)")
-        t_star = (L - np.log(Ck * ck / room * (1 - rho) / rho)) / (a * zs)
+        from ._closed_forms import ignition_time
+
+        t_star = np.asarray(ignition_time(zs, Ck, ck, eps, a=a, rho=rho))
     w = _WIDTH / (a * zs)
     gaps = np.diff(t_star)
     widths = 0.5 * (w[:-1] + w[1:])

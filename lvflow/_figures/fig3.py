@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import _scaling
+from .._closed_forms import ignition_time, orthogonal_features
 from .._nqf import NQF
 from . import _style
 from ._gd import gd_trajectory
@@ -28,13 +29,6 @@ TITLE = "feature-wise plateaus (m = 5, GD vs gLV) and the 1000-mode power law"
 R_LEFT = 0.5 ** np.arange(5)  # r = (1, .5, .25, .125, .0625)
 EPS_LEFT = 1e-5
 LR = 0.01
-
-
-def _logistic(r, C, z0, t):
-    """Thm 6: `z_k(t) = r_k z_k0 / (C_kk z_k0 + (r_k − C_kk z_k0) e^{−r_k t})`, broadcast over
-    `(t, k)` (`r > 0`, so `e^{−rt}` only underflows, harmlessly)."""
-    t = np.asarray(t, float)[:, None]
-    return r * z0 / (C * z0 + (r - C * z0) * np.exp(-r * t))
 
 
 def _system_left(seed: int = 0):
@@ -65,9 +59,9 @@ def _left(quick: bool) -> dict:
     Ckk = np.diagonal(C)
     z_inf = R_LEFT / Ckk
     V = R_LEFT**2 / (8 * Ckk)  # Thm 6
-    z_th = _logistic(R_LEFT, Ckk, EPS_LEFT, t)
+    z_th = np.asarray(orthogonal_features(R_LEFT, Ckk, np.full(m, EPS_LEFT), t))  # Thm 6
     E_th = np.sum(V * (1 - z_th / z_inf) ** 2, axis=1)  # Eq. 163 (L(z∞) = 0 here)
-    t_star = np.log(R_LEFT / (Ckk * EPS_LEFT)) / R_LEFT  # the times Fig 3 marks (Eq. 158, ρ = ½)
+    t_star = np.asarray(ignition_time(R_LEFT, Ckk, 1.0, EPS_LEFT, rho=0.5))  # Eq. 158, the times Fig 3 marks
     t_eig = np.array([_style.crossing_time(t, z_gd[:, k], z_inf[k] / 2) for k in range(m)])
     # in the loss: mode k is half-way (z = z∞/2, residual share V_k/4) with the later modes untouched
     tails = np.r_[np.cumsum(V[::-1])[::-1][1:], 0.0]
@@ -85,7 +79,7 @@ def _right(quick: bool) -> dict:
     Ckk = r**2 / (8 * V)
     c = k**-beta  # z_k0 = ε c_k
     t = np.geomspace(0.3, 1e5, 1500 if quick else 4000)
-    z = _logistic(r, Ckk, eps * c, t)
+    z = np.asarray(orthogonal_features(r, Ckk, eps * c, t))  # Thm 6
     E = np.sum(V * (1 - z / (r / Ckk)) ** 2, axis=1)  # Eq. 163
     fit = _scaling.fit_power_law(t, E)
     spec = _scaling.spectrum_exponents(r=r, C=Ckk)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._closed_forms import ignition_time, orthogonal_samples
 from .._nqf import NQF
 from . import _style
 from ._gd import gd_trajectory
@@ -28,29 +29,16 @@ EPS = 1e-6
 
 
 def _nqf() -> NQF:
+    return NQF(np.stack([np.diag(row) for row in _lam()]), Y)
+
+
+def _lam() -> np.ndarray:
+    """`λ_{μ,k}`, shape `(m, mK)`: sample μ's eigenvalues on its own block of modes."""
     m, K = Y.size, LAM.size
-    A = np.zeros((m, m * K, m * K))
+    lam = np.zeros((m, m * K))
     for mu in range(m):
-        idx = np.arange(mu * K, (mu + 1) * K)
-        A[mu, idx, idx] = LAM
-    return NQF(A, Y)
-
-
-def xi_ode(t, *, z0: float = EPS):
-    """Thm 5 per sample, integrated with scipy (LSODA, rtol 1e-10): returns `ξ` of shape
-    `(len(t), m)` and the per-sample losses `(1/m)(Σ_k λ_k z_k − y_μ)²`."""
-    from scipy.integrate import solve_ivp
-
-    m = Y.size
-    a = 8.0 / m * LAM
-
-    def rhs(_, xi):
-        return np.sum(LAM * z0 * np.exp(-a * xi[:, None]), axis=1) - Y
-
-    sol = solve_ivp(rhs, (0.0, float(t[-1])), np.zeros(m), t_eval=t, method="LSODA", rtol=1e-10, atol=1e-12)
-    xi = sol.y.T
-    f = np.sum(LAM * z0 * np.exp(-a * xi[:, :, None]), axis=2)  # Σ_k λ_k z_k per sample
-    return xi, (f - Y) ** 2 / m
+        lam[mu, mu * K : (mu + 1) * K] = LAM
+    return lam
 
 
 def make(out: Path, *, quick: bool = False) -> dict:
@@ -59,7 +47,7 @@ def make(out: Path, *, quick: bool = False) -> dict:
     zeta = 8.0 / m * LAM.max() * Y  # Thm 10
     Cl = 8.0 / m * LAM.max() ** 2  # the leading mode's self-interaction
     t_lead = math.log(1 / EPS) / zeta
-    t_eq158 = np.log((zeta - Cl * EPS) / (Cl * EPS)) / zeta  # Eq. 158, ρ = ½, c = 1, a = 1
+    t_eq158 = np.asarray(ignition_time(zeta, Cl, 1.0, EPS, rho=0.5))  # Eq. 158 for each leading mode
     lr = 0.004 if quick else 0.001  # GD's growth rate per unit time is ζ(1 − lr ζ/4 + …)
     t_end = 1.4 * t_lead[-1]
     t, M = gd_trajectory(nqf, math.sqrt(EPS) * np.eye(m * K), lr=lr, steps=int(round(t_end / lr)),
@@ -67,7 +55,7 @@ def make(out: Path, *, quick: bool = False) -> dict:
     z = np.diagonal(M, axis1=1, axis2=2)  # M stays diagonal
     f = np.einsum("mij,tij->tm", np.asarray(nqf.A), M)
     loss_mu = (f - Y) ** 2 / m
-    xi, loss_xi = xi_ode(t)
+    loss_xi = np.asarray(orthogonal_samples(_lam(), Y, np.full(m * K, EPS), t).losses) / m  # Thm 5
     # a sample has dropped when its residual is halved: the leading mode at half its plateau
     t_meas = np.array([_style.crossing_time(t, loss_mu[:, mu], (Y[mu] / 2) ** 2 / m) for mu in range(m)])
     t_meas_xi = np.array([_style.crossing_time(t, loss_xi[:, mu], (Y[mu] / 2) ** 2 / m) for mu in range(m)])
