@@ -317,7 +317,10 @@ class Prediction(eqx.Module):
             lines.append(f"predicted loss exponent (alpha1 - 1)/alpha2 = {self.exponent:.6g} (Thm 9)")
         if self.order.shape[0]:
             n, K = self.n_resolved(), int(self.order.shape[0])
-            if n < K:
+            if n == 0:
+                lines.append("at this eps no switch-on stands apart: the drops merge into one smooth decay "
+                             "(eps merge: the eps above which a step merges with the next)")
+            elif n < K:
                 lines.append(f"at this eps the first {n} switch-ons stand apart; from #{n + 1} on they merge "
                              "into a smooth decay (eps merge: the eps above which a step merges with the next)")
             lines.append(self.table(max_rows=max_rows))

@@ -135,11 +135,17 @@ r,C0,C1,C2
 0.25,0,0,1
 """
 README_CMD = "--system sys.csv --eps 1e-4 --lr 0.01 --plot loss.png --save out.json"
-README_TABLE = """\
+README_OUTPUT = """\
+lvflow predict: 3-mode gLV from sys.csv
+method lv, eps = 0.0001 (ln 1/eps = 9.21034), rho = 0.5, learning rate 0.01, horizon t1 = 76.2096
 #  mode   r_k        V_k     t*_k  steps*_k  tau*_k  plateau loss    eps merge
 1     1     1      0.125  9.21024   921.024       1      0.164062  0.000342583
 2     2   0.5    0.03125   17.034    1703.4       2     0.0390625  0.000171292
-3     3  0.25  0.0078125  31.2946   3129.46       4     0.0078125            -"""
+3     3  0.25  0.0078125  31.2946   3129.46       4     0.0078125            -
+saved: out.json
+plot: loss.png
+"""
+README_TABLE = "\n".join(README_OUTPUT.splitlines()[2:6])  # header + 3 rows
 
 
 def test_readme_example(capsys, tmp_path, monkeypatch):
@@ -147,7 +153,7 @@ def test_readme_example(capsys, tmp_path, monkeypatch):
     (tmp_path / "sys.csv").write_text(README_CSV)
     rc, out, err = cli(capsys, *README_CMD.split())
     assert rc == 0, err
-    assert README_TABLE in out
+    assert out == README_OUTPUT  # exactly what the README shows
     assert "100.00%" in err  # diffrax's progress meter, on stderr
     # Every number of the table against its closed form, to the printed digits.
     r, eps, eta = np.array([1.0, 0.5, 0.25]), 1e-4, 0.01
@@ -186,6 +192,18 @@ def test_json_quiet_and_npz(capsys, tmp_path):
     assert d["learning_rate"] is None and d["curve"]["steps"] is None
     with np.load(tmp_path / "o.npz", allow_pickle=False) as z:
         np.testing.assert_allclose(z["t_star"], t_ref, rtol=1e-7)
+    # With y2 = (1/m) Σ y² the absolute loss is defined: L − E = L(z*) = y2 − Σ_k V_k (Eq. 168).
+    np.savez(f, zeta=zeta, V=V, y2=np.array(1.0))
+    # An explicit z0: ε = max z0, c = z0/ε in Eq. 158.
+    z0 = np.array([1e-4, 3e-5, 2e-4])
+    np.savetxt(tmp_path / "z0.csv", z0, delimiter=",")
+    rc, out, err = cli(capsys, "--system", f, "--z0", tmp_path / "z0.csv", "--json", "--quiet")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["eps"] == 2e-4
+    np.testing.assert_allclose(np.array(d["curve"]["loss"]) - d["curve"]["excess_loss"], 1.0 - V.sum(), rtol=1e-12)
+    t_ref = np.log((zeta - Ckk * z0) / (Ckk * z0)) / zeta
+    np.testing.assert_allclose([m["t_star"] for m in d["modes"]], t_ref[np.argsort(-zeta)], rtol=1e-7)
 
 
 def test_power_law_and_init_std(capsys):
