@@ -1,0 +1,614 @@
+"""The ε → 0 limit of the gLV: a saddle-to-saddle schedule of plateaus for any PSD `C` (§4).
+
+In `s_k = ln z_k / ln(1/ε)` and `τ = t / ln(1/ε)` the gLV (Eq. 32) becomes, as ε → 0, piecewise
+linear: `ds_k/dτ = r_k − (C z*)_k`, where `z*` is the saturated equilibrium of the modes at
+`s_k = 0` (the *active set*). Nothing has to be integrated: the schedule is a sequence of
+events (a mode reaches `s = 0` and ignites; a mode's equilibrium value drops to 0 and it
+switches off), and between events the loss sits on a plateau.
+
+The restricted equilibrium is kept up to date incrementally (Lawson–Hanson, warm-started):
+
+- dense `C` (`LotkaVolterra`): the inverse of `C_SS` on the support `S` is kept as a `K × K`
+  matrix, updated by one rank-one Schur-complement step per mode entering or leaving:
+  `O(K²)` per event;
+- `C = diag(d) + U Uᵀ` (`LowRankLotkaVolterra`, `U` of shape `(K, q)`): only the `q × q`
+  Woodbury core `G = U_Sᵀ D_S⁻¹ U_S` and `U_Sᵀ D_S⁻¹ r_S` are updated: `O(K q + q³)` per event;
+- diagonal `C` (or `q = 0`): closed form, `O(K log K)`.
+
+The event loop runs in numpy (sequential, data-dependent control flow).
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int
+
+from ._errors import LvflowError, NotPSDError, SolverError
+from ._lv import LotkaVolterra
+from ._validate import as_array, check_in_open_interval, check_psd
+
+# σ_k = r_k − (Cz*)_k counts as positive (zero) above (below) this fraction of max|r|.
+_RTOL = 1e-10
+# A Schur complement below this fraction of C_kk means a linearly dependent mode.
+_SCHUR_RTOL = 1e-10
+# Events closer than this (relative) in time are simultaneous.
+_TIME_RTOL = 1e-12
+
+
+class LowRankLotkaVolterra(eqx.Module):
+    """A gLV `ż = z ⊙ (r − C z)` (Eq. 32) with `C = diag(d) + U Uᵀ`, never formed densely.
+
+    This is the structure of many modes weakly coupled through a few shared directions; it lets
+    `plateau_schedule` handle 10⁴–10⁵ modes. With `q = 0` columns `C` is diagonal (Thm 6).
+
+    **Arguments:**
+
+    - `r`: growth rates, shape `(K,)`.
+    - `d`: diagonal part, shape `(K,)`, positive (so `C` is positive definite).
+    - `U`: low-rank factor, shape `(K, q)`.
+    - `y2`: the loss at `z = 0`.
+    """
+
+    r: Float[Array, " K"]
+    d: Float[Array, " K"]
+    U: Float[Array, "K q"]
+    y2: Float[Array, ""]
+
+    def __init__(self, r, d, U, *, y2=0.0):
+        r = as_array("r", r, ndim=1)
+        d = as_array("d", d, ndim=1)
+        U = as_array("U", U, ndim=2)
+        if np.shape(d) != np.shape(r) or np.shape(U)[0] != np.shape(r)[0]:
+            raise LvflowError(f"d, U: shapes {np.shape(d)}, {np.shape(U)} do not match r of shape {np.shape(r)}")
+        if np.size(d) and float(np.min(d)) <= 0:
+            raise LvflowError(f"d: must be positive (C = diag(d) + UUᵀ positive definite), min is {float(np.min(d)):g}")
+        self.r = jnp.asarray(r, dtype=float)
+        self.d = jnp.asarray(d, dtype=float)
+        self.U = jnp.asarray(U, dtype=float)
+        self.y2 = jnp.asarray(as_array("y2", y2, ndim=0), dtype=float)
+
+    @property
+    def K(self) -> int:
+        return self.r.shape[0]
+
+    @property
+    def C(self) -> Float[Array, "K K"]:
+        """The dense interaction matrix (`K²` memory: for small systems and tests)."""
+        return jnp.diag(self.d) + self.U @ self.U.T
+
+    def Cz(self, z: Float[Array, "*b K"]) -> Float[Array, "*b K"]:
+        """`C z` in `O(K q)`."""
+        return self.d * z + (z @ self.U) @ self.U.T
+
+    def vector_field(self, t, z, args=None):
+        """`ż = z ⊙ (r − C z)` (Eq. 32)."""
+        return z * (self.r - self.Cz(z))
+
+    def log_vector_field(self, t, u, args=None):
+        """`u̇ = r − C e^u` in `u = ln z`."""
+        return self.r - self.Cz(jnp.exp(u))
+
+    def loss(self, z: Float[Array, "*b K"]) -> Float[Array, "*b"]:
+        """`L(z) = zᵀCz/8 − rᵀz/4 + y2` (Eq. 26 in modes)."""
+        return (z * self.Cz(z)).sum(-1) / 8 - z @ self.r / 4 + self.y2
+
+    def to_dense(self) -> LotkaVolterra:
+        return LotkaVolterra(self.r, self.C, y2=self.y2, check=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Incremental restricted equilibria (numpy: the event loop is sequential and data dependent,
+# and its per-event work is a handful of O(K) vector operations — a compiled while_loop was
+# measured no faster per event, and costs seconds of compilation per shape).
+#
+# A backend holds the support S (modes with z* > 0) and the equilibrium on it. `add` / `remove`
+# update it by one mode; `solve` computes a trial equilibrium that `commit` accepts; `sigma()`
+# are the growth rates `σ_k = r_k − (Cz*)_k`, valid off S.
+
+
+class _DenseBackend:
+    """`Q = (C_SS)⁻¹` embedded in `K × K` (zero off `S`), updated by rank-one Schur-complement
+    steps (`O(K²)` each); with `corrected`, also every mode's Schur complement
+    `γ_k = C_kk − C_kS Q C_Sk`."""
+
+    def __init__(self, C, r, corrected):
+        K = r.shape[0]
+        self.C, self.r, self.corrected = C, r, corrected
+        self.Q = np.zeros((K, K))
+        self.gam = np.diagonal(C).copy()
+        self.supp = np.zeros(K, bool)
+        self.z = np.zeros(K)
+        self.phi = r.copy()
+
+    def add(self, k) -> bool:
+        c = np.where(self.supp, self.C[:, k], 0.0)
+        a = self.Q @ c
+        g = self.C[k, k] - c @ a
+        ckk = abs(self.C[k, k])
+        if g < -_SCHUR_RTOL * ckk - np.finfo(float).tiny:
+            raise NotPSDError(f"C: not positive semi-definite (negative Schur complement {g:.3g} at mode {k})")
+        if g <= _SCHUR_RTOL * ckk:
+            return False
+        a[k] -= 1.0
+        self.Q += np.outer(a / g, a)
+        if self.corrected:
+            self.gam -= (self.C @ a) ** 2 / g
+        self.supp[k] = True
+        return True
+
+    def remove(self, k) -> None:
+        q = self.Q[:, k].copy()
+        qk = q[k]
+        self.Q -= np.outer(q / qk, q)
+        self.Q[k, :] = 0.0
+        self.Q[:, k] = 0.0
+        if self.corrected:
+            self.gam += (self.C @ q) ** 2 / qk
+        self.supp[k] = False
+
+    def solve(self):
+        z = self.Q @ self.r
+        z[~self.supp] = 0.0
+        self._z = z
+        return np.flatnonzero(self.supp & (z <= 0))
+
+    def trial_z(self):
+        return self._z
+
+    def commit(self):
+        self.z = self._z
+        self.phi = self.r - self.C @ self.z
+
+    def z_full(self):
+        return self.z
+
+    def sigma(self):
+        return self.phi
+
+    def rz(self) -> float:
+        return float(self.r @ self.z)
+
+    def response(self, k):
+        """`C x` for `x = e_k − C_SS⁻¹ C_Sk` (mode `k` off `S` at unit level, `S` adiabatically
+        re-equilibrated): the rate change every mode feels per unit of a lingering `z_k`."""
+        x = -(self.Q @ np.where(self.supp, self.C[:, k], 0.0))
+        x[k] += 1.0
+        return self.C @ x
+
+    def schur(self):
+        return self.gam
+
+
+class _LowRankBackend:
+    """`C = diag(d) + UUᵀ`: only the Woodbury core `G = U_Sᵀ D_S⁻¹ U_S`, `b = U_Sᵀ D_S⁻¹ r_S`
+    and `c = r_Sᵀ D_S⁻¹ r_S` are kept (`O(q²)` per update). On `S`, `z = D⁻¹ψ` with
+    `ψ = r − U v`, `v = Uᵀz = (I + G)⁻¹ b`; off `S` the growth rate is `σ = ψ` (`O(K q)` per
+    solve); `rᵀz = c − bᵀv`; a mode's Schur complement is `γ_k = d_k + u_kᵀ (I + G)⁻¹ u_k`."""
+
+    def __init__(self, d, U, r, corrected):
+        K, q = U.shape
+        self.d, self.U, self.r = d, U, r
+        self.Us = U / np.sqrt(d)[:, None]
+        self.rs = r / np.sqrt(d)
+        self.G = np.zeros((q, q))
+        self.b = np.zeros(q)
+        self.c = 0.0
+        self.v = np.zeros(q)
+        self.Ginv = np.eye(q)
+        self._updates = 0
+        self.supp = np.zeros(K, bool)
+        self.psi = r.copy()
+
+    def add(self, k) -> bool:
+        u = self.Us[k]
+        self.G += np.outer(u, u)
+        self.b += u * self.rs[k]
+        self.c += self.rs[k] ** 2
+        self.supp[k] = True
+        self._rank_one(u, 1.0)
+        return True
+
+    def remove(self, k) -> None:
+        u = self.Us[k]
+        self.G -= np.outer(u, u)
+        self.b -= u * self.rs[k]
+        self.c -= self.rs[k] ** 2
+        self.supp[k] = False
+        self._rank_one(u, -1.0)
+
+    def _rank_one(self, u, sign):
+        """Sherman–Morrison on `(I + G)⁻¹`, refreshed from `G` every 64 updates against drift."""
+        self._updates += 1
+        if self._updates % 64 == 0:
+            self.Ginv = np.linalg.inv(np.eye(self.G.shape[0]) + self.G)
+            return
+        a = self.Ginv @ u
+        self.Ginv -= sign * np.outer(a, a) / (1.0 + sign * (u @ a))
+
+    def solve(self):
+        self._v = self.Ginv @ self.b
+        self._psi = self.r - self.U @ self._v
+        return np.flatnonzero(self.supp & (self._psi <= 0))
+
+    def trial_z(self):
+        return np.where(self.supp, self._psi / self.d, 0.0)
+
+    def commit(self):
+        self.v, self.psi = self._v, self._psi
+
+    def z_full(self):
+        return np.where(self.supp, self.psi / self.d, 0.0)
+
+    def sigma(self):
+        return self.psi
+
+    def rz(self) -> float:
+        return float(self.c - self.b @ self.v)
+
+    def response(self, k):
+        """`C x` off `S ∪ {k}` for `x = e_k − C_SS⁻¹ C_Sk`: by Woodbury `Uᵀx = (I + G)⁻¹ u_k`."""
+        return self.U @ (self.Ginv @ self.U[k])
+
+    def schur(self):
+        return self.d + np.einsum("kq,kq->k", self.U @ self.Ginv, self.U)
+
+
+def _repair(be, pend: set, tol, max_iter):
+    """Lawson–Hanson on the active set, warm-started from the backend's support. `pend` holds
+    the active modes off the support (after an ignition, normally just the new ones), so a step
+    costs one solve. Afterwards the backend holds the saturated equilibrium of the gLV
+    restricted to the active set, and `pend` the active modes at `z* = 0`."""
+    for _ in range(max_iter):
+        if not pend:
+            return
+        idx = np.fromiter(pend, int, len(pend))
+        sig = be.sigma()[idx]
+        if not np.any(sig > tol):
+            return
+        k = int(idx[np.argmax(sig)])
+        if not be.add(k):
+            raise LvflowError(
+                f"system: C is singular on the active modes and r is not in its range there (mode {k} "
+                f"grows at rate {float(be.sigma()[k]):.3g} along a null direction of C): no saturated "
+                "equilibrium is reachable (r ∈ range C holds for every NQF reduction)"
+            )
+        pend.discard(k)
+        neg = be.solve()
+        if neg.size:  # Lawson–Hanson inner loop: step back to feasibility, drop a mode, resolve
+            z = be.z_full()
+            for _ in range(max_iter):
+                zn = be.trial_z()
+                den = z[neg] - zn[neg]
+                ratio = np.where(den > 0, z[neg] / np.where(den > 0, den, 1.0), 0.0)
+                j = int(neg[np.argmin(ratio)])
+                alpha = min(max(float(np.min(ratio)), 0.0), 1.0)
+                z = np.where(be.supp, z + alpha * (zn - z), 0.0)
+                z[j] = 0.0
+                be.remove(j)
+                pend.add(j)
+                neg = be.solve()
+                if neg.size == 0:
+                    break
+        be.commit()
+    raise SolverError(f"restricted equilibrium: Lawson–Hanson did not converge in {max_iter} steps")
+
+
+def _run(be, r, y2, u0, active0, tol, corrected, max_events):
+    """The event loop in `u` (`s_k` uncorrected, `ln z_k` corrected) and time `t` (`τ`, or real
+    time corrected). A mode off the active set ignites when `u_k` reaches `θ_k` (0, or
+    `ln(σ_k/γ_k)` corrected) growing at its rate `σ_k`."""
+    K = r.shape[0]
+    max_iter = 3 * K + 10
+    ev = []  # (t, modes, ignites, loss) per batch
+
+    def loss():
+        # on a restricted equilibrium (Cz)_S = r_S, so zᵀCz/8 − rᵀz/4 = −rᵀz/8
+        return y2 - be.rz() / 8
+
+    active = active0.copy()
+    pend = set(np.flatnonzero(active0).tolist())
+    _repair(be, pend, tol, max_iter)
+    ext = [k for k in pend if be.sigma()[k] < -tol]
+    pend.difference_update(ext)
+    active[ext] = False
+    loss0 = loss()
+    ev.append((0.0, np.array(ext, int), False, loss0))
+    tstar = np.where(active0, 0.0, np.inf)
+    # w = θ − u is the distance to ignition of each inactive mode; +inf marks the active ones
+    w = np.where(active, np.inf, -u0)
+    n, t = len(ext), 0.0
+    dt = np.empty(K)
+    while True:
+        sig = be.sigma()
+        grow = sig > tol
+        if corrected:
+            theta = np.log(np.where(grow, sig, 1.0) / np.where(grow, be.schur(), 1.0))
+            gap = w + theta
+        else:
+            gap = w
+        dt.fill(np.inf)
+        np.divide(gap, sig, out=dt, where=grow)
+        k = int(np.argmin(dt))
+        if not dt[k] < np.inf:
+            break
+        dmin = max(float(dt[k]), 0.0)
+        t += dmin
+        batch = np.flatnonzero(dt <= dmin + _TIME_RTOL * max(1.0, abs(t)))
+        if dmin > 0:
+            w -= sig * dmin
+        w[batch] = np.inf
+        active[batch] = True
+        tstar[batch] = np.minimum(tstar[batch], t)
+        zprev = be.z_full() if corrected else None
+        pend.update(batch.tolist())
+        _repair(be, pend, tol, max_iter)
+        sig = be.sigma()
+        ext = np.array([k for k in pend if sig[k] < -tol], int)
+        pend.difference_update(ext.tolist())
+        active[ext] = False
+        if corrected:
+            # A switched-off mode decays from the level it held on the last plateau, at rate
+            # σ_k < 0; while it lingers it shifts every other mode's log by −(Cx)_j z_k/|σ_k|
+            # (integrated), which the instantaneous switch-off of the limit leaves out.
+            for j in ext:
+                if zprev[j] > 0:
+                    w += be.response(j) * (zprev[j] / -sig[j])
+            zp = zprev[ext]
+            w[ext] = -np.log(np.where(zp > 0, zp, 1.0))
+        else:
+            w[ext] = 0.0
+        L = loss()
+        ev.append((t, batch, True, L))
+        ev.append((t, ext, False, L))
+        n += batch.size + ext.size
+        if n > max_events:
+            raise SolverError(f"max_events: more than {max_events} events; pass a larger max_events")
+    sizes = [e[1].size for e in ev]
+    out = (
+        np.repeat([e[0] for e in ev], sizes).astype(float),
+        np.concatenate([e[1] for e in ev]).astype(int),
+        np.repeat([e[2] for e in ev], sizes).astype(bool),
+        np.repeat([e[3] for e in ev], sizes).astype(float),
+    )
+    return out, loss0, tstar, be.z_full()
+
+
+class PlateauSchedule(eqx.Module):
+    """The ε → 0 saddle-to-saddle schedule of a gLV (§4, "Beyond the paper").
+
+    Events are sorted in time; several may share a time (simultaneous ignitions, or a
+    competitor's ignition switching modes off). Between events the loss sits on a plateau.
+
+    **Fields:**
+
+    - `tau`: event times in `τ = t / ln(1/ε)`, shape `(n,)`.
+    - `mode`: the mode of each event; `ignites`: `True` for an ignition (`s_k` reaches 0),
+      `False` for a switch-off (its restricted equilibrium value drops to 0).
+    - `loss`: plateau losses, shape `(n + 1,)`: `loss[0]` before the first event, `loss[i+1]`
+      after event `i` (all events at one time share the loss after all of them).
+    - `tau_star`: first ignition time of each mode (`inf` if it never ignites; 0 if it starts
+      on the plateau, `z0_k ≥ 1`).
+    - `initially_active`: the modes with `s_k(0) = 0`.
+    - `z_final`: `z*` on the last plateau.
+    - `eps`, `corrected`, `system`.
+    """
+
+    tau: Float[Array, " n"]
+    mode: Int[Array, " n"]
+    ignites: Bool[Array, " n"]
+    loss: Float[Array, " n+1"]
+    tau_star: Float[Array, " K"]
+    initially_active: Bool[Array, " K"]
+    z_final: Float[Array, " K"]
+    system: LotkaVolterra | LowRankLotkaVolterra
+    eps: float = eqx.field(static=True)
+    corrected: bool = eqx.field(static=True)
+    explicit_z0: bool = eqx.field(static=True, default=False)
+
+    @property
+    def n_events(self) -> int:
+        return self.tau.shape[0]
+
+    def times(self, eps=None) -> Float[Array, " n"]:
+        """Event times in real time, `t = τ ln(1/ε)`.
+
+        The uncorrected schedule from the default `z0` does not depend on ε, so any `eps` may
+        be given; the corrected one (or one built from an explicit `z0`) only holds at its own.
+        """
+        if eps is None:
+            eps = self.eps
+        eps = check_in_open_interval("eps", eps, 0.0, 1.0)
+        if (self.corrected or self.explicit_z0) and not math.isclose(eps, self.eps, rel_tol=1e-12):
+            raise LvflowError(f"eps: this schedule was built for eps = {self.eps:g} (corrected or explicit z0), got {eps:g}")
+        return self.tau * math.log(1 / eps)
+
+    def loss_at(self, tau: Float[Array, "*b"]) -> Float[Array, "*b"]:
+        """The limiting step-function loss `L(τ)` (right-continuous: at an event time, the value after it)."""
+        return self.loss[jnp.searchsorted(self.tau, jnp.asarray(tau), side="right")]
+
+    def active_at(self, tau: float) -> Bool[Array, " K"]:
+        """The modes on the plateau (`s_k = 0`) at time `tau`."""
+        act = np.array(self.initially_active)
+        sel = np.flatnonzero(np.asarray(self.tau) <= tau)
+        modes = np.asarray(self.mode)[sel][::-1]
+        uniq, first = np.unique(modes, return_index=True)
+        act[uniq] = np.asarray(self.ignites)[sel][::-1][first]
+        return jnp.asarray(act)
+
+    def z_at(self, tau: float) -> Float[Array, " K"]:
+        """The plateau equilibrium `z*` at time `tau`: the saturated equilibrium restricted to
+        `active_at(tau)` (unique up to `C`'s null space; `Cz*` and the loss are unique)."""
+        return jnp.asarray(_equilibrium(self.system, self.active_at(tau)))
+
+    def equilibria(self) -> Float[Array, "n+1 K"]:
+        """`z*` on every plateau: row 0 before the first event, row `i+1` after event `i`
+        (recomputed, one restricted solve per plateau: for small systems)."""
+        ts = [-1.0] + [float(t) for t in np.asarray(self.tau)]
+        return jnp.stack([self.z_at(t) for t in ts])
+
+
+def _equilibrium(system, active) -> np.ndarray:
+    """The saturated equilibrium of `system` restricted to `active`, from scratch."""
+    be = _backend(system, False)
+    r = np.asarray(system.r, dtype=float)
+    _repair(be, set(np.flatnonzero(np.asarray(active, bool)).tolist()), _tol(r), 3 * r.shape[0] + 10)
+    return be.z_full()
+
+
+def _tol(r) -> float:
+    return _RTOL * max(float(np.max(np.abs(r))) if r.shape[0] else 1.0, np.finfo(float).tiny)
+
+
+def _backend(system, corrected):
+    r = np.asarray(system.r, dtype=float)
+    if isinstance(system, LowRankLotkaVolterra):
+        return _LowRankBackend(np.asarray(system.d, dtype=float), np.asarray(system.U, dtype=float), r, corrected)
+    return _DenseBackend(np.asarray(system.C, dtype=float), r, corrected)
+
+
+def _initial_u(system, eps: float, z0, corrected: bool):
+    K = system.K
+    L = math.log(1 / eps)
+    if z0 is None:
+        lnz0 = np.full(K, -L)
+    else:
+        z0 = as_array("z0", z0, ndim=1)
+        if np.shape(z0) != (K,):
+            raise LvflowError(f"z0: shape {np.shape(z0)}, expected ({K},)")
+        if np.size(z0) and float(np.min(z0)) < 0:
+            raise LvflowError(f"z0: must be non-negative, min is {float(np.min(z0)):g}")
+        with np.errstate(divide="ignore"):
+            lnz0 = np.log(np.asarray(z0, dtype=float))
+    active0 = lnz0 >= 0
+    u0 = lnz0 if corrected else np.minimum(lnz0 / L, 0.0)
+    return u0, active0, L
+
+
+def _diagonal_schedule(r, c, y2, u0, active0, L, corrected):
+    """Closed form for diagonal `C` (Thm 6): mode `k` ignites when `u_k` reaches 0 (or
+    `ln(r_k / C_kk)` corrected) growing at rate `r_k`; each ignition lowers the loss by
+    `V_k = r_k² / (8 C_kk)` (Eq. 168)."""
+    tol = _tol(r)
+    grow = r > tol
+    if np.any(grow & (c <= 0)):
+        k = int(np.flatnonzero(grow & (c <= 0))[0])
+        raise LvflowError(f"system: mode {k} has r_k = {r[k]:g} > 0 and C_kk = 0: it grows without saturating")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        theta = np.log(r / c) if corrected else np.zeros_like(r)
+        t = np.where(grow & ~active0, np.maximum((theta - u0) / np.where(grow, r, 1.0), 0.0), np.inf)
+        V = np.where(grow, r**2 / (8 * np.where(c > 0, c, 1.0)), 0.0)
+    t = np.where(active0 & grow, 0.0, t)
+    ext = np.flatnonzero(active0 & (r < -tol))
+    loss0 = y2 - float(np.sum(V[active0]))
+    ign = np.flatnonzero(np.isfinite(t) & ~active0)
+    ign = ign[np.argsort(t[ign], kind="stable")]
+    times = t[ign]
+    drops = np.cumsum(V[ign])
+    # events at (numerically) one time share the loss after all of them
+    last = np.ones(times.size, bool)
+    if times.size > 1:
+        last[:-1] = np.diff(times) > _TIME_RTOL * np.maximum(1.0, np.abs(times[1:]))
+    grp_end = np.flatnonzero(last)
+    drops = drops[grp_end[np.searchsorted(grp_end, np.arange(times.size))]] if times.size else drops
+    ev_t = np.concatenate([np.zeros(ext.size), times])
+    ev_mode = np.concatenate([ext, ign]).astype(int)
+    ev_ign = np.concatenate([np.zeros(ext.size, bool), np.ones(ign.size, bool)])
+    ev_loss = np.concatenate([np.full(ext.size, loss0), loss0 - drops])
+    z_final = np.where(np.isfinite(t) & grow, r / np.where(c > 0, c, 1.0), 0.0)
+    return ev_t, ev_mode, ev_ign, ev_loss, loss0, t, z_final
+
+
+def plateau_schedule(
+    system: LotkaVolterra | LowRankLotkaVolterra,
+    eps,
+    *,
+    z0=None,
+    corrected: bool = False,
+    max_events: int | None = None,
+) -> PlateauSchedule:
+    """The ε → 0 limit of the gLV `ż_k = z_k (r_k − Σ_j C_kj z_j)` (Eq. 32) started at `z_k0 = Θ(ε)`.
+
+    With `s_k = ln z_k / ln(1/ε)` and `τ = t / ln(1/ε)` the limit flow is piecewise linear,
+    `ds_k/dτ = r_k − (C z*)_k`, `z*` the saturated equilibrium (the minimiser of
+    `½ zᵀCz − rᵀz` over `z ≥ 0`) of the gLV restricted to the active set `{k : s_k = 0}`.
+    Events: a mode outside the set reaches `s_k = 0` with positive slope and ignites (the next
+    one is the smallest `−s_k / (ds_k/dτ)`); a mode of the set whose equilibrium value drops
+    to 0 with negative slope switches off (it may re-ignite later). For diagonal `C` the
+    ignition times are `τ*_k = 1/r_k` (Thm 8 with `a = 1`) and the loss is the staircase of
+    Eq. 168.
+
+    **Arguments:**
+
+    - `system`: a `LotkaVolterra` (dense PSD `C`, checked) or a `LowRankLotkaVolterra`
+      (`C = diag(d) + UUᵀ`, for 10⁴–10⁵ modes).
+    - `eps`: the initial scale ε ∈ (0, 1).
+    - `z0`: initial values; default `z_k0 = ε` (`s_k(0) = −1`). Otherwise
+      `s_k(0) = ln z0_k / ln(1/ε)`; modes with `z0_k ≥ 1` start on the plateau, `z0_k = 0` never grow.
+    - `corrected`: a finite-ε schedule (below).
+    - `max_events`: size of the event buffer (default `4K + 16`).
+
+    **Finite-ε correction** (`corrected=True`). Convergence to the limit is slow, `O(1/ln(1/ε))`.
+    The corrected schedule runs the same event logic in real time on `u_k = ln z_k`, starting
+    from the actual `ln z_k0`, and lets a mode ignite when `u_k` reaches the log of its own
+    saturation level instead of 0: `θ_k = ln(σ_k / γ_k)`, with `σ_k = r_k − (Cz*)_k` its growth
+    rate and `γ_k = C_kk − C_kS C_SS⁻¹ C_Sk` its Schur complement on the current support `S` —
+    near the saddle the entering mode is logistic with rate `σ_k` and capacity `σ_k/γ_k`, and
+    this is its half-saturation time (Eq. 158 with `ρ = ½`). For diagonal `C` it reproduces
+    Eq. 158, `t*_k = (1/r_k)[ln(1/ε) − ln(C_kk c_k / r_k)]`, up to `O(ε)`. A switched-off mode
+    decays from the value it held on the last plateau. Event times are reported as
+    `τ = t / ln(1/ε)`. The O(1) width of each transition is still neglected.
+
+    **Complexity:** diagonal `O(K log K)`; low rank `O(K q)` per event; dense `O(K²)` per event
+    plus the `O(K³)` PSD check. Roughly one event per mode.
+
+    **Raises:** `LvflowError` for `eps ∉ (0, 1)`, bad `z0`, or a singular `C` with `r` outside
+    its range along it (no saturated equilibrium); `NotPSDError` for a non-PSD `C`;
+    `SolverError` if the event buffer overflows.
+    """
+    eps = check_in_open_interval("eps", eps, 0.0, 1.0)
+    if not isinstance(system, (LotkaVolterra, LowRankLotkaVolterra)):
+        raise LvflowError(f"system: expected a LotkaVolterra or LowRankLotkaVolterra, got {type(system).__name__}")
+    u0, active0, L = _initial_u(system, eps, z0, corrected)
+    K = system.K
+    r = np.asarray(system.r, dtype=float)
+    y2 = float(system.y2)
+
+    if isinstance(system, LowRankLotkaVolterra):
+        diagonal = system.U.shape[1] == 0
+        c = np.asarray(system.d) + np.sum(np.asarray(system.U) ** 2, axis=1)
+    else:
+        C = np.asarray(system.C, dtype=float)
+        check_psd("C", C)
+        diagonal = not np.any(C - np.diag(np.diagonal(C)))
+        c = np.diagonal(C)
+
+    if diagonal:
+        ev_t, ev_mode, ev_ign, ev_loss, loss0, tstar, z_final = _diagonal_schedule(r, c, y2, u0, active0, L, corrected)
+    else:
+        N = 4 * K + 16 if max_events is None else int(max_events)
+        (ev_t, ev_mode, ev_ign, ev_loss), loss0, tstar, z_final = _run(
+            _backend(system, corrected), r, y2, u0, active0, _tol(r), corrected, N
+        )
+        # ignitions are recorded before the switch-offs they cause; keep time order stable
+        order = np.argsort(ev_t, kind="stable")
+        ev_t, ev_mode, ev_ign, ev_loss = ev_t[order], ev_mode[order], ev_ign[order], ev_loss[order]
+
+    scale = L if corrected else 1.0
+    return PlateauSchedule(
+        tau=jnp.asarray(np.asarray(ev_t, dtype=float) / scale),
+        mode=jnp.asarray(np.asarray(ev_mode, dtype=int)),
+        ignites=jnp.asarray(np.asarray(ev_ign, dtype=bool)),
+        loss=jnp.asarray(np.concatenate([[loss0], np.asarray(ev_loss, dtype=float)])),
+        tau_star=jnp.asarray(np.asarray(tstar, dtype=float) / scale),
+        initially_active=jnp.asarray(active0),
+        z_final=jnp.asarray(z_final),
+        system=system,
+        eps=eps,
+        corrected=corrected,
+        explicit_z0=z0 is not None,
+    )
