@@ -43,3 +43,5 @@ from . import architectures as architectures
 from ._predict import Prediction as Prediction, predict as predict
 from ._solve import LVSolution as LVSolution, solve_lv as solve_lv
 from ._closed_forms import XiSolution as XiSolution, ignition_time as ignition_time, isotropic_modes as isotropic_modes, isotropic_riccati as isotropic_riccati, log_orthogonal_features as log_orthogonal_features, orthogonal_features as orthogonal_features, orthogonal_samples as orthogonal_samples, projector_modes as projector_modes, proportional_samples as proportional_samples
+from ._schedule import LowRankLotkaVolterra as LowRankLotkaVolterra, PlateauSchedule as PlateauSchedule, plateau_schedule as plateau_schedule
+from ._reduce import ProjectorForm as ProjectorForm, reduce_to_lv as reduce_to_lv, reduce_to_projectors as reduce_to_projectors
