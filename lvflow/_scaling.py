@@ -250,7 +250,7 @@ def _local_slopes(x: np.ndarray, y: np.ndarray, half: float) -> np.ndarray:
 
 
 def fit_power_law(t, loss, window=None, *, nbins: int = 80, smooth: float = 0.25, tol: float = 0.25,
-                  min_decades: float = 0.5) -> PowerLawFit:
+                  min_decades: float = 0.5, min_exponent: float = 0.05) -> PowerLawFit:
     """Fit `loss ∝ t^{−κ}` by least squares in log–log coordinates.
 
     With `window=(t_min, t_max)` the fit uses exactly those times. With `window=None` it is
@@ -258,7 +258,9 @@ def fit_power_law(t, loss, window=None, *, nbins: int = 80, smooth: float = 0.25
     cutoff (the slope steepens without bound as the last modes saturate): the points are averaged
     into `nbins` bins of `ln t`, local slopes are measured over `±smooth/2` decades, and the
     window is the widest run of bins (at least `min_decades` wide) whose local slopes all lie
-    within `tol · κ` of the slope fitted over the run itself. The window used is reported.
+    within `tol · κ` of the slope fitted over the run itself, and whose exponent `κ` is at least
+    `min_exponent` (a plateau is a run of constant slope too, with `κ ≈ 0`). The window used is
+    reported.
 
     **Arguments:** `t` (positive, increasing), `loss` (same shape; non-positive and non-finite
     entries are dropped, e.g. an excess loss that reached 0 in floating point).
@@ -306,7 +308,7 @@ def fit_power_law(t, loss, window=None, *, nbins: int = 80, smooth: float = 0.25
             if width < min_decades or (best is not None and width <= best[0]):
                 break
             b = seg(i, j)
-            if not b < 0:
+            if not -b >= min_exponent:
                 continue
             loc = s[i : j + 1]
             loc = loc[np.isfinite(loc)]

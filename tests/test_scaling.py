@@ -168,6 +168,8 @@ def test_fit_power_law_errors():
         fit_power_law(t, np.zeros_like(t))
     with pytest.raises(lvflow.LvflowError, match="no power-law window"):
         fit_power_law(t, np.exp(-t / 10))
+    with pytest.raises(lvflow.LvflowError, match="no power-law window"):  # a plateau is not a power law
+        fit_power_law(t, 1 + 1e-4 * np.exp(-t / 10))
     with pytest.raises(lvflow.LvflowError, match="window: need"):
         fit_power_law(t, 1 / t, window=(5.0, 2.0))
 
