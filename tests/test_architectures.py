@@ -218,3 +218,14 @@ def test_bad_input_raises():
         la.QKAttention(4, 2, 3, 2, readout=jnp.ones(4), key=KEY)
     with pytest.raises(lvflow.LvflowError, match="theta"):
         la.FourierMLP(4, theta=float("nan"), key=KEY)
+
+
+def test_init_is_gaussian_and_vmappable():
+    """`W ~ N(0, init_scale²)` (KS test), reproducible per key, and buildable under `filter_vmap`."""
+    from scipy.stats import kstest
+
+    W = np.asarray(la.QuadraticNet(100, 50, key=KEY, init_scale=0.3).W)
+    assert kstest(W.ravel() / 0.3, "norm").pvalue > 1e-3
+    np.testing.assert_array_equal(W, la.QuadraticNet(100, 50, key=KEY, init_scale=0.3).W)
+    ens = eqx.filter_vmap(lambda k: la.MLP(3, 2, key=k, init_scale=1.0))(jax.random.split(KEY, 3))
+    assert ens.W.shape == (3, 4, 2) and float(jnp.min(jnp.abs(ens.W[0] - ens.W[1]))) > 0

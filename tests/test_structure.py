@@ -1,7 +1,6 @@
 """`structure_matrix` (Thm 1, Eq. 2) and `expand` (Thm 12, Eq. 196) on modules whose expansion
 is known in closed form, against finite differences and direct evaluation, and their errors."""
 
-import math
 
 import equinox as eqx
 import jax

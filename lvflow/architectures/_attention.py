@@ -16,10 +16,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._validate import as_array, _is_concrete
+from .._validate import as_array
 from .._errors import LvflowError
-from ._base import AbstractArchitecture, bilinear, check_out_size, check_sequence, check_size, init_W, per_output
-from ._base import unpack
+from ._base import AbstractArchitecture, bilinear, check_out_size, check_sequence, check_size, init_W, normal
+from ._base import per_output, unpack
 
 
 def centered_softmax(s: Float[Array, " N"]) -> Float[Array, " N"]:
@@ -140,7 +140,7 @@ class QKAttention(AbstractArchitecture):
         wkey, ckey = jax.random.split(key)
         shape = (self.in_size,) if self._out_size is None else (self.in_size, self._out_size)
         if readout is None:
-            readout = jax.random.normal(ckey, shape) / math.sqrt(self.in_size)
+            readout = normal(ckey, shape) / math.sqrt(self.in_size)
         else:
             readout = as_array("readout", readout)
             if tuple(readout.shape) != shape:

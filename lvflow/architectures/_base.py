@@ -87,19 +87,23 @@ def _normal_chunk(key, i):
     return jax.random.normal(jax.random.fold_in(key, i), (_CHUNK,))
 
 
-def init_W(key: PRNGKeyArray, p: int, d: int, init_scale) -> Float[Array, "p d"]:
-    """`W ~ N(0, init_scale²)` entrywise, shape `(p, d)`.
+def normal(key: PRNGKeyArray, shape: tuple[int, ...]) -> Float[Array, "..."]:
+    """Standard normal draws of the given shape.
 
     Drawn in fixed-size chunks (`fold_in(key, i)`, `i = 0, 1, …`) so that one compiled sampler
     serves every shape: `jax.random.normal` compiles anew for each shape (~0.5 s on CPU), which
     would dominate building small models. Works under `jit`/`vmap` over keys too.
     """
-    s = check_positive("init_scale", init_scale, allow_zero=True)
-    n = p * d
-    chunks = [_normal_chunk(key, i) for i in range(-(-n // _CHUNK))]
+    n = int(np.prod(shape, dtype=int))
+    chunks = [_normal_chunk(key, i) for i in range(max(1, -(-n // _CHUNK)))]
     if _is_concrete(chunks[0]):  # assemble in numpy: jnp slicing would compile per shape too
-        return jnp.asarray(s * np.concatenate([np.asarray(c) for c in chunks])[:n].reshape(p, d))
-    return s * jnp.concatenate(chunks)[:n].reshape(p, d)
+        return jnp.asarray(np.concatenate([np.asarray(c) for c in chunks])[:n].reshape(shape))
+    return jnp.concatenate(chunks)[:n].reshape(shape)
+
+
+def init_W(key: PRNGKeyArray, p: int, d: int, init_scale) -> Float[Array, "p d"]:
+    """`W ~ N(0, init_scale²)` entrywise, shape `(p, d)`."""
+    return check_positive("init_scale", init_scale, allow_zero=True) * normal(key, (p, d))
 
 
 def check_activation(name: str, phi) -> float:
@@ -110,13 +114,14 @@ def check_activation(name: str, phi) -> float:
     """
     if not callable(phi):
         raise LvflowError(f"{name}: must be a callable activation, got {phi!r}")
-    phi0 = float(phi(jnp.zeros(())))
+    with jax.ensure_compile_time_eval():  # concrete even when a model is built under jit/vmap
+        phi0 = float(phi(jnp.zeros(())))
+        dphi0 = float(jax.grad(phi)(jnp.zeros(())))
     if not np.isfinite(phi0) or abs(phi0) > 1e-12:
         raise ZGZError(
             f"{name}: φ(0) = {phi0:.3g} ≠ 0 breaks ZGZ (zero gradient at zero, Thm 1); "
             "use an activation with φ(0) = 0 such as tanh, or shift it by φ(0)"
         )
-    dphi0 = float(jax.grad(phi)(jnp.zeros(())))
     if not np.isfinite(dphi0):
         raise LvflowError(f"{name}: φ'(0) = {dphi0} is not finite; the activation must be smooth at 0")
     return dphi0
