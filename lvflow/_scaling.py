@@ -140,8 +140,8 @@ def spectrum_exponents(*, zeta=None, V=None, r=None, C=None, kmin: int = 1, kmax
 # --------------------------------------------------------------------------------------------
 
 
-def effective_exponent(k, eps, *, alpha1, alpha2, zeta, C, c=1.0, beta: float = 0.0):
-    """The local decay exponent of the loss at the ignition of mode `k`, at finite `ε` (Eq. 292):
+def effective_exponent(k, eps, *, alpha1, alpha2, zeta=None, C=None, c=None, beta: float = 0.0):
+    """The local decay exponent of the loss at the switch-on of mode `k`, at finite `ε` (Eq. 292):
 
     `κ_eff(k, ε) = (α₁ − 1) / (α₂ − (α₁ − α₂ − β) / ln(ζ_k / (C_k c_k ε)))`.
 
@@ -151,26 +151,30 @@ def effective_exponent(k, eps, *, alpha1, alpha2, zeta, C, c=1.0, beta: float = 
     correction (the logarithm is then the same for every mode). As `ε → 0`,
     `κ_eff → (α₁ − 1)/α₂` (Thm 9); for `α₁ − α₂ − β > 0` the finite-ε law is steeper.
 
-    **Arguments:** `k` (array), `eps` in (0, 1); keyword-only `alpha1`, `alpha2` (the spectrum
-    exponents), `zeta`, `C`, `c` (the values `ζ_k`, `C_k`, `c_k` at `k`, broadcastable with `k`),
-    `beta` (the exponent of `c_k`).
+    **Arguments:** `k` (mode rank, array), `eps` in (0, 1); keyword-only `alpha1`, `alpha2` (the
+    spectrum exponents) and `beta` (the exponent of `c_k`); `zeta`, `C`, `c`: the values `ζ_k`,
+    `C_k`, `c_k` at `k` (broadcastable with `k`). By default the pure power-law spectrum of Thm 6
+    with unit prefactors: `ζ_k = k^{−α₂}`, `V_k = k^{−α₁}`, `C_k = ζ_k²/(8V_k)`, `c_k = k^{−β}`.
     """
     eps = check_in_open_interval("eps", eps, 0.0, 1.0)
     kappa = predicted_exponent(alpha1=alpha1, alpha2=alpha2)
     k = as_array("k", k)
-    zeta = as_array("zeta", zeta)
-    C = as_array("C", C)
-    c = as_array("c", c)
-    for name, v in (("k", k), ("zeta", zeta), ("C", C), ("c", c)):
+    if np.any(k <= 0):
+        raise LvflowError("k: must be positive")
+    a1, a2, beta = float(alpha1), float(alpha2), float(beta)
+    zeta = k**-a2 if zeta is None else as_array("zeta", zeta)
+    C = zeta**2 / (8.0 * k**-a1) if C is None else as_array("C", C)
+    c = k**-beta if c is None else as_array("c", c)
+    for name, v in (("zeta", zeta), ("C", C), ("c", c)):
         if np.any(v <= 0):
             raise LvflowError(f"{name}: must be positive")
     ell = np.log(zeta / (C * c * eps))
     if np.any(ell <= 0):
         raise LvflowError("eps: too large, ln(ζ_k/(C_k c_k ε)) ≤ 0 (the mode starts above its plateau)")
-    den = float(alpha2) - (float(alpha1) - float(alpha2) - float(beta)) / ell
+    den = a2 - (a1 - a2 - beta) / ell
     if np.any(den <= 0):
-        raise LvflowError("eps: too large for Eq. 292, the ignition times are not increasing in k here")
-    return kappa * float(alpha2) / den
+        raise LvflowError("eps: too large for Eq. 292, the switch-on times are not increasing in k here")
+    return kappa * a2 / den
 
 
 def effective_exponent_time(t, eps, *, alpha1, alpha2, const: float = 0.0):

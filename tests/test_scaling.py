@@ -87,6 +87,8 @@ def test_effective_exponent_is_the_local_slope_of_the_continuum_law():
     ke = effective_exponent(k, eps, alpha1=a1, alpha2=a2, zeta=k**-a2, C=k**(a1 - 2 * a2))
     np.testing.assert_allclose(ke, slope, rtol=1e-6)
     assert np.all(ke > 1.25)  # steeper than Thm 9 at finite ε
+    # the default spectrum (ζ_k = k^{−α₂}, V_k = k^{−α₁}, C_k = ζ_k²/(8V_k)) is this one with ε × 8
+    np.testing.assert_allclose(effective_exponent(k, eps * 8, alpha1=a1, alpha2=a2), ke, rtol=1e-12)
     # Eq. 295 (the time form) drops O(ln ln) terms: it is exact only as ε → 0. Here the
     # derivation gives const = −α (α = (α₁−α₂)/α₂); at ε = 1e-30 it matches to 0.5 %.
     eps, al = 1e-30, (a1 - a2) / a2
