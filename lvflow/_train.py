@@ -72,6 +72,12 @@ def minibatch_indices(key: PRNGKeyArray, *, steps: int, m: int, batch_size: int)
     return jax.vmap(lambda t: _batch_indices(key, t, m, batch_size))(jnp.arange(steps))
 
 
+def eval_key(key: PRNGKeyArray) -> PRNGKeyArray:
+    """The key of the evaluation set `train` draws once from a stream: `jax.random.split(key)[1]`
+    (step `t` uses `fold_in(key, t)`)."""
+    return jax.random.split(key)[1]
+
+
 def _check_int(name, v, *, allow_zero=False):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0 or (v == 0 and not allow_zero):
         raise LvflowError(f"{name}: must be a {'non-negative' if allow_zero else 'positive'} integer, got {v!r}")
@@ -228,7 +234,7 @@ def train(
     - `record`: `record(model) -> pytree`, or a dict of such, evaluated at each record.
     - `record_M`: record `M = W Wᵀ` and `μ = W 1` of the model's neuron arrays `W`.
     - `eval_data`: `(X, y)` on which the recorded loss is measured; default the dataset, or
-      for a stream `eval_size` samples drawn once from it.
+      for a stream `eval_size` samples drawn once from it (with `eval_key(key)`).
     - `trainable`: an equinox filter spec of the trained arrays; default `default_trainable`
       (the neuron arrays `W`, so fixed readouts stay fixed).
     - `progress`: show a tqdm bar across chunks; `None` = only for runs of ≥ 20000 steps.
@@ -260,7 +266,7 @@ def train(
     if eval_data is not None:
         ev = _as_data("eval_data", eval_data)
     elif stream is not None:
-        ev = _as_data("data (stream)", stream(jax.random.fold_in(key, -1), _check_int("eval_size", eval_size)))
+        ev = _as_data("data (stream)", stream(eval_key(key), _check_int("eval_size", eval_size)))
     else:
         ev = (Xd, yd)
     loss_fn = mse_loss if loss is None else loss
@@ -343,10 +349,9 @@ def _check_output_shape(model, ev):
     X, y = ev
     try:
         out = jax.eval_shape(jax.vmap(model), jax.ShapeDtypeStruct(X.shape, X.dtype))
-    except LvflowError:
-        raise
     except Exception as e:  # a shape error inside the model
-        raise LvflowError(f"data.X: the model cannot be applied to inputs of shape {X.shape[1:]} ({e})") from None
+        why = str(e).split("\n")[0]
+        raise LvflowError(f"data.X: the model cannot be applied to inputs of shape {X.shape[1:]} ({why})") from None
     if tuple(out.shape) != tuple(y.shape):
         raise LvflowError(f"data.y: shape {tuple(y.shape)} does not match the model's outputs {tuple(out.shape)}")
 
