@@ -87,10 +87,10 @@ def _right(quick: bool) -> dict:
     # the mode switching on at the middle of the fitted window (t*_k ≈ k^{α₂} ln(8/ε))
     t_mid = math.sqrt(fit.window[0] * fit.window[1])
     k_mid = (t_mid / math.log(8 / eps)) ** (1 / a2)
-    k_eff = float(_scaling.effective_exponent(k_mid, eps, alpha1=a1, alpha2=a2, zeta=k_mid**-a2,
-                                              C=k_mid**(a1 - 2 * a2) / 8, c=k_mid**-beta, beta=beta))
-    k_eff_flat = float(_scaling.effective_exponent(k_mid, eps, alpha1=a1, alpha2=a2, zeta=k_mid**-a2,
-                                                   C=k_mid**(a1 - 2 * a2) / 8))
+    # Eq. 292 for this spectrum (ζ_k = k^{−α₂}, V_k = k^{−α₁}, C_k = ζ_k²/(8V_k), z_k0 = ε k^{−β});
+    # "flat": what it would be with z_k0 = ε for every mode, the paper's case
+    k_eff = float(_scaling.effective_exponent(k_mid, eps, alpha1=a1, alpha2=a2, beta=beta))
+    k_eff_flat = float(_scaling.effective_exponent(k_mid, eps, alpha1=a1, alpha2=a2, c=1.0))
     res = _scaling.resolved_steps(r, eps, C=Ckk, c=c)
     return dict(t=t, E=E, fit=fit, kappa=kappa, k_eff=k_eff, k_eff_flat=k_eff_flat, spec=spec, K=K, eps=eps,
                 res=res, t_first=float(res.t_star[0]), t_last=float(res.t_star[-1]), k_mid=k_mid)
