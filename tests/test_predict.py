@@ -114,6 +114,9 @@ def test_eps_merge_flips_resolution():
         assert not resolved_steps(zeta, e * 1.001, C=C).resolved[k]
     assert em[2] < 1e-30  # nearly equal rates merge unless ε is astronomically small
     assert np.isnan(eps_merge(np.array([1.0, 1.0]), C=np.ones(2), c=np.ones(2))[0])
+    # Rates 0.1 % apart stay merged down to ε = 1e-304: reported as 0, and indeed unresolved there.
+    assert eps_merge(np.array([1.0, 0.999]), C=np.ones(2), c=np.ones(2))[0] == 0.0
+    assert not resolved_steps(np.array([1.0, 0.999]), 1e-300, C=np.ones(2)).resolved[0]
 
 
 def test_gd_steps_match_gradient_descent():
