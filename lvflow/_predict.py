@@ -115,7 +115,7 @@ def initial_scale(
     - `z0`: the initial modes themselves; then `ε = max_k z_k0` and `c_k = z_k0 / ε`.
     - `init_std` σ and `width` d: a weight matrix `W ∈ R^{p×d}` with i.i.d. `N(0, σ²)` entries
       has `E[M] = E[W Wᵀ] = d σ² I`, so every mode starts at `z_k0 = p_kᵀ M p_k ≈ d σ²`
-      (relative fluctuations `√(2/d)`): `ε = d σ²`, `c_k = 1`.
+      (relative fluctuations `√(2/d)`): `ε = d σ²`, and `c` as with `eps`.
 
     **Raises:** `LvflowError` unless exactly one is given and `0 < ε < 1`, `c_k > 0`.
     """

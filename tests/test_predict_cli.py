@@ -208,14 +208,16 @@ def test_json_quiet_and_npz(capsys, tmp_path):
 
 def test_power_law_and_init_std(capsys):
     rc, out, err = cli(capsys, "--alpha1", "2", "--alpha2", "0.8", "--modes", "3", "--init-std", "1e-3",
-                       "--width", "100", "--json")
+                       "--width", "100", "--beta", "1.2", "--json")
     assert rc == 0, err
     d = json.loads(out)
     assert d["exponent"] == pytest.approx(1.25)  # (α₁ − 1)/α₂, Thm 9
     assert d["eps"] == pytest.approx(100 * 1e-6)  # ε = d σ²
     r, V = np.arange(1, 4.0) ** -0.8, np.arange(1, 4.0) ** -2.0
     C = r**2 / (8 * V)
-    np.testing.assert_allclose([m["t_star"] for m in d["modes"]], np.log((r - C * 1e-4) / (C * 1e-4)) / r, rtol=1e-7)
+    z0 = 1e-4 * np.arange(1, 4.0) ** -1.2  # z_k0 = ε c_k, c_k = k^-β
+    np.testing.assert_allclose(d["c"], np.arange(1, 4.0) ** -1.2, rtol=1e-12)
+    np.testing.assert_allclose([m["t_star"] for m in d["modes"]], np.log((r - C * z0) / (C * z0)) / r, rtol=1e-7)
 
 
 def test_architecture_route(capsys, tmp_path):
