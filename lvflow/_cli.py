@@ -9,6 +9,7 @@ import sys
 # Each subcommand lives in its own module exposing `add_arguments(parser)` and `run(args) -> int`;
 # they are imported only when named, so `lvflow --help` stays fast.
 _COMMANDS = {
+    "demo": ("lvflow._demo", "Predict the plateaus of the paper's Fig 3 system (a two-minute tour)."),
     "predict": ("lvflow._predict_cli", "Predict the plateaus and switch-on times of a training run."),
     "figures": ("lvflow._figures.cli", "Regenerate the paper's figures (PNG, PDF and JSON summaries)."),
     "bench": ("benchmarks.__main__", "Run the benchmarks against scipy and gradient descent."),
