@@ -30,6 +30,11 @@ class QuadraticNet(_Scalar):
     def __init__(self, in_size, width, *, key: PRNGKeyArray, init_scale=0.01):
         self.W = init_W(key, check_size("in_size", in_size), check_size("width", width), init_scale)
 
+    @property
+    def in_size(self) -> int:
+        """Input dimension `n` (= `p`)."""
+        return self.p
+
     def unit(self, w: Float[Array, " n"], x: Float[Array, " n"]) -> Float[Array, ""]:
         return (w @ x) ** 2
 
@@ -54,6 +59,11 @@ class DiagonalLinear(_Scalar):
 
     def __init__(self, in_size, width=1, *, key: PRNGKeyArray, init_scale=0.01):
         self.W = init_W(key, check_size("in_size", in_size), check_size("width", width), init_scale)
+
+    @property
+    def in_size(self) -> int:
+        """Input dimension `n` (= `p`)."""
+        return self.p
 
     def unit(self, w: Float[Array, " n"], x: Float[Array, " n"]) -> Float[Array, ""]:
         return x @ (w * w) / 4
