@@ -45,3 +45,8 @@ from ._solve import LVSolution as LVSolution, solve_lv as solve_lv
 from ._closed_forms import XiSolution as XiSolution, ignition_time as ignition_time, isotropic_modes as isotropic_modes, isotropic_riccati as isotropic_riccati, log_orthogonal_features as log_orthogonal_features, orthogonal_features as orthogonal_features, orthogonal_samples as orthogonal_samples, projector_modes as projector_modes, proportional_samples as proportional_samples
 from ._schedule import LowRankLotkaVolterra as LowRankLotkaVolterra, PlateauSchedule as PlateauSchedule, plateau_schedule as plateau_schedule
 from ._reduce import ProjectorForm as ProjectorForm, reduce_to_lv as reduce_to_lv, reduce_to_projectors as reduce_to_projectors
+from ._train import TrainHistory as TrainHistory, train as train, minibatch_indices as minibatch_indices, mse_loss as mse_loss
+from ._data import Dataset as Dataset, LowRankTeacher as LowRankTeacher, TeacherStream as TeacherStream, low_rank_teacher as low_rank_teacher, gaussian_inputs as gaussian_inputs, teacher_student_stream as teacher_student_stream, fourier_task as fourier_task, digits_parity as digits_parity
+from ._twin import NQFModel as NQFModel, nqf_twin as nqf_twin
+from ._deep import DeepMLP as DeepMLP, DeepAttention as DeepAttention, DeepNQF as DeepNQF
+from ._agreement import Agreement as Agreement, compare_histories as compare_histories, recovered_singular_values as recovered_singular_values
