@@ -18,6 +18,14 @@ from lvflow._twin import NQFModel, nqf_twin
 KEY = jax.random.PRNGKey(3)
 
 
+ev = eqx.filter_jit(lambda model, x: model(x))  # one compile per model structure, not per op
+
+
+def scaled(model, t):
+    """Every weight array times `t`."""
+    return jax.tree_util.tree_map(lambda a: a * t if eqx.is_inexact_array(a) else a, model)
+
+
 def _rel(a, b):
     a, b = np.asarray(a), np.asarray(b)
     return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
@@ -37,9 +45,8 @@ def test_twin_output_is_the_quadratic_form_of_the_structure_matrix(net, x):
     W = np.asarray(net.W)
     direct = np.einsum("...ij,id,jd->...", A, W, W)  # Tr[Wᵀ A W]
     assert twin.W is net.W
-    assert _rel(twin(x), direct) < 1e-12
-    assert _rel(nqf_twin(net, x=x, method="structure")(x), direct) < 1e-12
-    assert _rel(twin.unit(W[:, 0], x), np.einsum("...ij,i,j->...", A, W[:, 0], W[:, 0])) < 1e-12
+    assert _rel(ev(twin, x), direct) < 1e-12
+    assert _rel(ev(NQFModel(net, "structure"), x), direct) < 1e-12
 
 
 @pytest.fixture(scope="module")
@@ -131,13 +138,12 @@ def test_deep_mlp_is_a_4_layer_mlp_and_its_twin_the_composed_quadratic_forms():
     x = np.array([0.4, -1.0, 0.7])
     (U1, V1), (U2, V2) = [(np.asarray(b.W[: b.in_size]), np.asarray(b.W[b.in_size :])) for b in deep.blocks]
     W1, W2, W3, W4 = U1.T, V1, U2.T, V2  # f = W4 φ(W3 φ(W2 φ(W1 x)))
-    assert _rel(deep(x), W4 @ np.tanh(W3 @ np.tanh(W2 @ np.tanh(W1 @ x)))) < 1e-13
-    assert _rel(twin(x), W4 @ W3 @ W2 @ W1 @ x) < 1e-13  # φ'(0) = 1 for tanh
+    assert _rel(ev(deep, x), W4 @ np.tanh(W3 @ np.tanh(W2 @ np.tanh(W1 @ x)))) < 1e-13
+    assert _rel(ev(twin, x), W4 @ W3 @ W2 @ W1 @ x) < 1e-13  # φ'(0) = 1 for tanh
     # Near zero the network is its two-layer NQF: error/|f| = O(t²) as all weights scale by t.
-    scaled = lambda m, t: jax.tree_util.tree_map(lambda a: a * t if eqx.is_inexact_array(a) else a, m)
-    errs = [_rel(deep_t(x), twin_t(x)) for deep_t, twin_t in ((scaled(deep, t), nqf_twin(scaled(deep, t))) for t in (0.1, 0.01))]
+    errs = [_rel(ev(scaled(deep, t), x), ev(scaled(twin, t), x)) for t in (0.1, 0.01)]
     assert 80 < errs[0] / errs[1] < 120, errs
-    assert _rel(nqf_twin(scaled(deep, 0.1))(x), 1e-4 * np.asarray(twin(x))) < 1e-12  # degree 4 exactly
+    assert _rel(ev(scaled(twin, 0.1), x), 1e-4 * np.asarray(ev(twin, x))) < 1e-12  # degree 4 exactly
 
 
 def test_deep_attention_twin_is_its_small_weight_limit():
@@ -146,14 +152,13 @@ def test_deep_attention_twin_is_its_small_weight_limit():
     # Token n as the query equals rolling it to the last position (keys are permutation invariant).
     mha = deep.blocks[0]
     Xp = np.asarray(X)[:, [0, 2, 1, 3, 4]]
-    assert _rel(mha(Xp), mha(X)) < 1e-13
-    scaled = lambda t: jax.tree_util.tree_map(lambda a: a * t if eqx.is_inexact_array(a) else a, deep)
-    errs = [_rel(scaled(t)(X), nqf_twin(scaled(t), seq_len=5)(X)) for t in (0.1, 0.01)]
+    assert _rel(ev(mha, Xp), ev(mha, X)) < 1e-13
+    twin = nqf_twin(deep, seq_len=5)
+    errs = [_rel(ev(scaled(deep, t), X), ev(scaled(twin, t), X)) for t in (0.1, 0.01)]
     assert errs[1] < 1e-3 and errs[0] / errs[1] > 80, errs
     # The twin: Q₂ reads the mean of block 1's outputs, all equal to Q₁(X) = L₁ x̄.
-    twin = nqf_twin(deep, seq_len=5)
     L = [np.einsum("abh,ach->bc", *[np.asarray(t) for t in _wv_v(b)]) for b in deep.blocks]
-    assert _rel(twin(X), (L[0] @ L[1]).T @ np.asarray(X).mean(1)) < 1e-12
+    assert _rel(ev(twin, X), (L[0] @ L[1]).T @ np.asarray(X).mean(1)) < 1e-12
 
 
 def _wv_v(block):
