@@ -207,3 +207,14 @@ def test_resolved_steps_merge_with_power_law_spectrum():
         resolved_steps(k, 1e-3, a=3)
     with pytest.raises(lvflow.LvflowError, match="eps: too large"):
         resolved_steps(np.array([1.0]), 0.9, C=10.0)
+
+
+@settings(max_examples=10, deadline=None)
+@given(kappa=st.floats(0.2, 3.0), logA=st.floats(-3, 3), lo=st.floats(-1, 1))
+def test_fit_power_law_exact_law_any_exponent(kappa, logA, lo):
+    """An exact power law is one straight window: the fit takes (almost) all of it, exactly."""
+    t = np.geomspace(10**lo, 10 ** (lo + 4), 500)
+    fit = fit_power_law(t, 10**logA * t**-kappa)
+    assert fit.exponent == pytest.approx(kappa, rel=1e-9)
+    assert fit.prefactor == pytest.approx(10**logA, rel=1e-8)
+    assert fit.decades > 3.9
