@@ -7,6 +7,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optimistix as optx
 from jaxtyping import Array, Bool, Float, Int
 
 from ._errors import LvflowError, SolverError
@@ -14,8 +15,33 @@ from ._lv import LotkaVolterra, equilibrium_is_unique, saturated_equilibrium, sa
 from ._validate import _is_concrete, as_array, check_in_open_interval, check_positive
 
 _DEFAULT_MAX_STEPS = 16384
+_U_CLIP = 300.0  # ln z: far above any saturated z (r/C), far below float64 overflow of C e^u
 _N_DEFAULT_TS = 400
 _BISECTION_STEPS = 60  # halves [0, 1] down to 1e-18: below float64 resolution of any step
+
+
+class _Interaction(eqx.Module):
+    """`C` in the form the solve uses: `d` (diagonal, `(K,)`), `U` (low-rank factor, `(K, q)`, or
+    `None`) and `dense` (`(K, K)`, or `None`), with `C = Diag(d) + U Uᵀ` or `C = dense`. Products
+    with it cost `O(K)`, `O(K q)` or `O(K²)` respectively."""
+
+    d: Float[Array, " K"] | None
+    U: Float[Array, "K q"] | None
+    dense: Float[Array, "K K"] | None
+
+    def Cz(self, z: Float[Array, "*b K"]) -> Float[Array, "*b K"]:
+        if self.dense is not None:
+            return z @ self.dense.T
+        out = self.d * z
+        return out if self.U is None else out + (z @ self.U) @ self.U.T
+
+    def rows_dot(self, Z: Float[Array, "K K"]) -> Float[Array, " K"]:
+        """`(C Z_k)_k` for every `k`, `Z_k` the `k`-th row of `Z`: mode `k`'s own interaction
+        with the state `Z_k` (each mode's bracket has its own state)."""
+        if self.dense is not None:
+            return jnp.einsum("kj,kj->k", self.dense, Z)
+        out = self.d * jnp.diagonal(Z)
+        return out if self.U is None else out + jnp.einsum("kq,kq->k", Z @ self.U, self.U)
 
 
 class LVSolution(eqx.Module):
@@ -119,8 +145,8 @@ def solve_lv(
     Works under `jax.jit`/`jax.vmap` over `z0`, `t1` and the system's arrays; input checks then
     apply to the concrete arguments only, and `throw=True` raises through `equinox.error_if`.
     """
-    if not isinstance(system, LotkaVolterra):
-        raise LvflowError(f"system: expected a LotkaVolterra, got {type(system).__name__}")
+    if not (isinstance(system, LotkaVolterra) or _is_low_rank(system)):
+        raise LvflowError(f"system: expected a LotkaVolterra or LowRankLotkaVolterra, got {type(system).__name__}")
     K = system.K
     z0 = as_array("z0", z0, ndim=1)
     if np.shape(z0) != (K,):
@@ -155,9 +181,15 @@ def solve_lv(
     if not isinstance(solver, dfx.AbstractSolver):
         raise LvflowError(f"solver: expected a diffrax solver, got {type(solver).__name__}")
 
-    r, C = system.r, system.C
-    concrete_system = _is_concrete(r) and _is_concrete(C)
-    diagonal = concrete_system and np.count_nonzero(np.asarray(C) - np.diag(np.diagonal(np.asarray(C)))) == 0
+    r = system.r
+    low_rank = _is_low_rank(system)
+    concrete_system = all(_is_concrete(x) for x in ((r, system.d, system.U) if low_rank else (r, system.C)))
+    if low_rank:
+        op = _Interaction(d=system.d, U=system.U if system.U.shape[1] else None, dense=None)
+    elif concrete_system and _is_diagonal(np.asarray(system.C)):
+        op = _Interaction(d=jnp.diagonal(system.C), U=None, dense=None)
+    else:
+        op = _Interaction(d=None, U=None, dense=system.C)
     if z_inf is not None:
         z_inf = as_array("z_inf", z_inf, ndim=1)
         if np.shape(z_inf) != (K,):
@@ -166,25 +198,13 @@ def solve_lv(
             raise LvflowError("z_inf: must be >= 0")
         z_eq, eq_ok = jnp.asarray(z_inf, dtype=float), jnp.asarray(True)
     elif concrete_system:
-        Cn, rn = np.asarray(C, dtype=float), np.asarray(r, dtype=float)
-        d = np.diagonal(Cn)
-        grow = (d <= 0) & (rn > 0)
-        if np.any(grow):
-            k = int(np.flatnonzero(grow)[0])
-            raise LvflowError(
-                f"system: mode {k} has r_k = {rn[k]:g} > 0 but C_kk = {d[k]:g}, so z_k grows without bound"
-            )
-        z_eq = saturated_equilibrium(Cn, rn)
-        if not np.all(np.isfinite(z_eq)):
-            raise LvflowError("system: no finite saturated equilibrium (the loss is unbounded below)")
-        eq_ok = jnp.asarray(equilibrium_is_unique(Cn, rn, z_eq))
-        z_eq = jnp.asarray(z_eq)
+        z_eq, eq_ok = _concrete_equilibrium(system, low_rank)
     else:
-        z_eq, eq_ok = saturated_equilibrium_jax(r, C)
+        z_eq, eq_ok = saturated_equilibrium_jax(r, system.C)
 
     sol = _solve_core(
         r,
-        jnp.diagonal(C) if diagonal else C,
+        op,
         jnp.log(jnp.asarray(z0, dtype=float)),
         jnp.asarray(t1, dtype=float),
         jnp.asarray(ts, dtype=float),
@@ -207,6 +227,44 @@ def solve_lv(
     return sol
 
 
+def _is_diagonal(C: np.ndarray) -> bool:
+    return np.count_nonzero(C) == np.count_nonzero(np.diagonal(C))
+
+
+def _is_low_rank(system) -> bool:
+    try:  # the low-rank system lives with the schedule that introduced it
+        from ._schedule import LowRankLotkaVolterra
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(system, LowRankLotkaVolterra)
+
+
+def _concrete_equilibrium(system, low_rank: bool):
+    """`(z*, unique)` in numpy. Low rank `C = Diag(d) + UUᵀ` (`d > 0`, so `C` is positive definite
+    and `z*` unique): try the interior point `C⁻¹r` by Woodbury in `O(K q²)` first."""
+    rn = np.asarray(system.r, dtype=float)
+    if low_rank:
+        d, U = np.asarray(system.d, dtype=float), np.asarray(system.U, dtype=float)
+        Dr, DU = rn / d, U / d[:, None]
+        z = Dr - DU @ np.linalg.solve(np.eye(U.shape[1]) + U.T @ DU, U.T @ Dr)
+        if np.all(z > 0):
+            return jnp.asarray(z), jnp.asarray(True)
+        return jnp.asarray(saturated_equilibrium(np.asarray(system.C), rn)), jnp.asarray(True)
+    Cn = np.asarray(system.C, dtype=float)
+    d = np.diagonal(Cn)
+    grow = (d <= 0) & (rn > 0)
+    if np.any(grow):
+        k = int(np.flatnonzero(grow)[0])
+        raise LvflowError(f"system: mode {k} has r_k = {rn[k]:g} > 0 but C_kk = {d[k]:g}, so z_k grows without bound")
+    if _is_diagonal(Cn):  # Thm 6: z*_k = r_k/C_kk or 0; unique unless a mode has C_kk = r_k = 0
+        z = np.where(rn > 0, rn / np.where(d > 0, d, 1.0), 0.0)
+        return jnp.asarray(z), jnp.asarray(bool(np.all((d > 0) | (rn < 0))))
+    z = saturated_equilibrium(Cn, rn)
+    if not np.all(np.isfinite(z)):
+        raise LvflowError("system: no finite saturated equilibrium (the loss is unbounded below)")
+    return jnp.asarray(z), jnp.asarray(equilibrium_is_unique(Cn, rn, z))
+
+
 def _failure_message(sol: LVSolution) -> str:
     if sol.result == dfx.RESULTS.successful:
         why = "non-finite values in the solution"
@@ -218,7 +276,7 @@ def _failure_message(sol: LVSolution) -> str:
 @eqx.filter_jit
 def _solve_core(
     r: Float[Array, " K"],
-    C: Float[Array, "K K"] | Float[Array, " K"],
+    op: _Interaction,
     u0: Float[Array, " K"],
     t1: Float[Array, ""],
     ts: Float[Array, " n"],
@@ -233,16 +291,14 @@ def _solve_core(
     max_steps: int,
     progress: bool,
 ) -> LVSolution:
-    """Arrays in, `LVSolution` out: jittable and vmappable. `C` is the full matrix, or its
-    diagonal (shape `(K,)`) when it is diagonal, so every product with it is `O(K)`."""
-    diagonal = C.ndim == 1
-
-    def Cz(z):
-        return C * z if diagonal else C @ z
+    """Arrays in, `LVSolution` out: jittable and vmappable; `C` enters only through `op`'s
+    structured products."""
 
     def field(t, u, args):
-        # u̇ = r − C e^u: Eq. 32 divided by z.
-        return r - Cz(jnp.exp(u))
+        # u̇ = r − C e^u: Eq. 32 divided by z. The clip only acts on trial stages of a step that
+        # overshoots (a mode igniting within one long step): without it e^u overflows, the error
+        # estimate is NaN and the controller proposes a NaN step instead of a shorter one.
+        return r - op.Cz(jnp.exp(jnp.minimum(u, _U_CLIP)))
 
     meter = dfx.TqdmProgressMeter() if progress else dfx.NoProgressMeter()
     out = dfx.diffeqsolve(
@@ -253,7 +309,7 @@ def _solve_core(
         dt0=None,
         y0=u0,
         saveat=dfx.SaveAt(subs=[dfx.SubSaveAt(ts=ts), dfx.SubSaveAt(t0=True, steps=True)]),
-        stepsize_controller=dfx.PIDController(rtol=rtol, atol=atol),
+        stepsize_controller=dfx.PIDController(rtol=rtol, atol=atol, norm=optx.max_norm),
         max_steps=max_steps,
         throw=False,
         progress_meter=meter,
@@ -264,12 +320,9 @@ def _solve_core(
     u_end = step_us[n_saved - 1]
     z_inf = jnp.where(eq_ok, z_eq, jnp.exp(u_end))
 
-    switch = _switch_on_times(step_ts, step_us, n_saved, z_inf, rho, r, C, diagonal)
+    switch = _switch_on_times(step_ts, step_us, n_saved, z_inf, rho, r, op)
     zs = jnp.exp(us)
-    if diagonal:
-        loss = jnp.sum(C * zs**2, axis=-1) / 8 - zs @ r / 4 + y2
-    else:
-        loss = jnp.einsum("ni,ij,nj->n", zs, C, zs) / 8 - zs @ r / 4 + y2
+    loss = jnp.sum(zs * op.Cz(zs), axis=-1) / 8 - zs @ r / 4 + y2  # Eq. 26 in modes
     success = (out.result == dfx.RESULTS.successful) & jnp.all(jnp.isfinite(zs)) & jnp.all(jnp.isfinite(u_end))
     return LVSolution(
         ts=ts,
@@ -286,28 +339,40 @@ def _solve_core(
     )
 
 
-def _switch_on_times(step_ts, step_us, n_saved, z_inf, rho, r, C, diagonal):
+def _switch_on_times(step_ts, step_us, n_saved, z_inf, rho, r, op):
     """First `t` with `u_k(t) = ln(ρ z_k(∞))`, by bisection on the cubic Hermite interpolant of the
     accepted step that brackets the first upward crossing (Thm 8's `t*_k`)."""
     K = step_us.shape[-1]
     modes = jnp.arange(K)
-    valid = jnp.arange(step_ts.shape[0]) < n_saved
     safe_zinf = jnp.where(z_inf > 0, z_inf, 1.0)
     target = jnp.log(rho) + jnp.log(safe_zinf)
-    g = jnp.where(valid[:, None], step_us - target, -jnp.inf)
-    above = g >= 0
-    reached = jnp.any(above, axis=0) & (z_inf > 0)
-    i1 = jnp.argmax(above, axis=0)
-    i0 = jnp.maximum(i1 - 1, 0)
-    ta, tb = step_ts[i0], step_ts[jnp.minimum(i1, n_saved - 1)]
-    h = tb - ta
-    ga, gb = g[i0, modes], g[i1, modes]
+    n = step_ts.shape[0]
 
-    # Slopes u̇_k = r_k − (C e^u)_k at the bracket's ends: one row of C per mode, O(K²) at most.
+    # First saved step at or above the target, by a loop over the accepted steps only that stops
+    # once every mode is found: a reduction over the whole (max_steps, K) buffer costs ~10x more.
+    def scan_cond(carry):
+        i, first = carry
+        return (i < n_saved) & jnp.any(first == n)
+
+    def scan_body(carry):
+        i, first = carry
+        row = jax.lax.dynamic_index_in_dim(step_us, i, keepdims=False)
+        return i + 1, jnp.where((first == n) & (row >= target), i, first)
+
+    _, i1 = jax.lax.while_loop(scan_cond, scan_body, (jnp.asarray(0), jnp.full(K, n)))
+    reached = (i1 < n) & (z_inf > 0)
+    i1 = jnp.minimum(i1, n_saved - 1)
+    i0 = jnp.maximum(i1 - 1, 0)
+    ta, tb = step_ts[i0], step_ts[i1]
+    h = tb - ta
+    ga, gb = step_us[i0, modes] - target, step_us[i1, modes] - target
+
+    # Slopes u̇_k = r_k − (C e^u)_k at the bracket's ends: one row of C per mode. A diagonal C
+    # needs only u_k itself; otherwise mode k's whole state at its own bracket (K × K).
     def slope(i):
-        if diagonal:
-            return r - C * jnp.exp(step_us[i, modes])
-        return r - jnp.einsum("kj,kj->k", C, jnp.exp(step_us[i]))
+        if op.dense is None and op.U is None:
+            return r - op.d * jnp.exp(step_us[i, modes])
+        return r - op.rows_dot(jnp.exp(step_us[i]))
 
     da, db = slope(i0) * h, slope(i1) * h
 

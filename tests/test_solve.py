@@ -203,3 +203,20 @@ def test_input_errors():
         solve_lv(lvflow.LotkaVolterra([1.0, 1.0], np.diag([1.0, 0.0])), [1e-3, 1e-3], 10.0)
     with pytest.raises(lvflow.LvflowError, match="system"):
         solve_lv(np.eye(3), z0, 10.0)
+
+
+def test_low_rank_system_matches_dense():
+    LowRank = getattr(lvflow, "LowRankLotkaVolterra", None)
+    if LowRank is None:
+        pytest.skip("LowRankLotkaVolterra not available")
+    r = np.array([1.0, 0.8, 0.5])
+    d = np.array([0.1, 0.05, 0.8])
+    U = np.array([[0.9, 0.1], [0.95, 0.0], [0.2, 0.4]])
+    z0 = np.array([1e-6, 1e-6, 1e-8])
+    ts = np.linspace(0, 120.0, 41)
+    dense = solve_lv(lvflow.LotkaVolterra(r, np.diag(d) + U @ U.T), z0, 120.0, ts=ts, rtol=1e-11, atol=1e-11)
+    low = solve_lv(LowRank(r, d, U), z0, 120.0, ts=ts, rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(np.asarray(low.zs), np.asarray(dense.zs), rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(low.z_inf), np.asarray(dense.z_inf), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(np.asarray(low.switch_on_times), np.asarray(dense.switch_on_times), rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(low.loss), np.asarray(dense.loss), rtol=1e-9, atol=1e-15)
