@@ -13,6 +13,7 @@ import math
 
 import equinox as eqx
 import numpy as np
+from jaxtyping import ArrayLike, Float
 
 from ._errors import LvflowError
 from ._validate import as_array, check_in_open_interval, check_positive
@@ -95,7 +96,15 @@ def _linfit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     return b, a, se
 
 
-def spectrum_exponents(*, zeta=None, V=None, r=None, C=None, kmin: int = 1, kmax: int | None = None) -> SpectrumExponents:
+def spectrum_exponents(
+    *,
+    zeta: Float[ArrayLike, " K"] | None = None,
+    V: Float[ArrayLike, " K"] | None = None,
+    r: Float[ArrayLike, " K"] | None = None,
+    C: Float[ArrayLike, "K K"] | Float[ArrayLike, " K"] | None = None,
+    kmin: int = 1,
+    kmax: int | None = None,
+) -> SpectrumExponents:
     """Estimate `α₁, α₂` from `(ζ, V)`, or from a gLV's `(r, C)` with `ζ_k = r_k` and
     `V_k = r_k²/(8 C_kk)` (Thm 6). Modes with `ζ_k ≤ 0` never ignite and are dropped; the rest
     are ranked `k = 1, 2, …` by decreasing `ζ`, and `ln ζ_k`, `ln V_k` are regressed on `ln k`
@@ -140,7 +149,17 @@ def spectrum_exponents(*, zeta=None, V=None, r=None, C=None, kmin: int = 1, kmax
 # --------------------------------------------------------------------------------------------
 
 
-def effective_exponent(k, eps, *, alpha1, alpha2, zeta=None, C=None, c=None, beta: float = 0.0):
+def effective_exponent(
+    k: Float[ArrayLike, "*b"],
+    eps: float,
+    *,
+    alpha1: float,
+    alpha2: float,
+    zeta: Float[ArrayLike, "*b"] | None = None,
+    C: Float[ArrayLike, "*b"] | None = None,
+    c: Float[ArrayLike, "*b"] | None = None,
+    beta: float = 0.0,
+) -> Float[np.ndarray, "*b"]:
     """The local decay exponent of the loss at the switch-on of mode `k`, at finite `ε` (Eq. 292):
 
     `κ_eff(k, ε) = (α₁ − 1) / (α₂ − (α₁ − α₂ − β) / ln(ζ_k / (C_k c_k ε)))`.
@@ -177,7 +196,9 @@ def effective_exponent(k, eps, *, alpha1, alpha2, zeta=None, C=None, c=None, bet
     return kappa * a2 / den
 
 
-def effective_exponent_time(t, eps, *, alpha1, alpha2, const: float = 0.0):
+def effective_exponent_time(
+    t: Float[ArrayLike, "*b"], eps: float, *, alpha1: float, alpha2: float, const: float = 0.0
+) -> Float[np.ndarray, "*b"]:
     """The time form of the finite-ε exponent (Eq. 295), `α = (α₁ − α₂)/α₂`:
 
     `κ_eff(t) ≈ (α₁−1)/α₂ · [1 + α / (ln(1/ε) + α ln ln(1/ε) + const − α ln t)]`.
@@ -253,7 +274,7 @@ def _local_slopes(x: np.ndarray, y: np.ndarray, half: float) -> np.ndarray:
     return out
 
 
-def fit_power_law(t, loss, window=None, *, nbins: int = 80, smooth: float = 0.25, tol: float = 0.25,
+def fit_power_law(t: Float[ArrayLike, " n"], loss: Float[ArrayLike, " n"], window: tuple[float, float] | None = None, *, nbins: int = 80, smooth: float = 0.25, tol: float = 0.25,
                   min_decades: float = 0.5, min_exponent: float = 0.05) -> PowerLawFit:
     """Fit `loss ∝ t^{−κ}` by least squares in log–log coordinates.
 
@@ -349,16 +370,24 @@ class StepResolution(eqx.Module):
     while the width stays O(1/ζ_k), so smaller `ε` resolves more steps.
     """
 
-    t_star: np.ndarray
-    gaps: np.ndarray
-    widths: np.ndarray
+    t_star: Float[np.ndarray, " K"]
+    gaps: Float[np.ndarray, " K-1"]
+    widths: Float[np.ndarray, " K-1"]
     resolved: np.ndarray
     order: np.ndarray
     n_resolved: int
     k_merge: int | None
 
 
-def resolved_steps(zeta, eps, *, a: int = 1, C=None, c=1.0, rho: float = 0.5) -> StepResolution:
+def resolved_steps(
+    zeta: Float[ArrayLike, " K"],
+    eps: float,
+    *,
+    a: int = 1,
+    C: Float[ArrayLike, " K"] | float | None = None,
+    c: Float[ArrayLike, " K"] | float = 1.0,
+    rho: float = 0.5,
+) -> StepResolution:
     """How many switch-on steps are resolved at initial scale `ε` (see `StepResolution`).
 
     Switch-on times are `t*_k = ln(1/ε)/(a ζ_k)` (leading order of Eq. 158), or with `C`
