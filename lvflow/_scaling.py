@@ -274,8 +274,17 @@ def _local_slopes(x: np.ndarray, y: np.ndarray, half: float) -> np.ndarray:
     return out
 
 
-def fit_power_law(t: Float[ArrayLike, " n"], loss: Float[ArrayLike, " n"], window: tuple[float, float] | None = None, *, nbins: int = 80, smooth: float = 0.25, tol: float = 0.25,
-                  min_decades: float = 0.5, min_exponent: float = 0.05) -> PowerLawFit:
+def fit_power_law(
+    t: Float[ArrayLike, " n"],
+    loss: Float[ArrayLike, " n"],
+    window: tuple[float, float] | None = None,
+    *,
+    nbins: int = 80,
+    smooth: float = 0.25,
+    tol: float = 0.25,
+    min_decades: float = 0.5,
+    min_exponent: float = 0.05,
+) -> PowerLawFit:
     """Fit `loss ∝ t^{−κ}` by least squares in log–log coordinates.
 
     With `window=(t_min, t_max)` the fit uses exactly those times. With `window=None` it is
