@@ -46,8 +46,33 @@ def structure_matrix(
     **Raises:** `ZGZError` when `∇_w unit(0, x) ≠ 0` (a bias, or `φ(0) ≠ 0`), naming the gradient
     norm; `LvflowError` when `unit(0, x) ≠ 0` or `p` is not a positive integer.
     """
-    if not isinstance(p, (int, np.integer)) or p <= 0:
-        raise LvflowError(f"p: must be a positive integer (the neuron size), got {p!r}")
+    _check_size("p", p, 1, "the neuron size")
+    f0, g, A = _derivatives_at_zero(unit, x, p, batched)
+    if _is_concrete(A):
+        scale = _scale(A)
+        gnorm = float(np.max(np.abs(np.asarray(g)))) if np.size(g) else 0.0
+        if not np.all(np.isfinite(np.asarray(A))):
+            raise LvflowError("unit: its Hessian at w = 0 is not finite")
+        # `not (a <= b)` so that a NaN gradient fails the check instead of passing it.
+        if not (gnorm <= atol * scale):
+            raise ZGZError(
+                f"unit: violates ZGZ (zero gradient at zero): max |∇_w unit(0, x)| = {gnorm:.3g}; "
+                "a bias term or an activation with φ(0) ≠ 0 breaks the NQF expansion (Thm 1)"
+            )
+        f0max = float(np.max(np.abs(np.asarray(f0)))) if np.size(f0) else 0.0
+        if not (f0max <= atol * scale):
+            raise LvflowError(f"unit: unit(0, x) = {f0max:.3g} ≠ 0; a sum-form unit must vanish at w = 0")
+    return A
+
+
+def _check_size(name, v, lo, what):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+        raise LvflowError(f"{name}: must be an integer ≥ {lo} ({what}), got {v!r}")
+
+
+@eqx.filter_jit
+def _derivatives_at_zero(unit, x, p, batched):
+    # filter_jit caches on the unit's identity and shapes, so repeated calls do not recompile.
     w0 = jnp.zeros((p,))
 
     def one(xi):
@@ -56,22 +81,7 @@ def structure_matrix(
         h = jax.hessian(unit)(w0, xi)
         return f0, g, 0.25 * (h + jnp.swapaxes(h, -1, -2))
 
-    fn = jax.vmap(one) if batched else one
-    f0, g, A = jax.jit(fn)(x) if _is_concrete(x) else fn(x)
-    if _is_concrete(A):
-        scale = _scale(A)
-        gnorm = float(np.max(np.abs(np.asarray(g)))) if np.size(g) else 0.0
-        if not np.all(np.isfinite(np.asarray(A))):
-            raise LvflowError("unit: its Hessian at w = 0 is not finite")
-        if gnorm > atol * scale:
-            raise ZGZError(
-                f"unit: violates ZGZ (zero gradient at zero): max |∇_w unit(0, x)| = {gnorm:.3g}; "
-                "a bias term or an activation with φ(0) ≠ 0 breaks the NQF expansion (Thm 1)"
-            )
-        f0max = float(np.max(np.abs(np.asarray(f0)))) if np.size(f0) else 0.0
-        if f0max > atol * scale:
-            raise LvflowError(f"unit: unit(0, x) = {f0max:.3g} ≠ 0; a sum-form unit must vanish at w = 0")
-    return A
+    return jax.vmap(one)(x) if batched else one(x)
 
 
 class Expansion(eqx.Module):
@@ -113,10 +123,8 @@ def expand(
     **Raises:** `SymmetryError` when the gradient columns or the Hessian blocks `H_ii`, `H_ij`
     are not all equal (the module is not permutation-symmetric), naming the largest deviation.
     """
-    if not isinstance(d, (int, np.integer)) or d < 2:
-        raise LvflowError(f"d: need at least 2 neurons to separate A from B, got {d!r}")
-    if not isinstance(p, (int, np.integer)) or p <= 0:
-        raise LvflowError(f"p: must be a positive integer (the neuron size), got {p!r}")
+    _check_size("d", d, 2, "at least 2 neurons separate A from B")
+    _check_size("p", p, 1, "the neuron size")
     W0 = jnp.zeros((p, d))
 
     def one(xi):
@@ -137,9 +145,12 @@ def expand(
         scale = _scale(G, Hii, Hij)
         dev_g = float(np.max(np.abs(np.asarray(G) - np.asarray(G)[..., :1])))
         dev_ii = float(np.max(np.abs(np.asarray(Hii) - np.asarray(Hii)[:1])))
-        dev_ij = float(np.max(np.abs(np.asarray(Hij) - np.asarray(Hij)[:1]))) if d > 2 else 0.0
+        # With d = 2 there is one pair; swap symmetry then needs H_01 = H_01ᵀ.
+        Hij_np = np.asarray(Hij)
+        dev_ij = float(np.max(np.abs(Hij_np - Hij_np[:1]))) if d > 2 else 0.0
+        dev_ij = max(dev_ij, float(np.max(np.abs(Hij_np - np.swapaxes(Hij_np, -1, -2)))))
         dev = max(dev_g, dev_ii, dev_ij)
-        if dev > atol * scale:
+        if not (dev <= atol * scale):
             which = ["gradient columns", "diagonal Hessian blocks H_ii", "off-diagonal blocks H_ij"][
                 int(np.argmax([dev_g, dev_ii, dev_ij]))
             ]

@@ -150,14 +150,25 @@ def test_zgz_error_names_the_gradient_norm():
         lvflow.structure_matrix(lambda w, x: jnp.sqrt(w @ w) * (w @ w) ** 0.25, np.zeros(P), P)
 
 
-@pytest.mark.parametrize("p", [0, -2, 2.5, "3", None])
+@pytest.mark.parametrize("p", [0, -2, 2.5, "3", None, True])
 def test_bad_p_raises(p):
-    with pytest.raises(lvflow.LvflowError, match="p: must be a positive integer"):
+    with pytest.raises(lvflow.LvflowError, match="p: must be an integer ≥ 1"):
         lvflow.structure_matrix(lambda w, x: w @ w, np.zeros(2), p)
-    with pytest.raises(lvflow.LvflowError, match="p: must be a positive integer"):
+    with pytest.raises(lvflow.LvflowError, match="p: must be an integer ≥ 1"):
         lvflow.expand(lambda W, x: jnp.sum(W * W), np.zeros(2), p, 2)
 
 
 def test_bad_d_raises():
-    with pytest.raises(lvflow.LvflowError, match="d: need at least 2 neurons"):
+    with pytest.raises(lvflow.LvflowError, match="d: must be an integer ≥ 2"):
         lvflow.expand(lambda W, x: jnp.sum(W * W), np.zeros(2), 2, 1)
+
+
+def test_expand_checks_pair_swap_symmetry_at_d2():
+    S = np.array([[0.0, 1.0], [0.0, 0.0]])  # w_0ᵀ S w_1 with S ≠ Sᵀ: not invariant under swapping
+    with pytest.raises(lvflow.SymmetryError, match="H_ij"):
+        lvflow.expand(lambda W, x: W[:, 0] @ S @ W[:, 1], np.zeros(1), 2, 2)
+
+
+def test_nan_gradient_is_not_accepted_as_zgz():
+    with pytest.raises(lvflow.LvflowError):
+        lvflow.structure_matrix(lambda w, x: jnp.sum(w) * x[0], np.array([np.nan]), 2)
