@@ -104,7 +104,5 @@ def compare(p: problems.Problem, cfg: Config, *, dense_steps: int) -> list[Row]:
 
 
 def run(cfg: Config) -> list[Row]:
-    K = cfg.size(1000, 30)
     dense_steps = cfg.size(500, 20)
-    return compare(problems.fig3_right(K), cfg, dense_steps=dense_steps) + \
-        compare(problems.coupled(K), cfg, dense_steps=dense_steps)
+    return [row for p in problems.row_problems(cfg.smoke) for row in compare(p, cfg, dense_steps=dense_steps)]

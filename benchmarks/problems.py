@@ -68,6 +68,34 @@ class Problem:
 
         return lvflow.LotkaVolterra(self.r, self.C, check=check)
 
+    def solver_system(self):
+        """What `solve_lv` is given: `LowRankLotkaVolterra(r, d, U)` for a coupled problem when
+        `solve_lv` accepts it (O(K R) products), else the dense `LotkaVolterra` (a diagonal `C`
+        is detected by `solve_lv` itself). Returns `(system, kind)`."""
+        if not self.diagonal and solve_lv_takes_low_rank():
+            import lvflow
+
+            return lvflow.LowRankLotkaVolterra(self.r, self.d, self.U), "low-rank"
+        return self.system(), "diagonal" if self.diagonal else "dense"
+
+
+_LOW_RANK_OK: list[bool] = []
+
+
+def solve_lv_takes_low_rank() -> bool:
+    """Whether `lvflow.solve_lv` accepts a `LowRankLotkaVolterra` (tried once on two modes)."""
+    if not _LOW_RANK_OK:
+        import lvflow
+
+        ok = hasattr(lvflow, "LowRankLotkaVolterra")
+        if ok:
+            try:
+                lvflow.solve_lv(lvflow.LowRankLotkaVolterra(np.ones(2), np.ones(2), np.ones((2, 1))), np.ones(2), 1.0)
+            except (lvflow.LvflowError, TypeError, AttributeError):
+                ok = False
+        _LOW_RANK_OK.append(ok)
+    return _LOW_RANK_OK[0]
+
 
 def fig3_right(K: int = 1000) -> Problem:
     """Fig 3 right (App. C): `r_k = k^{−0.8}`, `V_k = k^{−2}`, `C_kk = r_k²/(8V_k)`, diagonal,
@@ -100,6 +128,13 @@ def batch(n: int = 1024, K: int = 100, *, rank: int = 4, seed: int = 0) -> list[
     probs = [coupled(K, rank=rank, seed=seed + i) for i in range(n)]
     t1 = max(p.t1 for p in probs)
     return [dataclasses.replace(p, t1=t1) for p in probs]
+
+
+def row_problems(smoke: bool) -> list[Problem]:
+    """The problems of rows 1, 2 and 6: Fig 3 right and the coupled family at K = 1000; for a
+    smoke run only a 30-mode coupled one (one compilation instead of two; the diagonal paths of
+    the baselines are covered by the tests)."""
+    return [coupled(30)] if smoke else [fig3_right(1000), coupled(1000)]
 
 
 def switch_on_closed_form(p: Problem) -> np.ndarray:

@@ -4,11 +4,14 @@ Timings are not asserted (the machine is shared); what is asserted is that every
 the right thing, so the speed ratios compare equal work.
 """
 
+import json
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from benchmarks import gd, problems
+from benchmarks.__main__ import BENCHMARKS, main
 from benchmarks.scipy_glv import _illinois, solve_scipy
 
 
@@ -70,3 +73,14 @@ def test_gd_scan_matches_numpy_gradient_descent():
         H = 4 / m * np.diag(Lam.T @ res)  # H = (4/m) Σ Δ_μ A_μ (Eq. 27), ∇L = HW
         Wn = Wn - lr * H @ Wn
     np.testing.assert_allclose(np.asarray(W), Wn, rtol=1e-10, atol=1e-14)
+
+
+def test_smoke_run_writes_every_row(tmp_path):
+    out = tmp_path / "bench.json"
+    assert main(["--smoke", "--no-cold", "--repeats", "1", "--out", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert {r["bench"] for r in rec["rows"]} == set(BENCHMARKS)
+    for r in rec["rows"]:
+        assert r["lvflow_s"] > 0
+    glv = [r for r in rec["rows"] if r["bench"] == "glv" and r["data"]]
+    assert all(r["data"]["LSODA"]["switch_on_max_rel_diff_vs_lvflow"] < 1e-5 for r in glv)
