@@ -262,3 +262,16 @@ def test_initial_conditions():
     assert np.asarray(s.tau_star).tolist() == [0.0, math.inf, 0.0]
     assert events(s) == [(0.0, 2, False)]
     assert float(s.loss[0]) == pytest.approx(-1 / 8)
+
+
+def test_against_solve_lv():
+    # Cross-check with the project's diffrax integrator: at ε = 1e-60 the loss of the coupled
+    # two-mode flow sits on the limit's plateaus between the events.
+    eps = 1e-60
+    L = math.log(1 / eps)
+    coupled = lvflow.LotkaVolterra(R2, C2, y2=0.3)
+    s = plateau_schedule(coupled, eps)
+    mid = np.array([0.5, 1.4, 2.5])
+    sol = lvflow.solve_lv(coupled, np.full(2, eps), 3.0 * L, ts=mid * L, rtol=1e-10, atol=1e-12)
+    # off the plateau the inactive modes are ε^|s_k| (here ≤ e^{-11}), hence the tolerance
+    np.testing.assert_allclose(sol.loss, s.loss_at(mid), atol=1e-5)
