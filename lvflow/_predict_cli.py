@@ -91,7 +91,8 @@ def _build(args):
 
     from ._errors import LvflowError
     from ._io import load_array, load_arrays
-    from ._predict import lv_from_arrays, nqf_from_data, power_law_lv
+    from ._predict_data import nqf_from_data
+    from ._predict_inputs import lv_from_arrays, power_law_lv
 
     power = [a for a in ("alpha1", "alpha2", "modes") if getattr(args, a) is not None]
     given = [n for n, on in (("--system", args.system), ("--architecture", args.architecture),
@@ -172,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args) -> int:
     if args.list_architectures:
-        from ._predict import architecture_names
+        from ._predict_data import architecture_names
 
         print("\n".join(architecture_names()))
         return 0

@@ -12,7 +12,10 @@ from scipy.integrate import solve_ivp
 
 import lvflow
 from lvflow import LotkaVolterra, LvflowError, NQF
-from lvflow._predict import eps_merge, initial_scale, lv_from_arrays, power_law_lv, predict
+from lvflow._eps_merge import eps_merge
+from lvflow._predict import predict
+from lvflow._predict_data import nqf_from_data
+from lvflow._predict_inputs import initial_scale, lv_from_arrays, power_law_lv
 
 
 def t_star_158(r, Ckk, c, eps, rho):
@@ -203,8 +206,6 @@ def test_lv_from_arrays_forms():
 
 def test_matrix_flow_fallback():
     rng = np.random.default_rng(0)
-    from lvflow._predict import nqf_from_data
-
     x, y = rng.normal(size=(5, 2)), rng.normal(size=5)
     nqf = nqf_from_data("mlp", {"x": x, "y": y})
     with pytest.raises(lvflow.NotCommutingError):
