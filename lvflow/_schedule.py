@@ -12,10 +12,16 @@ The restricted equilibrium is kept up to date incrementally (Lawson–Hanson, wa
   matrix, updated by one rank-one Schur-complement step per mode entering or leaving:
   `O(K²)` per event;
 - `C = diag(d) + U Uᵀ` (`LowRankLotkaVolterra`, `U` of shape `(K, q)`): only the `q × q`
-  Woodbury core `G = U_Sᵀ D_S⁻¹ U_S` and `U_Sᵀ D_S⁻¹ r_S` are updated: `O(K q + q³)` per event;
+  Woodbury core `G = U_Sᵀ D_S⁻¹ U_S`, its inverse `(I + G)⁻¹` (Sherman–Morrison) and
+  `U_Sᵀ D_S⁻¹ r_S` are updated: `O(q²)` per update and `O(K q)` per event;
 - diagonal `C` (or `q = 0`): closed form, `O(K log K)`.
 
-The event loop runs in numpy (sequential, data-dependent control flow).
+The event loop runs in numpy: its control flow is sequential and data dependent, each event costs
+a handful of vector operations, and a compiled `lax.while_loop` version was measured no faster per
+event while costing ~10 s of compilation per shape. Measured (CPU time, busy 2-core machine,
+rank-4 coupling, ε = 1e-6): 10³ modes 0.04 s, 3·10³ 0.12 s, 10⁴ 0.7–0.8 s (one event per mode,
+≈ 70 µs each, i.e. `O(K q)` per event plus fixed per-event overhead); 10⁵ diagonal modes 0.08 s;
+dense `C` with 10³ modes 1–2.5 s.
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ import contextlib
 import math
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
@@ -297,7 +302,8 @@ def _repair(be, pend: set, tol, max_iter):
         pend.discard(k)
         neg = be.solve()
         if neg.size:  # Lawson–Hanson inner loop: step back to feasibility, drop a mode, resolve
-            z = be.z_full()
+            z = be.z_full().copy()  # the last feasible point: the committed equilibrium, z_k = 0
+            z[k] = 0.0
             for _ in range(max_iter):
                 zn = be.trial_z()
                 den = z[neg] - zn[neg]
