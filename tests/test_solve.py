@@ -131,6 +131,13 @@ def test_singular_C_uses_the_end_state():
     # Each of the twins behaves as a logistic with rate 1 for the pair: t* from z0_0 + z0_1.
     s0 = z0[0] + z0[1]
     np.testing.assert_allclose(float(sol.switch_on_times[0]), np.log((1 - s0) / s0), rtol=1e-6)
+    # An explicit z_inf is used as given: targets ρ z_inf = (0.2, 1.0, 0.3).
+    given = solve_lv(lvflow.LotkaVolterra(r, C), z0, 120.0, ts=np.linspace(0, 120.0, 41), rtol=1e-11, atol=1e-11,
+                     z_inf=[0.4, 2.0, 0.6])
+    np.testing.assert_array_equal(np.asarray(given.z_inf), [0.4, 2.0, 0.6])
+    t2 = -2 * np.log((0.5 * z0[2] / 0.3 - z0[2]) / (0.5 - z0[2]))  # logistic, r = 0.5, C = 1
+    np.testing.assert_allclose(np.asarray(given.switch_on_times)[[0, 2]], [np.log(4 * (1 - s0) / s0), t2], rtol=1e-6)
+    assert np.isinf(given.switch_on_times[1])  # z_1 → 0.75 never reaches 1.0
 
 
 def test_vmap_over_z0_and_systems_equals_loop():
