@@ -49,9 +49,21 @@ def _numeric(name: str, key: str, a: np.ndarray) -> np.ndarray:
     return np.asarray(a, dtype=np.float64)
 
 
-def _pickle_refused(name: str, p: Path, err: Exception) -> LvflowError:
+def _pickle_refused(name: str, p: Path) -> LvflowError:
     return LvflowError(f"{name}: {p} contains pickled (object) data, which lvflow refuses to load for safety; "
                        "save plain numeric arrays with numpy.save / numpy.savez")
+
+
+_READ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile)
+
+
+def _unreadable(name: str, p: Path, e: Exception, what: str = "") -> LvflowError:
+    """One line for a failed `numpy.load` (numpy says "pickle" when it meets object data)."""
+    if isinstance(e, ValueError):
+        if "pickle" in str(e).lower():
+            return _pickle_refused(name, p)
+        return LvflowError(f"{name}: cannot read {p}{what}: {e}")
+    return LvflowError(f"{name}: cannot read {p}{what}: {e.__class__.__name__}: {e}")
 
 
 def _load_csv(p: Path, name: str) -> dict[str, np.ndarray]:
@@ -114,18 +126,14 @@ def load_arrays(path, *, name: str = "file") -> dict[str, np.ndarray]:
     except OSError as e:
         raise LvflowError(f"{name}: cannot read {p}: {e.__class__.__name__}: {e}") from None
     if magic[:1] == b"\x80":  # a bare pickle stream (protocol ≥ 2) in disguise
-        raise _pickle_refused(name, p, None)
+        raise _pickle_refused(name, p)
     expected = b"\x93NUMPY" if suffix == ".npy" else b"PK"
     if not magic.startswith(expected):
         raise LvflowError(f"{name}: {p} is not a valid {suffix} file (bad header)")
     try:
         loaded = np.load(p, allow_pickle=False)
-    except ValueError as e:
-        if "pickle" in str(e).lower():
-            raise _pickle_refused(name, p, e) from None
-        raise LvflowError(f"{name}: cannot read {p} as {suffix}: {e}") from None
-    except (OSError, EOFError, zipfile.BadZipFile) as e:
-        raise LvflowError(f"{name}: cannot read {p} as {suffix}: {e.__class__.__name__}: {e}") from None
+    except _READ_ERRORS as e:
+        raise _unreadable(name, p, e, f" as {suffix}") from None
     if isinstance(loaded, np.ndarray):
         if suffix != ".npy":
             raise LvflowError(f"{name}: {p} is an .npy file with a {suffix} suffix")
@@ -137,14 +145,10 @@ def load_arrays(path, *, name: str = "file") -> dict[str, np.ndarray]:
                 raise LvflowError(f"{name}: {p} is an .npz archive with a {suffix} suffix")
             for k in z.files:
                 out[k] = _numeric(name, k, z[k])
-    except ValueError as e:
-        if isinstance(e, LvflowError):
-            raise
-        if "pickle" in str(e).lower():
-            raise _pickle_refused(name, p, e) from None
-        raise LvflowError(f"{name}: cannot read {p}: {e}") from None
-    except (OSError, EOFError, zipfile.BadZipFile) as e:
-        raise LvflowError(f"{name}: cannot read {p}: {e.__class__.__name__}: {e}") from None
+    except LvflowError:
+        raise
+    except _READ_ERRORS as e:
+        raise _unreadable(name, p, e) from None
     if not out:
         raise LvflowError(f"{name}: {p} holds no arrays")
     return out
