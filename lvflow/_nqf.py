@@ -44,6 +44,8 @@ class NQF(eqx.Module):
             raise LvflowError(f"A: the last two axes must be square (p, p), got shape {np.shape(A)}")
         if tuple(np.shape(y)) != tuple(out):
             raise LvflowError(f"y: shape {np.shape(y)} does not match A's sample/output axes {tuple(out)}")
+        if 0 in np.shape(A):
+            raise LvflowError(f"A: needs at least one sample and p ≥ 1, got shape {np.shape(A)}")
         check_symmetric("A", A)
         p = np.shape(A)[-1]
         if f0 is not None:

@@ -84,6 +84,22 @@ def _derivatives_at_zero(unit, x, p, batched):
     return jax.vmap(one)(x) if batched else one(x)
 
 
+@eqx.filter_jit
+def _blocks_at_zero(module, x, p, d, batched):
+    W0 = jnp.zeros((p, d))
+
+    def one(xi):
+        f0 = module(W0, xi)
+        G = jax.jacfwd(module)(W0, xi)  # (*k, p, d)
+        H = jax.hessian(module)(W0, xi)  # (*k, p, d, p, d)
+        idx = jnp.arange(d)
+        Hii = H[..., :, idx, :, idx]  # (d, *k, p, p)
+        Hij = H[..., :, idx, :, (idx + 1) % d]  # one off-diagonal block per neuron
+        return f0, G, Hii, Hij
+
+    return jax.vmap(one)(x) if batched else one(x)
+
+
 class Expansion(eqx.Module):
     """Second-order expansion of a permutation-symmetric module about `W = 0` (Thm 12, Eq. 196):
 
@@ -125,23 +141,13 @@ def expand(
     """
     _check_size("d", d, 2, "at least 2 neurons separate A from B")
     _check_size("p", p, 1, "the neuron size")
-    W0 = jnp.zeros((p, d))
-
-    def one(xi):
-        f0 = module(W0, xi)
-        G = jax.jacfwd(module)(W0, xi)  # (*k, p, d)
-        H = jax.hessian(module)(W0, xi)  # (*k, p, d, p, d)
-        idx = jnp.arange(d)
-        Hii = H[..., :, idx, :, idx]  # (d, *k, p, p)
-        Hij = H[..., :, idx, :, (idx + 1) % d]  # one off-diagonal block per neuron
-        return f0, G, Hii, Hij
-
-    fn = jax.vmap(one) if batched else one
-    f0, G, Hii, Hij = jax.jit(fn)(x) if _is_concrete(x) else fn(x)
+    f0, G, Hii, Hij = _blocks_at_zero(module, x, p, d, batched)
     # Fancy indexing puts the neuron axis first (after the batch axis, when batched).
     ax = 1 if batched else 0
     Hii, Hij = jnp.moveaxis(Hii, ax, 0), jnp.moveaxis(Hij, ax, 0)
     if _is_concrete(G):
+        if not all(np.all(np.isfinite(np.asarray(a))) for a in (f0, G, Hii, Hij)):
+            raise LvflowError("module: its derivatives at W = 0 are not finite")
         scale = _scale(G, Hii, Hij)
         dev_g = float(np.max(np.abs(np.asarray(G) - np.asarray(G)[..., :1])))
         dev_ii = float(np.max(np.abs(np.asarray(Hii) - np.asarray(Hii)[:1])))

@@ -6,17 +6,15 @@ so the checks are skipped there and the public wrappers call them before tracing
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 from ._errors import LvflowError, NotPSDError, SymmetryError
 
 
 def _is_concrete(x) -> bool:
-    try:
-        np.asarray(x)
-    except Exception:  # a tracer
-        return False
-    return True
+    """False for a JAX tracer (inside `jit`/`vmap`), whose values are unknown."""
+    return not isinstance(x, jax.core.Tracer)
 
 
 def as_array(name: str, x, *, ndim: int | tuple[int, ...] | None = None) -> np.ndarray:
@@ -26,8 +24,10 @@ def as_array(name: str, x, *, ndim: int | tuple[int, ...] | None = None) -> np.n
     if not _is_concrete(x):
         return x
     a = np.asarray(x)
-    if a.dtype == object:
-        raise LvflowError(f"{name}: not a numeric array (dtype object)")
+    if a.dtype == object or not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
+        raise LvflowError(f"{name}: not a numeric array (dtype {a.dtype})")
+    if np.iscomplexobj(a):
+        raise LvflowError(f"{name}: complex values are not supported (dtype {a.dtype})")
     if ndim is not None:
         allowed = (ndim,) if isinstance(ndim, int) else ndim
         if a.ndim not in allowed:
@@ -71,7 +71,15 @@ def check_in_open_interval(name: str, v, lo: float, hi: float) -> float:
 
 
 def check_positive(name: str, v, *, allow_zero: bool = False) -> float:
+    """A float scalar `> 0` (or `≥ 0` with `allow_zero`)."""
     v = float(as_array(name, v, ndim=0))
     if v < 0 or (v == 0 and not allow_zero):
         raise LvflowError(f"{name}: must be {'non-negative' if allow_zero else 'positive'}, got {v:g}")
     return v
+
+
+def check_positive_int(name: str, v, *, minimum: int = 1) -> int:
+    """An integer `≥ minimum` (booleans refused: `True` is not a count)."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
+        raise LvflowError(f"{name}: must be an integer ≥ {minimum}, got {v!r}")
+    return int(v)

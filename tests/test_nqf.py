@@ -120,3 +120,16 @@ def test_mu_required_when_nqf_has_mu_terms():
     nqf = lvflow.NQF(A, rng.normal(size=4), g=rng.normal(size=(4, 3)))
     with pytest.raises(lvflow.LvflowError, match="mu: required"):
         nqf.loss(np.eye(3))
+
+
+@pytest.mark.parametrize(
+    "A, y, match",
+    [
+        (np.zeros((0, 2, 2)), np.zeros(0), "at least one sample"),
+        (np.eye(2)[None] * (1 + 1j), np.zeros(1), "complex"),
+        (np.array([[["a", "b"], ["b", "a"]]]), np.zeros(1), "not a numeric array"),
+    ],
+)
+def test_nqf_refuses_empty_complex_and_non_numeric(A, y, match):
+    with pytest.raises(lvflow.LvflowError, match=match):
+        lvflow.NQF(A, y)

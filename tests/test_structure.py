@@ -172,3 +172,8 @@ def test_expand_checks_pair_swap_symmetry_at_d2():
 def test_nan_gradient_is_not_accepted_as_zgz():
     with pytest.raises(lvflow.LvflowError):
         lvflow.structure_matrix(lambda w, x: jnp.sum(w) * x[0], np.array([np.nan]), 2)
+
+
+def test_expand_non_finite_derivatives_named_as_such():
+    with pytest.raises(lvflow.LvflowError, match="not finite"):
+        lvflow.expand(lambda W, x: jnp.sum(jnp.sqrt(jnp.abs(W))), np.zeros(1), 2, 2)
