@@ -94,7 +94,11 @@ class _Spec(eqx.Module):
     features: Callable = eqx.field(static=True)  # x -> (k, a, b)
     embed: Callable = eqx.field(static=True)  # (U, s, V) -> Z (p, r), Tr[Z Zᵀ A_c] = ⟨U S Vᵀ, Φ_c⟩
     shape: tuple[int, int] = eqx.field(static=True)
-    draw: Callable | None = eqx.field(static=True, default=None)  # (key, r) -> U, V (constrained)
+    draw: Callable | None = eqx.field(static=True, default=None)  # (rng, r) -> U, V (constrained)
+    # Separable case, Φ_c(x) = ψ(x) read by output c's own slice of Θ: f_c = ψ(x)ᵀ slices(Θ)[c].
+    # Then Θ̂ is fitted output by output from the (m, F) matrix of ψ, not the (m·k, a·b) one.
+    common: Callable | None = eqx.field(static=True, default=None)  # x -> ψ(x) (F,)
+    slices: Callable | None = eqx.field(static=True, default=None)  # (a, b) array -> (k, F)
 
 
 def _orth(rng: np.random.Generator, n: int, r: int) -> np.ndarray:
@@ -130,7 +134,10 @@ def _spec(model) -> _Spec:
         def embed(U, s, V):
             return _stack(p, [(0, U * np.sqrt(s)), (n, V * np.sqrt(s))], len(s))
 
-        return _Spec(features, embed, (n, k))
+        def common(x):
+            return dphi * (x if isinstance(model, arch.MLP) else jnp.sum(model.patches(x), axis=0))
+
+        return _Spec(features, embed, (n, k), common=common, slices=lambda T: T.T)
 
     if isinstance(model, arch.MultiHeadAttention):
         D, dk, dv = model.in_size, model.key_size, model.value_size
@@ -143,7 +150,7 @@ def _spec(model) -> _Spec:
             start = 2 * dk * D  # Wᑫ = Wᴷ = 0; row 0 of Wᴠ (d_v × D) and of v (d_v × k), row-major
             return _stack(p, [(start, U * np.sqrt(s)), (start + dv * D, V * np.sqrt(s))], len(s))
 
-        return _Spec(features, embed, (D, k))
+        return _Spec(features, embed, (D, k), common=lambda X: jnp.mean(X, axis=1), slices=lambda T: T.T)
 
     if isinstance(model, arch.QKAttention):
         D, dk = model.in_size, model.key_size
@@ -191,7 +198,13 @@ def _moe_spec(model, k) -> _Spec:
     def embed(U, s, V):
         return _stack(p, [(0, U * np.sqrt(s)), (D, V * np.sqrt(s))], len(s))
 
-    return _Spec(features, embed, (D, k * D), draw)
+    def common(x):
+        return dpsi * jnp.outer(x, x).reshape(D * D)
+
+    def slices(R):  # R[a, c·D + b] -> [c, a·D + b]
+        return R.reshape(D, k, D).transpose(1, 0, 2).reshape(k, D * D)
+
+    return _Spec(features, embed, (D, k * D), draw, common, slices)
 
 
 class LowRankTeacher(eqx.Module):
@@ -214,7 +227,8 @@ class LowRankTeacher(eqx.Module):
 
     The recovered singular values (`recovered`) are measured from a model's outputs alone, so
     that a network and its NQF are measured the same way: `Θ̂` is the least-squares fit of
-    `f_c(x_μ) ≈ ⟨Θ, Φ_c(x_μ)⟩` over the dataset (minimum norm), and `ŝ_j = u_jᵀ Θ̂ v_j`. This is a
+    `f_c(x_μ) ≈ ⟨Θ, Φ_c(x_μ)⟩` over the dataset (minimum norm; output by output when, as for
+    all but QK attention, each output reads its own slice of `Θ`), and `ŝ_j = u_jᵀ Θ̂ v_j`. This is a
     fixed linear functional of the outputs, `ŝ_j = Σ_{μ,c} R_{jμc} f_c(x_μ)`; on the teacher's
     own labels it returns `s` exactly.
 
@@ -286,16 +300,24 @@ def low_rank_teacher(
     U, V = spec.draw(rng, r) if spec.draw is not None else (_orth(rng, a, r), _orth(rng, b, r))
     Theta = (U * s) @ V.T
     Z = spec.embed(U, s, V)
-    Phi, y_check = _teacher_arrays(spec.features, model.structure, X, jnp.asarray(Z))
-    Phi = np.asarray(Phi)  # (m, k, a, b)
-    y = np.einsum("mcab,ab->mc", Phi, Theta)
+    separable = spec.common is not None
+    Phi, y_check = _teacher_arrays(spec.common if separable else spec.features, model.structure, X, jnp.asarray(Z))
+    Phi = np.asarray(Phi)  # (m, F) if separable, else (m, k, a, b)
+    mm = Phi.shape[0]
+    G = np.einsum("aj,bj->jab", U, V)  # u_j v_jᵀ
+    # Readout: ŝ_j = ⟨u_j v_jᵀ, Θ̂⟩ with Θ̂ = pinv(Φ) f (least squares, minimum norm).
+    if separable:
+        y = Phi @ spec.slices(Theta).T  # (m, k)
+        k = y.shape[1]
+        Gs = np.stack([spec.slices(g) for g in G])  # (r, k, F)
+        readout = np.einsum("fm,jcf->jmc", np.linalg.pinv(Phi, rcond=1e-10), Gs)
+    else:
+        y = np.einsum("mcab,ab->mc", Phi, Theta)
+        k = Phi.shape[1]
+        readout = (G.reshape(r, a * b) @ np.linalg.pinv(Phi.reshape(mm * k, a * b), rcond=1e-10)).reshape(r, mm, k)
     # The embedding is the definition of the labels: check it against the closed-form A.
     if not np.allclose(np.asarray(y_check), y[:2], rtol=1e-10, atol=1e-10 * float(np.max(np.abs(y)))):
         raise LvflowError(f"model: the teacher embedding does not reproduce Tr[M* A(x)] for a {type(model).__name__}")
-    # Readout: ŝ_j = ⟨u_j v_jᵀ, Θ̂⟩ with Θ̂ = pinv(Φ) f, so R = vec(u_j v_jᵀ)ᵀ pinv(Φ).
-    mm, k = Phi.shape[:2]
-    G = np.einsum("aj,bj->jab", U, V).reshape(r, a * b)
-    readout = (G @ np.linalg.pinv(Phi.reshape(mm * k, a * b), rcond=1e-10)).reshape(r, mm, k)
     s_back = np.einsum("jmc,mc->j", readout, y)
     err = float(np.max(np.abs(s_back - s) / s))
     if not err <= rtol:
@@ -311,7 +333,7 @@ def low_rank_teacher(
 
 @eqx.filter_jit
 def _teacher_arrays(features, structure, X, Z):
-    """Features `Φ_c(x_μ)` of all samples, and `Tr[Z Zᵀ A_c(x)]` on the first two (one compile)."""
+    """Features of all samples, and `Tr[Z Zᵀ A_c(x)]` on the first two (one compile)."""
     A = jax.vmap(structure)(X[:2])
     A = A if A.ndim == 4 else A[:, None]
     return jax.vmap(features)(X), jnp.einsum("mcij,ir,jr->mc", A, Z, Z)
