@@ -107,14 +107,19 @@ def isotropic_riccati(Y: ArrayLike, c: ArrayLike, M0: ArrayLike, t: ArrayLike) -
         raise LvflowError(f"M0: shape {np.shape(M0)} does not match Y's {np.shape(Y)}")
     c = check_positive("c", c, allow_zero=True) if _is_concrete(c) else c
     t = jnp.asarray(as_array("t", t, ndim=(0, 1)), dtype=float)
-    gamma, Q = jnp.linalg.eigh(jnp.asarray(Y, dtype=float))
-    Mt0 = Q.T @ jnp.asarray(M0, dtype=float) @ Q
+    return _riccati(jnp.asarray(Y, dtype=float), jnp.asarray(c, dtype=float), jnp.asarray(M0, dtype=float), t)
+
+
+@jax.jit
+def _riccati(Y, c, M0, t):
+    gamma, Q = jnp.linalg.eigh(Y)
+    Mt0 = Q.T @ M0 @ Q
+    p = gamma.shape[0]
 
     def at(s):
         e = jnp.exp(gamma * s)
         X = e[:, None] * Mt0 * e[None, :]
         G = _phi(2 * gamma, s)
-        p = gamma.shape[0]
         Mt = jnp.linalg.solve(jnp.eye(p) + 8 * c * X * G[None, :], X)  # (I + 8c X G)⁻¹ X = X (I + 8c G X)⁻¹
         Mt = (Mt + Mt.T) / 2
         return Q @ Mt @ Q.T
