@@ -26,6 +26,8 @@ block 2 reads `X'` at its last token. Attention has no activation between blocks
 
 from __future__ import annotations
 
+from typing import Callable
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -58,7 +60,7 @@ class DeepMLP(eqx.Module):
     """
 
     blocks: tuple
-    activation: callable = eqx.field(static=True)
+    activation: Callable = eqx.field(static=True)
     chain: str = eqx.field(static=True, default="mlp")
     twin_blocks: bool = eqx.field(static=True, default=True)
 
