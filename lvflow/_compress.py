@@ -7,10 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._errors import LvflowError
 from ._flow import check_state
 from ._nqf import NQF
-from ._validate import check_positive
+from ._validate import check_positive, check_positive_int
 
 
 class Compressed(eqx.Module):
@@ -92,8 +91,7 @@ def compress(
 
     **Returns:** a `Compressed`, including `W'` with `W'W'ᵀ = M'`, `W'1 = μ'`.
     """
-    if not (isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0):
-        raise LvflowError(f"d: must be a positive integer (the number of neurons), got {d!r}")
+    check_positive_int("d", d, what="the number of neurons")
     M, mu, _ = check_state(nqf, M, mu, d, M_name="M", mu_name="mu")
     lr = check_positive("lr", lr)
     if rtol is not None:

@@ -11,7 +11,7 @@ from jaxtyping import Array, Float, Int
 
 from ._errors import LvflowError, SolverError
 from ._nqf import NQF
-from ._validate import as_array, check_positive, check_psd
+from ._validate import as_array, check_positive, check_positive_int, check_psd
 
 
 class FlowSolution(eqx.Module):
@@ -182,8 +182,7 @@ def matrix_flow(
     if atol is None:
         atol = 1e-3 * rtol * _smallest_scale(M0, mu0)
     atol = check_positive("atol", atol)
-    if not (isinstance(max_steps, (int, np.integer)) and max_steps > 0):
-        raise LvflowError(f"max_steps: must be a positive integer, got {max_steps!r}")
+    check_positive_int("max_steps", max_steps)
     solver = diffrax.Tsit5() if solver is None else solver
     if not isinstance(solver, diffrax.AbstractSolver):
         raise LvflowError(f"solver: expected a diffrax solver, got {type(solver).__name__}")

@@ -9,13 +9,10 @@ import numpy as np
 
 from ._errors import LvflowError, NotPSDError, SymmetryError
 from ._lv import LotkaVolterra
-from ._validate import as_array, check_in_open_interval, check_positive, check_psd
+from ._validate import as_array, check_in_open_interval, check_positive, check_positive_int, check_psd
 
 
-def _positive_int(name: str, v) -> int:
-    if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-        raise LvflowError(f"{name}: must be a positive integer, got {v!r}")
-    return int(v)
+_positive_int = check_positive_int
 
 
 def lv_from_arrays(arrays: Mapping[str, Any], *, name: str = "system") -> LotkaVolterra:

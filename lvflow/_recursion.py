@@ -11,7 +11,7 @@ from jaxtyping import Array, Float, Int
 from ._errors import LvflowError, SolverError
 from ._flow import check_state, gradient_terms
 from ._nqf import NQF
-from ._validate import check_in_open_interval, check_positive
+from ._validate import check_in_open_interval, check_positive, check_positive_int
 
 
 class RecursionResult(eqx.Module):
@@ -149,9 +149,10 @@ def gd_recursion(
     **Returns:** a `RecursionResult` at steps `0, record_every, …, steps`.
     """
     M0, mu0, d = check_state(nqf, M0, mu0, d)
-    if not (isinstance(steps, (int, np.integer)) and not isinstance(steps, bool) and steps > 0):
-        raise LvflowError(f"steps: must be a positive integer, got {steps!r}")
-    if not (isinstance(record_every, (int, np.integer)) and record_every > 0 and steps % record_every == 0):
+    check_positive_int("steps", steps)
+    if isinstance(record_every, bool) or not (
+        isinstance(record_every, (int, np.integer)) and record_every > 0 and steps % record_every == 0
+    ):
         raise LvflowError(f"record_every: must be a positive integer dividing steps={steps}, got {record_every!r}")
     lr = check_positive("lr", lr)
     gamma = check_positive("weight_decay", weight_decay, allow_zero=True)

@@ -11,7 +11,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ._errors import LvflowError, SymmetryError, ZGZError
-from ._validate import _is_concrete
+from ._validate import _is_concrete, check_positive_int
 
 
 def _scale(*arrays) -> float:
@@ -46,7 +46,7 @@ def structure_matrix(
     **Raises:** `ZGZError` when `∇_w unit(0, x) ≠ 0` (a bias, or `φ(0) ≠ 0`), naming the gradient
     norm; `LvflowError` when `unit(0, x) ≠ 0` or `p` is not a positive integer.
     """
-    _check_size("p", p, 1, "the neuron size")
+    check_positive_int("p", p, what="the neuron size")
     f0, g, A = _derivatives_at_zero(unit, x, p, batched)
     if _is_concrete(A):
         scale = _scale(A)
@@ -63,11 +63,6 @@ def structure_matrix(
         if not (f0max <= atol * scale):
             raise LvflowError(f"unit: unit(0, x) = {f0max:.3g} ≠ 0; a sum-form unit must vanish at w = 0")
     return A
-
-
-def _check_size(name, v, lo, what):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-        raise LvflowError(f"{name}: must be an integer ≥ {lo} ({what}), got {v!r}")
 
 
 @eqx.filter_jit
@@ -139,8 +134,8 @@ def expand(
     **Raises:** `SymmetryError` when the gradient columns or the Hessian blocks `H_ii`, `H_ij`
     are not all equal (the module is not permutation-symmetric), naming the largest deviation.
     """
-    _check_size("d", d, 2, "at least 2 neurons separate A from B")
-    _check_size("p", p, 1, "the neuron size")
+    check_positive_int("d", d, minimum=2, what="2 neurons at least separate A from B")
+    check_positive_int("p", p, what="the neuron size")
     f0, G, Hii, Hij = _blocks_at_zero(module, x, p, d, batched)
     # Fancy indexing puts the neuron axis first (after the batch axis, when batched).
     ax = 1 if batched else 0

@@ -78,8 +78,9 @@ def check_positive(name: str, v, *, allow_zero: bool = False) -> float:
     return v
 
 
-def check_positive_int(name: str, v, *, minimum: int = 1) -> int:
+def check_positive_int(name: str, v, *, minimum: int = 1, what: str | None = None) -> int:
     """An integer `≥ minimum` (booleans refused: `True` is not a count)."""
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
-        raise LvflowError(f"{name}: must be an integer ≥ {minimum}, got {v!r}")
+        need = "a positive integer" if minimum == 1 else f"an integer ≥ {minimum}"
+        raise LvflowError(f"{name}: must be {need}{f' ({what})' if what else ''}, got {v!r}")
     return int(v)

@@ -18,7 +18,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._errors import LvflowError, ZGZError
-from .._validate import _is_concrete, as_array, check_positive
+from .._validate import _is_concrete, as_array, check_positive, check_positive_int
 
 
 class AbstractArchitecture(eqx.Module):
@@ -69,9 +69,7 @@ class AbstractArchitecture(eqx.Module):
 
 def check_size(name: str, v) -> int:
     """A positive integer size."""
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
-        raise LvflowError(f"{name}: must be a positive integer, got {v!r}")
-    return int(v)
+    return check_positive_int(name, v)
 
 
 def check_out_size(v) -> int | None:
