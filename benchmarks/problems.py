@@ -69,32 +69,14 @@ class Problem:
         return lvflow.LotkaVolterra(self.r, self.C, check=check)
 
     def solver_system(self):
-        """What `solve_lv` is given: `LowRankLotkaVolterra(r, d, U)` for a coupled problem when
-        `solve_lv` accepts it (O(K R) products), else the dense `LotkaVolterra` (a diagonal `C`
-        is detected by `solve_lv` itself). Returns `(system, kind)`."""
-        if not self.diagonal and solve_lv_takes_low_rank():
-            import lvflow
-
-            return lvflow.LowRankLotkaVolterra(self.r, self.d, self.U), "low-rank"
-        return self.system(), "diagonal" if self.diagonal else "dense"
-
-
-_LOW_RANK_OK: list[bool] = []
-
-
-def solve_lv_takes_low_rank() -> bool:
-    """Whether `lvflow.solve_lv` accepts a `LowRankLotkaVolterra` (tried once on two modes)."""
-    if not _LOW_RANK_OK:
+        """What `solve_lv` is given: `LowRankLotkaVolterra(r, d, U)` for a coupled problem (its
+        products cost O(K R), as scipy's vector field here), the dense `LotkaVolterra` for a
+        diagonal one (`solve_lv` detects a diagonal `C`). Returns `(system, kind)`."""
         import lvflow
 
-        ok = hasattr(lvflow, "LowRankLotkaVolterra")
-        if ok:
-            try:
-                lvflow.solve_lv(lvflow.LowRankLotkaVolterra(np.ones(2), np.ones(2), np.ones((2, 1))), np.ones(2), 1.0)
-            except (lvflow.LvflowError, TypeError, AttributeError):
-                ok = False
-        _LOW_RANK_OK.append(ok)
-    return _LOW_RANK_OK[0]
+        if self.diagonal:
+            return self.system(), "diagonal"
+        return lvflow.LowRankLotkaVolterra(self.r, self.d, self.U), "low-rank"
 
 
 def fig3_right(K: int = 1000) -> Problem:

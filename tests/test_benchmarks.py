@@ -75,6 +75,17 @@ def test_gd_scan_matches_numpy_gradient_descent():
     np.testing.assert_allclose(np.asarray(W), Wn, rtol=1e-10, atol=1e-14)
 
 
+def test_gd_switch_on_times_within_euler_error_of_eq158():
+    p = problems.fig3_right(10)
+    _, t_on = gd.gd(jnp.sqrt(jnp.asarray(p.z0))[:, None], *gd._args(p), steps=int(p.t1 / gd.LR))
+    exact = problems.switch_on_closed_form(p)
+    # GD is the Euler map of the flow in W: per step ln z grows by 2 ln(1 + η r/2) ≈ η r (1 − η r/4),
+    # so t* is longer by a relative ≈ η r_k / 4 (≤ 2.5e-3; less near saturation, where the rate drops)
+    rel = np.asarray(t_on) / exact - 1
+    bound = gd.LR * p.r / 4
+    assert np.all(rel > 0.5 * bound) and np.all(rel < bound)
+
+
 def test_smoke_run_writes_every_row(tmp_path):
     out = tmp_path / "bench.json"
     assert main(["--smoke", "--no-cold", "--repeats", "1", "--out", str(out)]) == 0
