@@ -79,6 +79,32 @@ def max_rel_diff(a, b) -> float:
     return float(np.max(np.abs(a[fa] / b[fa] - 1.0)))
 
 
+def _git() -> dict[str, Any]:
+    """The commit measured, and the lvflow files that differ from it (a shared working tree)."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "lvflow"], cwd=root, capture_output=True,
+                               text=True, timeout=10).stdout.split("\n")
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"git_commit": head, "lvflow_uncommitted": [ln[3:] for ln in dirty if ln.strip()]}
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
 def environment() -> dict[str, Any]:
     """What the numbers were measured on."""
     import scipy
@@ -94,7 +120,8 @@ def environment() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "loadavg_1_5_15": la,
         "machine": platform.machine(),
-        "processor": platform.processor(),
+        "cpu_model": _cpu_model(),
+        **_git(),
     }
 
 
