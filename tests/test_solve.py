@@ -4,6 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 
 import lvflow
@@ -227,3 +229,92 @@ def test_low_rank_system_matches_dense():
     np.testing.assert_allclose(np.asarray(low.z_inf), np.asarray(dense.z_inf), rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(np.asarray(low.switch_on_times), np.asarray(dense.switch_on_times), rtol=1e-9)
     np.testing.assert_allclose(np.asarray(low.loss), np.asarray(dense.loss), rtol=1e-9, atol=1e-15)
+
+
+# --- method="closed_form" (Thm 6) against the ODE path and against independent numpy -----------
+
+_K6 = 6
+
+
+def _random_diagonal(seed):
+    rng = np.random.default_rng(seed)
+    r = rng.uniform(0.05, 1.0, _K6) * rng.choice([1.0, 1.0, 1.0, -1.0, 0.0], _K6)
+    r[0] = abs(r[0]) + 0.05  # at least one mode switches on
+    c = 10.0 ** rng.uniform(-2, 2, _K6)
+    z0 = 10.0 ** rng.uniform(-300, -1, _K6)
+    z0[1] = 1e-300
+    return r, c, z0
+
+
+@settings(max_examples=4, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_closed_form_matches_ode_on_random_diagonal_systems(seed):
+    r, c, z0 = _random_diagonal(seed)
+    system = lvflow.LotkaVolterra(r, np.diag(c))
+    live = r > 0
+    t_on = _eq158(r[live], c[live], z0[live], 0.5)
+    t1 = 1.3 * float(np.max(t_on))
+    ts = np.linspace(0.0, t1, 9)
+    exact = solve_lv(system, z0, t1, ts=ts)  # auto: closed form for a concrete diagonal C
+    ode = solve_lv(system, z0, t1, ts=ts, method="ode", rtol=1e-12, atol=1e-12)
+    assert int(exact.num_steps) == 0 and int(ode.num_steps) > 0 and bool(exact.success)
+    np.testing.assert_allclose(np.asarray(exact.zs), np.asarray(ode.zs), rtol=1e-8)
+    np.testing.assert_allclose(np.asarray(exact.loss), np.asarray(ode.loss), rtol=1e-8, atol=1e-300)
+    t_exact, t_ode = np.asarray(exact.switch_on_times), np.asarray(ode.switch_on_times)
+    np.testing.assert_array_equal(np.isinf(t_exact), ~live)
+    np.testing.assert_array_equal(np.isinf(t_ode), ~live)
+    np.testing.assert_allclose(t_exact[live], t_ode[live], rtol=1e-8)
+    # And against Eq. 158 written out in numpy, and Thm 6 for the nonpositive rates.
+    np.testing.assert_allclose(t_exact[live], t_on, rtol=1e-13)
+    with np.errstate(over="ignore"):
+        ref = _thm6_nonpositive(r[~live], c[~live], z0[~live], ts)
+    # (values below float64's normal range, 2.2e-308, are flushed to 0 by XLA on CPU)
+    np.testing.assert_allclose(np.asarray(exact.zs)[:, ~live], ref, rtol=1e-13, atol=3e-308)
+
+
+def test_closed_form_switch_on_edge_cases():
+    # Mode 0 starts above its target (t* = 0), mode 1 above saturation (decays; t* = 0), mode 2's
+    # given target 2 r/C is never reached (inf), mode 3's is past t1 (inf), mode 4 crosses a
+    # given target below saturation: t* from Thm 6 solved for z = T by hand.
+    r = np.array([1.0, 1.0, 1.0, 0.01, 0.5])
+    c = np.ones(5)
+    z0 = np.array([0.6, 3.0, 1e-3, 1e-9, 1e-4])
+    T = np.array([0.5, 0.5, 2.0, 0.005, 0.1])
+    sol = solve_lv(lvflow.LotkaVolterra(r, np.diag(c)), z0, 100.0, rho=0.5, z_inf=2 * T, method="closed_form")
+    t = np.asarray(sol.switch_on_times)
+    assert t[0] == 0 and t[1] == 0 and np.isinf(t[2]) and np.isinf(t[3])
+    e = (z0[4] / T[4] - c[4] * z0[4] / r[4]) / (1 - c[4] * z0[4] / r[4])  # e^{−r t*}
+    assert t[4] == pytest.approx(-np.log(e) / r[4], rel=1e-13)
+
+
+def test_closed_form_under_vmap_and_jit():
+    c = np.array([1.0, 10.0, 0.1, 1e-2, 1e2])
+    z0s = np.array([[1e-300, 1e-200, 1e-100, 1e-50, 1e-5], [1e-6] * 5, [1e-3, 1e-4, 1e-5, 1e-6, 1e-7]])
+    ts = np.linspace(0.0, 2000.0, 5)
+    system = lvflow.LotkaVolterra(R5, np.diag(c))
+    batched = jax.vmap(lambda z: solve_lv(system, z, 2000.0, ts=ts))(jnp.asarray(z0s))
+    assert np.all(np.asarray(batched.num_steps) == 0)
+    for i, z0 in enumerate(z0s):
+        np.testing.assert_allclose(np.asarray(batched.zs[i]), _thm6(R5, c, z0, ts), rtol=1e-13)
+        np.testing.assert_allclose(np.asarray(batched.switch_on_times[i]), _eq158(R5, c, z0, 0.5), rtol=1e-13)
+    # Traced r with a concrete diagonal C: still the closed form, z(∞) = r/C found in JAX.
+    rs = R5 * np.array([[1.0], [0.5]])
+    by_r = jax.vmap(lambda r: solve_lv(lvflow.LotkaVolterra(r, np.diag(c), check=False), z0s[1], 2000.0, ts=ts))(rs)
+    assert np.all(np.asarray(by_r.num_steps) == 0)
+    for i, r in enumerate(rs):
+        np.testing.assert_allclose(np.asarray(by_r.z_inf[i]), r / c, rtol=1e-15)
+        np.testing.assert_allclose(np.asarray(by_r.switch_on_times[i]), _eq158(r, c, z0s[1], 0.5), rtol=1e-13)
+    # A traced C with method="closed_form" is checked for off-diagonal entries at run time.
+    forced = jax.jit(lambda C: solve_lv(lvflow.LotkaVolterra(R5, C, check=False), z0s[1], 2000.0, ts=ts,
+                                        method="closed_form").switch_on_times)
+    np.testing.assert_allclose(np.asarray(forced(np.diag(c))), _eq158(R5, c, z0s[1], 0.5), rtol=1e-13)
+    with pytest.raises(Exception, match="diagonal C"):
+        jax.block_until_ready(forced(np.diag(c) + 1e-3))
+
+
+def test_method_errors():
+    system, z0 = _competitive()
+    with pytest.raises(lvflow.LvflowError, match="method: 'closed_form' needs a diagonal C"):
+        solve_lv(system, z0, 10.0, method="closed_form")
+    with pytest.raises(lvflow.LvflowError, match="method: must be"):
+        solve_lv(system, z0, 10.0, method="exact")
