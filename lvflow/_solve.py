@@ -35,6 +35,28 @@ class _Interaction(eqx.Module):
         out = self.d * z
         return out if self.U is None else out + (z @ self.U) @ self.U.T
 
+    def shifted_solver(self, alpha: Float[Array, ""], z: Float[Array, " K"]):
+        """`b ↦ (α I + C Z)⁻¹ b`, `Z = Diag(z)`, `z > 0`: the matrix `(1/(hγ)) I − J` of a
+        Rosenbrock stage, `J = −C Z` the Jacobian of `u̇ = r − C e^u`. Factorised once per step:
+        diagonal `O(K)`; `Diag(α + d z) + U (Z U)ᵀ` by Woodbury, `O(K q²)` (its capacitance
+        `I + Uᵀ Z (α + d z)⁻¹ U` is `I` plus a PSD matrix: Cholesky, well conditioned); dense by
+        LU, `O(K³)`."""
+        if self.dense is not None:
+            lu = jax.scipy.linalg.lu_factor(alpha * jnp.eye(z.shape[-1], dtype=z.dtype) + self.dense * z)
+            return lambda b: jax.scipy.linalg.lu_solve(lu, b)
+        inv = 1.0 / (alpha + self.d * z)
+        if self.U is None:
+            return lambda b: inv * b
+        W = inv[:, None] * self.U
+        S = jnp.eye(self.U.shape[1], dtype=z.dtype) + self.U.T @ (z[:, None] * W)
+        chol = jax.scipy.linalg.cho_factor(S, lower=True)
+
+        def solve(b):
+            x = inv * b
+            return x - W @ jax.scipy.linalg.cho_solve(chol, self.U.T @ (z * x))
+
+        return solve
+
     def rows_dot(self, Z: Float[Array, "K K"]) -> Float[Array, " K"]:
         """`(C Z_k)_k` for every `k`, `Z_k` the `k`-th row of `Z`: mode `k`'s own interaction
         with the state `Z_k` (each mode's bracket has its own state)."""
@@ -257,6 +279,21 @@ def solve_lv(
             eq_ok,
             jnp.asarray(rho, dtype=float),
             system.y2,
+        )
+    elif not solver_given and (op.dense is None or K <= _DENSE_ROSENBROCK_MAX_K):
+        sol = _rosenbrock_core(
+            r,
+            op,
+            jnp.log(jnp.asarray(z0, dtype=float)),
+            jnp.asarray(t1, dtype=float),
+            jnp.asarray(ts, dtype=float),
+            z_eq,
+            eq_ok,
+            jnp.asarray(rho, dtype=float),
+            system.y2,
+            jnp.asarray(rtol),
+            jnp.asarray(atol),
+            max_steps=max_steps,
         )
     else:
         sol = _solve_core(
@@ -515,18 +552,188 @@ def _switch_on_times(step_ts, step_us, n_saved, z_inf, rho, r, op):
         return r - op.rows_dot(jnp.exp(step_us[i]))
 
     da, db = slope(i0) * h, slope(i1) * h
+    t_cross = ta + _hermite_root(ga, gb, da, db) * h
+    t_star = jnp.where(i1 == 0, 0.0, t_cross)
+    return jnp.where(reached, t_star, jnp.inf)
 
-    def hermite(s):
-        s2, s3 = s * s, s * s * s
-        return (2 * s3 - 3 * s2 + 1) * ga + (s3 - 2 * s2 + s) * da + (3 * s2 - 2 * s3) * gb + (s3 - s2) * db
+
+def _hermite(ga, gb, da, db, s):
+    """The cubic through `g(0) = ga`, `g(1) = gb` with slopes `da`, `db` (in units of the step), at `s`."""
+    s2, s3 = s * s, s * s * s
+    return (2 * s3 - 3 * s2 + 1) * ga + (s3 - 2 * s2 + s) * da + (3 * s2 - 2 * s3) * gb + (s3 - s2) * db
+
+
+def _hermite_root(ga, gb, da, db):
+    """The first `s ∈ [0, 1]` (up to bisection's resolution) where the Hermite cubic turns
+    non-negative, given `ga < 0 ≤ gb`: bisection keeps a sign change bracketed."""
 
     def bisect(_, lohi):
         lo, hi = lohi
         mid = (lo + hi) / 2
-        up = hermite(mid) >= 0
+        up = _hermite(ga, gb, da, db, mid) >= 0
         return jnp.where(up, lo, mid), jnp.where(up, mid, hi)
 
-    lo, hi = jax.lax.fori_loop(0, _BISECTION_STEPS, bisect, (jnp.zeros(K), jnp.ones(K)))
-    t_cross = ta + (lo + hi) / 2 * h
-    t_star = jnp.where(i1 == 0, 0.0, t_cross)
-    return jnp.where(reached, t_star, jnp.inf)
+    lo, hi = jax.lax.fori_loop(0, _BISECTION_STEPS, bisect, (jnp.zeros_like(ga), jnp.ones_like(ga)))
+    return (lo + hi) / 2
+
+
+# RODAS4 (Hairer & Wanner, *Solving ODEs II*, §IV.7; `rodas.f`, METH = 1): 6 stages, order 4,
+# L-stable and stiffly accurate; the embedded order-3 solution differs by the last stage only, so
+# that stage is the error estimate. Stage i: `(1/(hγ) − J) U_i = f(u0 + Σ_j a_ij U_j) + Σ_j (c_ij/h) U_j`;
+# `u1 = u0 + Σ_j a_6j U_j + U_6`.
+_RODAS_GAMMA = 0.25
+_RODAS_A = (
+    (),
+    (1.544,),
+    (0.9466785280815826, 0.2557011698983284),
+    (3.314825187068521, 2.896124015972201, 0.9986419139977817),
+    (1.221224509226641, 6.019134481288629, 12.53708332932087, -0.687886036105895),
+    (1.221224509226641, 6.019134481288629, 12.53708332932087, -0.687886036105895, 1.0),
+)
+_RODAS_C = (
+    (),
+    (-5.6688,),
+    (-2.430093356833875, -0.2063599157091915),
+    (-0.1073529058151375, -9.594562251023355, -20.47028614809616),
+    (7.496443313967647, -10.24680431464352, -33.99990352819905, 11.7089089320616),
+    (8.083246795921522, -7.981132988064893, -31.52159432874371, 16.3193054312314, -6.058818238834054),
+)
+_SAFETY, _FAC_MIN, _FAC_MAX = 0.9, 0.2, 6.0  # step-size factor bounds (rodas.f: 1/6 … 5)
+_DENSE_ROSENBROCK_MAX_K = 100  # above this a dense C's O(K³) LU per step costs more than Dopri5's extra steps
+
+
+def _rodas_step(field, op, u0, f0, h):
+    """One RODAS4 step from `u0` (`f0 = f(u0)`): `(u1, error estimate)`; `J = −C Diag(e^{u0})`
+    enters only through `op.shifted_solver` (`(1/(hγ)) I − J`)."""
+    solve = op.shifted_solver(1.0 / (h * _RODAS_GAMMA), jnp.exp(jnp.minimum(u0, _U_CLIP)))
+    U = []
+    arg = u0
+    for i in range(6):
+        if i:
+            arg = u0 + sum(a * Uj for a, Uj in zip(_RODAS_A[i], U))
+        rhs = (f0 if i == 0 else field(arg)) + sum((c / h) * Uj for c, Uj in zip(_RODAS_C[i], U))
+        U.append(solve(rhs))
+    return arg + U[5], U[5]
+
+
+def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps):
+    """Adaptive RODAS4 on `u̇ = r − C e^u` from 0 to `t1` in one `lax.while_loop`, saving at `ts`
+    and catching, per accepted step, every mode's first upward crossing of `target` (its step's
+    end values and slopes kept for a cubic Hermite root search after the loop): no step history."""
+    K = u0.shape[-1]
+    n = ts.shape[0]
+
+    def field(u):
+        return r - op.Cz(jnp.exp(jnp.minimum(u, _U_CLIP)))  # the clip: see _solve_core
+
+    def save(j, zs, t_hi, t_lo, h, ua, ub, fa, fb):
+        # every ts[j] ≤ t_hi not yet saved lies in [t_lo, t_hi]: the step's cubic Hermite interpolant
+        def cond(c):
+            return (c[0] < n) & (ts[jnp.minimum(c[0], n - 1)] <= t_hi)
+
+        def body(c):
+            j, zs = c
+            s = jnp.where(h > 0, (ts[j] - t_lo) / jnp.where(h > 0, h, 1.0), 1.0)
+            u = _hermite(ua, ub, fa * h, fb * h, s)
+            return j + 1, jax.lax.dynamic_update_index_in_dim(zs, jnp.exp(u), j, 0)
+
+        return jax.lax.while_loop(cond, body, (j, zs))
+
+    f0 = field(u0)
+    scale0 = atol + rtol * jnp.abs(u0)
+    d0, d1 = jnp.max(jnp.abs(u0) / scale0), jnp.max(jnp.abs(f0) / scale0)
+    h0 = jnp.where((d0 > 1e-5) & (d1 > 1e-5), 0.01 * d0 / jnp.where(d1 > 0, d1, 1.0), 1e-6)
+    h0 = jnp.minimum(h0, t1)
+    j0, zs0 = save(0, jnp.full((n, K), jnp.inf), 0.0, 0.0, 0.0, u0, u0, f0, f0)
+    at0 = u0 >= target
+    zeros = jnp.zeros(K)
+    # bracket of each mode's first crossing: step start, length, g = u − target and u̇ at both ends
+    bracket = (zeros, zeros, zeros - 1.0, zeros, zeros, zeros)
+    state = (jnp.asarray(0.0), u0, f0, h0, j0, zs0, ~at0, bracket, jnp.asarray(0), jnp.asarray(0), jnp.asarray(False))
+
+    def cond(st):
+        t, *_, n_acc, n_rej, bad = st
+        return (t < t1) & (n_acc + n_rej < max_steps) & ~bad
+
+    def body(st):
+        t, u, f, h, j, zs, pending, bracket, n_acc, n_rej, bad = st
+        last = h >= t1 - t
+        h = jnp.where(last, t1 - t, h)
+        u1, err_u = _rodas_step(field, op, u, f, h)
+        f1 = field(u1)
+        err = jnp.max(jnp.abs(err_u) / (atol + rtol * jnp.maximum(jnp.abs(u), jnp.abs(u1))))
+        finite = jnp.isfinite(err) & jnp.all(jnp.isfinite(f1))
+        accept = finite & (err <= 1.0)
+        fac = jnp.clip(_SAFETY * jnp.where(finite, err, jnp.inf) ** -0.25, _FAC_MIN, _FAC_MAX)
+        h_next = h * jnp.where(accept, fac, jnp.minimum(fac, 1.0))
+        t_new = jnp.where(last, t1, t + h)
+        j, zs = jax.lax.cond(accept, lambda: save(j, zs, t_new, t, h, u, u1, f, f1), lambda: (j, zs))
+        cross = accept & pending & (u1 >= target)
+        new = (jnp.full(K, t), jnp.full(K, h), u - target, u1 - target, f * h, f1 * h)
+        bracket = tuple(jnp.where(cross, a, b) for a, b in zip(new, bracket))
+        return (
+            jnp.where(accept, t_new, t),
+            jnp.where(accept, u1, u),
+            jnp.where(accept, f1, f),
+            h_next,
+            j,
+            zs,
+            pending & ~cross,
+            bracket,
+            n_acc + accept,
+            n_rej + ~accept,
+            h_next <= 1e-14 * jnp.maximum(jnp.abs(t), 1.0),  # step size underflow
+        )
+
+    t, u, _, _, _, zs, pending, bracket, n_acc, n_rej, bad = jax.lax.while_loop(cond, body, state)
+    ta, hb, ga, gb, da, db = bracket
+    crossed = ~at0 & ~pending
+    s = _hermite_root(jnp.where(crossed, ga, -1.0), jnp.where(crossed, gb, 1.0), da, db)
+    t_star = jnp.where(at0, 0.0, jnp.where(crossed, ta + s * hb, jnp.inf))
+    result = dfx.RESULTS.where(
+        t >= t1, dfx.RESULTS.successful, dfx.RESULTS.where(bad, dfx.RESULTS.dt_min_reached, dfx.RESULTS.max_steps_reached)
+    )
+    return zs, u, t_star, n_acc, n_rej, result
+
+
+@eqx.filter_jit
+def _rosenbrock_core(
+    r: Float[Array, " K"],
+    op: _Interaction,
+    u0: Float[Array, " K"],
+    t1: Float[Array, ""],
+    ts: Float[Array, " n"],
+    z_eq: Float[Array, " K"],
+    eq_ok: Bool[Array, ""],
+    rho: Float[Array, ""],
+    y2: Float[Array, ""],
+    rtol: Float[Array, ""],
+    atol: Float[Array, ""],
+    *,
+    max_steps: int,
+) -> LVSolution:
+    """`_solve_core` with RODAS4 and structured stage solves instead of diffrax."""
+
+    def z_at_t1():  # z(∞) not unique: a first pass gives z(t1)
+        no_target = jnp.full_like(u0, jnp.inf)
+        return jnp.exp(_rosenbrock_run(r, op, u0, t1, ts[:1], no_target, rtol, atol, max_steps)[1])
+
+    z_inf = jax.lax.cond(eq_ok, lambda: z_eq, z_at_t1)
+    live = z_inf > 0
+    target = jnp.where(live, jnp.log(rho) + jnp.log(jnp.where(live, z_inf, 1.0)), jnp.inf)
+    zs, u_end, t_star, n_acc, n_rej, result = _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps)
+    loss = jnp.sum(zs * op.Cz(zs), axis=-1) / 8 - zs @ r / 4 + y2  # Eq. 26 in modes
+    success = (result == dfx.RESULTS.successful) & jnp.all(jnp.isfinite(zs)) & jnp.all(jnp.isfinite(u_end))
+    return LVSolution(
+        ts=ts,
+        zs=zs,
+        loss=loss,
+        switch_on_times=jnp.where(live, t_star, jnp.inf),
+        z_inf=z_inf,
+        rho=rho,
+        num_steps=n_acc + n_rej,
+        num_accepted_steps=n_acc,
+        num_rejected_steps=n_rej,
+        result=result,
+        success=success,
+    )
