@@ -20,6 +20,14 @@ _N_DEFAULT_TS = 400
 _BISECTION_STEPS = 60  # halves [0, 1] down to 1e-18: below float64 resolution of any step
 
 
+def _vecmat(x: Float[Array, " K"], A: Float[Array, "K q"]) -> Float[Array, " q"]:
+    return jnp.sum(x[:, None] * A, axis=0)
+
+
+def _matvec(A: Float[Array, "K q"], y: Float[Array, " q"]) -> Float[Array, " K"]:
+    return jnp.sum(A * y, axis=1)
+
+
 class _Interaction(eqx.Module):
     """`C` in the form the solve uses: `d` (diagonal, `(K,)`), `U` (low-rank factor, `(K, q)`, or
     `None`) and `dense` (`(K, K)`, or `None`), with `C = Diag(d) + U Uᵀ` or `C = dense`. Products
@@ -33,7 +41,11 @@ class _Interaction(eqx.Module):
         if self.dense is not None:
             return z @ self.dense.T
         out = self.d * z
-        return out if self.U is None else out + (z @ self.U) @ self.U.T
+        if self.U is None:
+            return out
+        if z.ndim == 1:  # a skinny (K, q) product as multiply-and-reduce: XLA fuses it, a dot it does not
+            return out + _matvec(self.U, _vecmat(z, self.U))
+        return out + (z @ self.U) @ self.U.T
 
     def shifted_solver(self, alpha: Float[Array, ""], z: Float[Array, " K"]):
         """`b ↦ (α I + C Z)⁻¹ b`, `Z = Diag(z)`, `z > 0`: the matrix `(1/(hγ)) I − J` of a
@@ -48,12 +60,16 @@ class _Interaction(eqx.Module):
         if self.U is None:
             return lambda b: inv * b
         W = inv[:, None] * self.U
-        S = jnp.eye(self.U.shape[1], dtype=z.dtype) + self.U.T @ (z[:, None] * W)
-        chol = jax.scipy.linalg.cho_factor(S, lower=True)
+        ZU = z[:, None] * self.U
+        # (Δ + U (ZU)ᵀ)⁻¹ b = x − W S⁻¹ (ZU)ᵀ x, x = Δ⁻¹ b, S = I + (ZU)ᵀ W: S⁻¹ (q × q, SPD, well
+        # conditioned) is folded into W once per step, so each of the step's six solves is two
+        # fused (K, q) multiply-and-reduce passes.
+        S = jnp.eye(self.U.shape[1], dtype=z.dtype) + ZU.T @ W
+        WS = W @ jnp.linalg.inv(S)
 
         def solve(b):
             x = inv * b
-            return x - W @ jax.scipy.linalg.cho_solve(chol, self.U.T @ (z * x))
+            return x - _matvec(WS, _vecmat(x, ZU))
 
         return solve
 
@@ -602,16 +618,21 @@ _SAFETY, _FAC_MIN, _FAC_MAX = 0.9, 0.2, 6.0  # step-size factor bounds (rodas.f:
 _DENSE_ROSENBROCK_MAX_K = 100  # above this a dense C's O(K³) LU per step costs more than Dopri5's extra steps
 
 
-def _rodas_step(field, op, u0, f0, h):
-    """One RODAS4 step from `u0` (`f0 = f(u0)`): `(u1, error estimate)`; `J = −C Diag(e^{u0})`
-    enters only through `op.shifted_solver` (`(1/(hγ)) I − J`)."""
-    solve = op.shifted_solver(1.0 / (h * _RODAS_GAMMA), jnp.exp(jnp.minimum(u0, _U_CLIP)))
+def _exp(u):
+    # The clip only acts on trial stages of a step that overshoots (see _solve_core).
+    return jnp.exp(jnp.minimum(u, _U_CLIP))
+
+
+def _rodas_step(field, op, u0, z0, f0, h):
+    """One RODAS4 step from `u0` (`z0 = e^{u0}`, `f0 = f(u0)`): `(u1, error estimate)`;
+    `J = −C Diag(z0)` enters only through `op.shifted_solver` (`(1/(hγ)) I − J`)."""
+    solve = op.shifted_solver(1.0 / (h * _RODAS_GAMMA), z0)
     U = []
     arg = u0
     for i in range(6):
         if i:
             arg = u0 + sum(a * Uj for a, Uj in zip(_RODAS_A[i], U))
-        rhs = (f0 if i == 0 else field(arg)) + sum((c / h) * Uj for c, Uj in zip(_RODAS_C[i], U))
+        rhs = (f0 if i == 0 else field(_exp(arg))) + sum((c / h) * Uj for c, Uj in zip(_RODAS_C[i], U))
         U.append(solve(rhs))
     return arg + U[5], U[5]
 
@@ -623,8 +644,8 @@ def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps):
     K = u0.shape[-1]
     n = ts.shape[0]
 
-    def field(u):
-        return r - op.Cz(jnp.exp(jnp.minimum(u, _U_CLIP)))  # the clip: see _solve_core
+    def field(z):
+        return r - op.Cz(z)
 
     def save(j, zs, t_hi, t_lo, h, ua, ub, fa, fb):
         # every ts[j] ≤ t_hi not yet saved lies in [t_lo, t_hi]: the step's cubic Hermite interpolant
@@ -639,7 +660,8 @@ def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps):
 
         return jax.lax.while_loop(cond, body, (j, zs))
 
-    f0 = field(u0)
+    z0 = _exp(u0)
+    f0 = field(z0)
     scale0 = atol + rtol * jnp.abs(u0)
     d0, d1 = jnp.max(jnp.abs(u0) / scale0), jnp.max(jnp.abs(f0) / scale0)
     h0 = jnp.where((d0 > 1e-5) & (d1 > 1e-5), 0.01 * d0 / jnp.where(d1 > 0, d1, 1.0), 1e-6)
@@ -649,18 +671,19 @@ def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps):
     zeros = jnp.zeros(K)
     # bracket of each mode's first crossing: step start, length, g = u − target and u̇ at both ends
     bracket = (zeros, zeros, zeros - 1.0, zeros, zeros, zeros)
-    state = (jnp.asarray(0.0), u0, f0, h0, j0, zs0, ~at0, bracket, jnp.asarray(0), jnp.asarray(0), jnp.asarray(False))
+    state = (jnp.asarray(0.0), u0, z0, f0, h0, j0, zs0, ~at0, bracket, jnp.asarray(0), jnp.asarray(0), jnp.asarray(False))
 
     def cond(st):
         t, *_, n_acc, n_rej, bad = st
         return (t < t1) & (n_acc + n_rej < max_steps) & ~bad
 
     def body(st):
-        t, u, f, h, j, zs, pending, bracket, n_acc, n_rej, bad = st
+        t, u, z, f, h, j, zs, pending, bracket, n_acc, n_rej, bad = st
         last = h >= t1 - t
         h = jnp.where(last, t1 - t, h)
-        u1, err_u = _rodas_step(field, op, u, f, h)
-        f1 = field(u1)
+        u1, err_u = _rodas_step(field, op, u, z, f, h)
+        z1 = _exp(u1)
+        f1 = field(z1)
         err = jnp.max(jnp.abs(err_u) / (atol + rtol * jnp.maximum(jnp.abs(u), jnp.abs(u1))))
         finite = jnp.isfinite(err) & jnp.all(jnp.isfinite(f1))
         accept = finite & (err <= 1.0)
@@ -674,6 +697,7 @@ def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps):
         return (
             jnp.where(accept, t_new, t),
             jnp.where(accept, u1, u),
+            jnp.where(accept, z1, z),
             jnp.where(accept, f1, f),
             h_next,
             j,
@@ -685,7 +709,7 @@ def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps):
             h_next <= 1e-14 * jnp.maximum(jnp.abs(t), 1.0),  # step size underflow
         )
 
-    t, u, _, _, _, zs, pending, bracket, n_acc, n_rej, bad = jax.lax.while_loop(cond, body, state)
+    t, u, _, _, _, _, zs, pending, bracket, n_acc, n_rej, bad = jax.lax.while_loop(cond, body, state)
     ta, hb, ga, gb, da, db = bracket
     crossed = ~at0 & ~pending
     s = _hermite_root(jnp.where(crossed, ga, -1.0), jnp.where(crossed, gb, 1.0), da, db)

@@ -1,5 +1,6 @@
 """solve_lv against closed forms (Thm 6, Eq. 158), numpy GD on W (Fig 3 left) and scipy Radau."""
 
+import diffrax as dfx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -318,3 +319,40 @@ def test_method_errors():
         solve_lv(system, z0, 10.0, method="closed_form")
     with pytest.raises(lvflow.LvflowError, match="method: must be"):
         solve_lv(system, z0, 10.0, method="exact")
+
+
+# --- the RODAS4 path (default for a coupled C) against scipy Radau ------------------------------
+
+
+def test_low_rank_rosenbrock_with_extinctions_vs_scipy_radau():
+    # C = Diag(½) + UUᵀ with a random rank-2 U: two of the 12 modes are driven extinct.
+    K = 12
+    rng = np.random.default_rng(4)
+    r = np.linspace(1.0, 0.3, K)
+    d = np.full(K, 0.5)
+    U = rng.normal(0.0, 0.4, (K, 2))
+    z0 = 10.0 ** rng.uniform(-10, -4, K)
+    C = np.diag(d) + U @ U.T
+    t1 = 300.0
+    ts = np.linspace(0.0, t1, 31)
+    sol = solve_lv(lvflow.LowRankLotkaVolterra(r, d, U), z0, t1, ts=ts, rtol=1e-10, atol=1e-12)
+    assert bool(sol.success) and int(sol.num_steps) > 0
+    z_inf = np.asarray(sol.z_inf)
+    dead = z_inf == 0
+    assert dead.sum() == 2 and np.all(r[dead] > 0)
+    w = r - C @ z_inf  # KKT of the saturated equilibrium
+    assert np.max(np.abs(w[~dead])) < 1e-12 and np.all(w[dead] < 0)
+    # Independent: Radau in u = ln z with the exact Jacobian −C Diag(e^u), crossings by events.
+    target = np.log(0.5 * z_inf[~dead])
+    live = np.flatnonzero(~dead)
+    events = [lambda t, u, k=k, g=g: u[k] - g for k, g in zip(live, target)]
+    ref = solve_ivp(lambda t, u: r - C @ np.exp(u), (0, t1), np.log(z0), method="Radau", t_eval=ts,
+                    rtol=1e-13, atol=1e-13, jac=lambda t, u: -C * np.exp(u)[None, :], events=events)
+    np.testing.assert_allclose(np.asarray(sol.zs), np.exp(ref.y.T), rtol=1e-7)
+    assert np.max(np.exp(ref.y[dead])) > 1e3 * np.max(z0[dead])  # the extinct modes grew first
+    t_ref = np.array([te[0] for te in ref.t_events])
+    np.testing.assert_allclose(np.asarray(sol.switch_on_times)[live], t_ref, rtol=1e-8)
+    assert np.all(np.isinf(np.asarray(sol.switch_on_times)[dead]))
+    # The diffrax path (solver= given) agrees at its own tolerance.
+    dop = solve_lv(lvflow.LowRankLotkaVolterra(r, d, U), z0, t1, ts=ts, rtol=1e-10, atol=1e-12, solver=dfx.Dopri5())
+    np.testing.assert_allclose(np.asarray(dop.zs), np.asarray(sol.zs), rtol=1e-7)
