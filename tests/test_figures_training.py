@@ -88,3 +88,12 @@ def test_fig6_quick_summary(tmp_path):
         assert M["max_rel_gap_first_100_steps"] < 0.5, (name, M)  # tracks at first ...
         assert M["departure_step"] is not None and M["departure_step"] > 100, (name, M)  # ... departs later
         assert M["loss_final_network"] < M["loss_final_nqf"] < M["loss_initial"]
+
+
+def test_fig8_deep_attention_follows_the_two_layer_nqf_not_the_one_layer():
+    fig8 = importlib.import_module("lvflow._figures.fig8")
+    R = fig8._run(fig8._problems()["attention"], m=96, steps=300, every=10)
+    assert R["twin_check"] < 1e-12  # the fast two-layer NQF is lvflow's DeepNQF
+    L = R["loss"]  # (n, network / 2-layer NQF / 1-layer NQF)
+    two, one = (np.max(np.abs(L[:, 0] - L[:, i])) / L[0, 0] for i in (1, 2))
+    assert two < 0.05 < 0.3 < one, (two, one)
