@@ -55,8 +55,8 @@ def run(cfg: Config) -> list[Row]:
         t_cold = cold(call)[0]
     else:
         call()  # compile, untimed
-    # each call of the full batch takes tens of seconds: at most two
-    t_lv, all_lv, (t_on, steps) = best_of(call, min(cfg.repeats, 2))
+    # each call of the full batch takes a minute or more: one warm run after the cold one
+    t_lv, all_lv, (t_on, steps) = best_of(call, 1 if cfg.cold else min(cfg.repeats, 2))
     t_on = np.asarray(t_on)
 
     loop = [solve_scipy(p, method="LSODA", rtol=cfg.rtol, atol=cfg.atol) for p in probs[:n_loop]]
