@@ -275,7 +275,7 @@ def run_architecture(a: _Arch, *, m: int, records: int, seed: int = 0) -> dict:
 
 def make(out: Path, *, quick: bool = False) -> dict:
     archs = _archs()
-    m, records = (200, 50) if quick else (600, 150)
+    m, records = (128, 40) if quick else (600, 150)
     runs = {name: run_architecture(a, m=m, records=records) for name, a in archs.items()}
     cols = _style.mode_colors(len(S))
     with _style.style():

@@ -96,17 +96,17 @@ def _run(P: dict, *, eval_size: int, every: int) -> dict:
 def make(out: Path, *, quick: bool = False) -> dict:
     steps = 1000 if quick else 2000
     probs = _problems(steps)
-    runs = {name: _run(P, eval_size=512 if quick else 2048, every=5) for name, P in probs.items()}
+    runs = {name: _run(P, eval_size=256 if quick else 2048, every=5) for name, P in probs.items()}
     with _style.style():
         fig, axs = _style.subplots(2, 2, width=3.6, height=2.4, sharex="col", height_ratios=(1.6, 1))
         for j, (name, P) in enumerate(probs.items()):
             R = runs[name]
             ax = axs[0, j]
-            ax.semilogy(R["steps"], R["loss_net"], color="tab:blue", lw=_style.NETWORK_WIDTH, label="network")
-            ax.semilogy(R["steps"], R["loss_nqf"], **_style.THEORY, label="NQF twin")
+            ax.loglog(R["steps"][1:], R["loss_net"][1:], color="tab:blue", lw=_style.NETWORK_WIDTH, label="network")
+            ax.loglog(R["steps"][1:], R["loss_nqf"][1:], **_style.THEORY, label="NQF twin")
             ax.set(ylabel="loss (fresh samples)", title=P["label"])
             ax2 = axs[1, j]
-            ax2.semilogy(R["steps"][1:], R["rel"][1:], color="tab:red", lw=1.3)
+            ax2.loglog(R["steps"][1:], R["rel"][1:], color="tab:red", lw=1.3)
             ax2.axhline(DEPARTURE, color="0.6", lw=0.8, ls="--")
             ax2.set(xlabel="training step (online SGD, batch 64)", ylabel=r"$|L_{\rm net} - L_{\rm NQF}|/L_{\rm NQF}$")
             if R["departure"] is not None:
@@ -114,7 +114,7 @@ def make(out: Path, *, quick: bool = False) -> dict:
                     a.axvline(R["departure"], **_style.PREDICTED_TIME)
                 ax.plot([], [], **_style.PREDICTED_TIME, label=f"departs (>{DEPARTURE:.0%}): step {R['departure']}")
             ax.legend(loc="lower left")
-            ax.set_xlim(0, P["steps"])
+            ax.set_xlim(R["steps"][1], P["steps"])
             _style.panel_label(ax, "ab"[j])
         _style.save(fig, out, "fig6")
 

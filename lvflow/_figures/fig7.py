@@ -73,7 +73,7 @@ def _run(net, layout: str, *, steps: int, every: int) -> dict:
 
 
 def make(out: Path, *, quick: bool = False) -> dict:
-    steps = 400 if quick else 2000
+    steps = 250 if quick else 2000
     models = _models()
     runs = {name: _run(net, layout, steps=steps, every=5 if quick else 10) for name, (_, layout, net) in models.items()}
     with _style.style():

@@ -76,8 +76,8 @@ def _run(P: dict, *, m: int, steps: int, every: int) -> dict:
 
 def make(out: Path, *, quick: bool = False) -> dict:
     probs = _problems()
-    steps = {"mlp": 1500, "attention": 1500} if not quick else {"mlp": 600, "attention": 600}
-    runs = {name: _run(P, m=200 if quick else 600, steps=steps[name], every=5) for name, P in probs.items()}
+    steps = {"mlp": 1500, "attention": 1500} if not quick else {"mlp": 400, "attention": 400}
+    runs = {name: _run(P, m=128 if quick else 600, steps=steps[name], every=5) for name, P in probs.items()}
     names = ("network", "2-layer NQF", "1-layer NQF")
     cols = _style.mode_colors(len(S))
     with _style.style():
