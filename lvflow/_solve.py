@@ -148,42 +148,53 @@ def solve_lv(
 
     The flow is integrated in `u = ln z`, `u̇ = r − C e^u`: tiny initial values (`z0` down to
     `1e-300`) are then an ordinary offset rather than a stiffness, and the error control is on
-    `ln z`, i.e. *relative* in `z` for every mode, whatever its size. `rtol`/`atol` are diffrax's
-    tolerances on `u` (so `atol` is an absolute error in `ln z`, a relative error in `z`).
+    `ln z`, i.e. *relative* in `z` for every mode, whatever its size. `rtol`/`atol` are the
+    step-size tolerances on `u` (so `atol` is an absolute error in `ln z`, a relative error in `z`).
 
     **Method.** A diagonal `C` (orthogonal features) is solved exactly (Thm 6): `method="auto"`
     (default) uses the closed form when `C` is concrete (not traced) and diagonal and no `solver=`
     is given, and the ODE otherwise; `"closed_form"` and `"ode"` force either. The closed form
-    evaluates `ln z_k(t)` (`log_orthogonal_features`) at `ts` and inverts Thm 6 for the
+    evaluates Thm 6 (as `orthogonal_features`, in two transcendentals per entry) at `ts` and inverts Thm 6 for the
     switch-on times: with target `T_k = ρ z_k(∞)` and `z_k0 < T_k < r_k/C_kk`,
 
     `t*_k = (1/r_k) [ ln(T_k/z_k0) + ln(1 + C_kk (T_k − z_k0)/(r_k − C_kk T_k)) ]`,
 
     which is Eq. 158 (`a = 1`) with its exact `ε`-dependence at `T_k = ρ r_k/C_kk`, written as two
     non-negative terms (no cancellation). It costs `O(K n)`, is exact to rounding, needs no
-    tolerances, and its solver statistics are zero. A traced `C` with `method="closed_form"` is
+    tolerances, and its solver statistics are zero; `rtol`, `atol`, `max_steps` and `progress`
+    do not apply to it. A traced `C` with `method="closed_form"` is
     checked for off-diagonal entries through `equinox.error_if`.
 
-    **Solver** (the ODE path). Default: `diffrax.Dopri5` with a PID controller on the *max* norm over modes (an RMS
-    norm lets single modes of a 1000-mode system drift: switch-on errors of 1e-6 instead of 6e-8 at
-    the default tolerances on the Fig 3-right system). In log variables the flow is only mildly
-    stiff (`−C diag(z)` has eigenvalues up to about `max r`), so an explicit solver with its step
-    bounded by stability wins over implicit ones here. Measured (2 shared cores, float64, default
-    tolerances, 1000-mode Fig 3-right system, warm): Dopri5 ≈ 0.07 s CPU for the integration itself
-    (4014 steps), Tsit5 1.5x slower, Kvaerno5 with a diagonal Newton solve 303 steps but slower
-    overall (Newton iterations), Kvaerno5 with a chord solve fails to converge. `C` is applied in
-    its structure: diagonal (detected) in `O(K)`, `LowRankLotkaVolterra` (`Diag(d) + UUᵀ`) in
-    `O(Kq)`, dense otherwise. Pass `solver=` to override (e.g. `diffrax.Kvaerno5()` for a strongly
-    stiff system).
+    **Solver** (the ODE path). Default: RODAS5P (Steinebach 2023; 8 stages, order 5(4), L-stable,
+    stiffly accurate, dense output of order 4), written as one `lax.while_loop`, with the exact
+    Jacobian `J = −C Diag(z)` of `u̇ = r − C e^u`. Each stage solves `(1/(hγ)) I − J`, factorised
+    once per step in `C`'s structure: `Diag(d)` in `O(K)`; `LowRankLotkaVolterra`
+    (`Diag(d) + UUᵀ`) by Woodbury in `O(K q²)` (the `q × q` capacitance is `I` + PSD); a dense `C`
+    by LU, `O(K³)`, only for `K ≤ 100` (above that, Dopri5 below). Error control: max norm over
+    modes of `|err_k| / (atol + rtol max(|u_k|, |u_k'|))` (an RMS norm lets single modes of a
+    1000-mode system drift), Gustafsson's predictive step-size controller. Why: in `ln z` the flow
+    is stiff over the long horizons of the gLV (eigenvalues of `J` up to about `max r`, horizons of
+    `10⁴/max r`), so explicit solvers are step-limited by stability. Measured (2 cores shared with
+    other jobs, float64, rtol 1e-8, atol 1e-10, warm, CPU time): the 1000-mode rank-4 coupled
+    benchmark (`benchmarks/problems.coupled`) takes 840 steps (8 rejected), ≈ 0.07 s, vs Dopri5
+    6690 steps ≈ 0.6 s and scipy LSODA (dense Jacobian) ≈ 3–7 s; on the Fig 3-right system with
+    `method="ode"` its switch-on times are within 3e-9 of Eq. 158 (LSODA at the same tolerance:
+    1.1e-7). RODAS5 (Di Marzo) was tried first: its embedded estimate vanishes like `h⁷` in the
+    growth phase `u̇ ≈ r` and let the global error reach 1e-6 at rtol 1e-10.
 
-    **Cost of the switch-on times.** Every accepted step is kept (`max_steps × K` floats: 131 MB
-    for `K = 1000` at the default `max_steps`, about a third of the warm time there); lower
-    `max_steps` for very large `K` if the solve needs fewer steps.
+    With `solver=` (any diffrax solver) the solve goes through `diffrax.diffeqsolve` with a PID
+    controller on the same max norm, saving every accepted step for the switch-on search
+    (`max_steps × K` floats: 131 MB for `K = 1000` at the default `max_steps`); that path is also
+    used for a dense `C` with `K > 100`, with `diffrax.Dopri5()`.
 
-    **Switch-on times** (Thm 8): for each mode the first accepted step `[t_i, t_{i+1}]` at whose end
-    `u_k ≥ ln(ρ z_k(∞))` is located from the saved steps, and the crossing is found by bisection on
-    the cubic Hermite interpolant of `u_k` through the step's end values and slopes (the same order,
-    4, as the solver's own dense output), so its accuracy follows the solver tolerance, not a grid.
+    **Switch-on times** (Thm 8): with RODAS5P, after every accepted step each mode not yet
+    switched on is tested for `u_k ≥ ln(ρ z_k(∞))`; the first step where it holds is kept (its
+    start, length, end values and dense-output coefficients, `O(K)` memory, no step history) and
+    the crossing is found after the loop by bisection on that step's order-4 dense output. Saved
+    values at `ts` come from the same dense output. On the diffrax path the crossing step is
+    located in the stored steps and the crossing found on the cubic Hermite interpolant through
+    the step's end values and slopes. Either way the accuracy follows the solver tolerance, not a
+    grid.
 
     **`z(∞)`.** The saturated equilibrium (`LotkaVolterra.equilibrium`: `z ≥ 0`, `r − Cz ≤ 0`,
     complementary), which is the flow's limit from any positive `z0` when it is unique (`C` positive
@@ -202,10 +213,11 @@ def solve_lv(
     - `ts`: save times in `[0, t1]`, increasing (default: `default_ts(t1)`, 0 and log-spaced).
     - `rho`: switch-on fraction in `(0, 1)` (Eq. 158; the paper's figures use `ρ = ½`).
     - `rtol`, `atol`: step-size tolerances on `u = ln z`.
-    - `solver`: a diffrax solver (default `Dopri5()`).
-    - `max_steps`: step budget; all accepted steps are stored (`max_steps × K` floats).
+    - `solver`: a diffrax solver; given, the ODE goes through diffrax (default: RODAS5P, above).
+    - `max_steps`: step budget (accepted + rejected); on the diffrax path all accepted steps are
+      stored (`max_steps × K` floats).
     - `throw`: raise `SolverError` on failure (default); with `False`, return `success = False`.
-    - `progress`: show a `diffrax.TqdmProgressMeter`.
+    - `progress`: show a `diffrax.TqdmProgressMeter` (diffrax path only).
     - `z_inf`: the limit `z(∞)` to measure switch-on against (default: see above).
     - `method`: `"auto"`, `"closed_form"` (Thm 6; diagonal `C` only) or `"ode"` (see above).
 
@@ -581,39 +593,84 @@ def _hermite(ga, gb, da, db, s):
 
 def _hermite_root(ga, gb, da, db):
     """The first `s ∈ [0, 1]` (up to bisection's resolution) where the Hermite cubic turns
-    non-negative, given `ga < 0 ≤ gb`: bisection keeps a sign change bracketed."""
+    non-negative, given `ga < 0 ≤ gb`."""
+    return _bisect(lambda s: _hermite(ga, gb, da, db, s), ga)
 
-    def bisect(_, lohi):
+
+def _bisect(g, like):
+    """A root of `g` on `[0, 1]` for every entry, given `g(0) < 0 ≤ g(1)`: bisection keeps the sign
+    change bracketed, down to below float64 resolution of the step."""
+
+    def step(_, lohi):
         lo, hi = lohi
         mid = (lo + hi) / 2
-        up = _hermite(ga, gb, da, db, mid) >= 0
+        up = g(mid) >= 0
         return jnp.where(up, lo, mid), jnp.where(up, mid, hi)
 
-    lo, hi = jax.lax.fori_loop(0, _BISECTION_STEPS, bisect, (jnp.zeros_like(ga), jnp.ones_like(ga)))
+    lo, hi = jax.lax.fori_loop(0, _BISECTION_STEPS, step, (jnp.zeros_like(like), jnp.ones_like(like)))
     return (lo + hi) / 2
 
 
-# RODAS4 (Hairer & Wanner, *Solving ODEs II*, §IV.7; `rodas.f`, METH = 1): 6 stages, order 4,
-# L-stable and stiffly accurate; the embedded order-3 solution differs by the last stage only, so
-# that stage is the error estimate. Stage i: `(1/(hγ) − J) U_i = f(u0 + Σ_j a_ij U_j) + Σ_j (c_ij/h) U_j`;
-# `u1 = u0 + Σ_j a_6j U_j + U_6`.
-_RODAS_GAMMA = 0.25
-_RODAS_A = (
-    (),
-    (1.544,),
-    (0.9466785280815826, 0.2557011698983284),
-    (3.314825187068521, 2.896124015972201, 0.9986419139977817),
-    (1.221224509226641, 6.019134481288629, 12.53708332932087, -0.687886036105895),
-    (1.221224509226641, 6.019134481288629, 12.53708332932087, -0.687886036105895, 1.0),
+class _RosenbrockTableau(eqx.Module):
+    """A stiffly accurate Rosenbrock method in Hairer–Wanner's transformed form (*Solving ODEs
+    II*, §IV.7): stage `i` solves `(1/(hγ) − J) U_i = f(u0 + Σ_j a_ij U_j) + Σ_j (c_ij/h) U_j`, and
+    `u1 = u0 + Σ_j a_sj U_j + U_s` (the last stage's argument plus the last stage); the embedded
+    solution of one order lower differs by `U_s` alone, the error estimate. Dense output:
+    `u(t0 + θh) = (1−θ) u0 + θ (u1 + (1−θ)(k₁ + θ (k₂ + θ k₃)))`, `k_m = Σ_j dense_mj U_j`."""
+
+    gamma: float = eqx.field(static=True)
+    a: tuple = eqx.field(static=True)
+    c: tuple = eqx.field(static=True)
+    dense: tuple = eqx.field(static=True)
+    order: int = eqx.field(static=True)  # of the embedded solution + 1: step control exponent 1/order
+
+
+# RODAS5P (Steinebach 2023; the coefficients of OrdinaryDiffEq.jl's Rodas5P): 8 stages, order
+# 5(4), L-stable, dense output of order 4. Chosen over Di Marzo's RODAS5, whose embedded estimate
+# vanishes like h⁷ in the gLV's growth phase (u̇ ≈ r): it let steps grow until the true error was
+# 100x the tolerance (1e-6 global error at rtol 1e-10). RODAS4 (6 stages) took 3x the steps.
+_RODAS5P_A6 = (-7.502846399306121, 2.561846144803919, -11.627539656261098, -0.18268767659942256, 0.030198172008377946)
+_RODAS5P = _RosenbrockTableau(
+    gamma=0.21193756319429014,
+    a=(
+        (),
+        (3.0,),
+        (2.849394379747939, 0.45842242204463923),
+        (-6.954028509809101, 2.489845061869568, -10.358996098473584),
+        (2.8029986275628964, 0.5072464736228206, -0.3988312541770524, -0.04721187230404641),
+        _RODAS5P_A6,
+        _RODAS5P_A6 + (1.0,),
+        _RODAS5P_A6 + (1.0, 1.0),
+    ),
+    c=(
+        (),
+        (-14.155112264123755,),
+        (-17.97296035885952, -2.859693295451294),
+        (147.12150275711716, -1.41221402718213, 71.68940251302358),
+        (165.43517024871676, -0.4592823456491126, 42.90938336958603, -5.961986721573306),
+        (24.854864614690072, -3.0009227002832186, 47.4931110020768, 5.5814197821558125, -0.6610691825249471),
+        (30.91273214028599, -3.1208243349937974, 77.79954646070892, 34.28646028294783, -19.097331116725623,
+         -28.087943162872662),
+        (37.80277123390563, -3.2571969029072276, 112.26918849496327, 66.9347231244047, -40.06618937091002,
+         -54.66780262877968, -9.48861652309627),
+    ),
+    dense=(
+        (25.948786856663858, -2.5579724845846235, 10.433815404888879, -2.3679251022685204, 0.524948541321073,
+         1.1241088310450404, 0.4272876194431874, -0.17202221070155493),
+        (-9.91568850695171, -0.9689944594115154, 3.0438037242978453, -24.495224566215796, 20.176138334709044,
+         15.98066361424651, -6.789040303419874, -6.710236069923372),
+        (11.419903575922262, 2.8879645146136994, 72.92137995996029, 80.12511834622643, -52.072871366152654,
+         -59.78993625266729, -0.15582684282751913, 4.883087185713722),
+    ),
+    order=5,
 )
-_RODAS_C = (
-    (),
-    (-5.6688,),
-    (-2.430093356833875, -0.2063599157091915),
-    (-0.1073529058151375, -9.594562251023355, -20.47028614809616),
-    (7.496443313967647, -10.24680431464352, -33.99990352819905, 11.7089089320616),
-    (8.083246795921522, -7.981132988064893, -31.52159432874371, 16.3193054312314, -6.058818238834054),
-)
+
+
+def _rodas_dense(ua, ub, ks, theta):
+    k1, k2, k3 = ks
+    return (1 - theta) * ua + theta * (ub + (1 - theta) * (k1 + theta * (k2 + theta * k3)))
+
+
 _SAFETY, _FAC_MIN, _FAC_MAX = 0.9, 0.2, 6.0  # step-size factor bounds (rodas.f: 1/6 … 5)
 _DENSE_ROSENBROCK_MAX_K = 100  # above this a dense C's O(K³) LU per step costs more than Dopri5's extra steps
 
@@ -623,21 +680,23 @@ def _exp(u):
     return jnp.exp(jnp.minimum(u, _U_CLIP))
 
 
-def _rodas_step(field, op, u0, z0, f0, h):
-    """One RODAS4 step from `u0` (`z0 = e^{u0}`, `f0 = f(u0)`): `(u1, error estimate)`;
+def _rodas_step(tableau, field, op, u0, z0, f0, h):
+    """One Rosenbrock step from `u0` (`z0 = e^{u0}`, `f0 = f(u0)`): `(u1, error estimate, dense-output
+    coefficients)`;
     `J = −C Diag(z0)` enters only through `op.shifted_solver` (`(1/(hγ)) I − J`)."""
-    solve = op.shifted_solver(1.0 / (h * _RODAS_GAMMA), z0)
+    solve = op.shifted_solver(1.0 / (h * tableau.gamma), z0)
     U = []
     arg = u0
-    for i in range(6):
+    for i in range(len(tableau.a)):
         if i:
-            arg = u0 + sum(a * Uj for a, Uj in zip(_RODAS_A[i], U))
-        rhs = (f0 if i == 0 else field(_exp(arg))) + sum((c / h) * Uj for c, Uj in zip(_RODAS_C[i], U))
+            arg = u0 + sum(a * Uj for a, Uj in zip(tableau.a[i], U))
+        rhs = (f0 if i == 0 else field(_exp(arg))) + sum((c / h) * Uj for c, Uj in zip(tableau.c[i], U))
         U.append(solve(rhs))
-    return arg + U[5], U[5]
+    ks = tuple(sum(w * Uj for w, Uj in zip(row, U)) for row in tableau.dense)
+    return arg + U[-1], U[-1], ks
 
 
-def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps):
+def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps, tableau=_RODAS5P):
     """Adaptive RODAS4 on `u̇ = r − C e^u` from 0 to `t1` in one `lax.while_loop`, saving at `ts`
     and catching, per accepted step, every mode's first upward crossing of `target` (its step's
     end values and slopes kept for a cubic Hermite root search after the loop): no step history."""
@@ -647,15 +706,15 @@ def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps):
     def field(z):
         return r - op.Cz(z)
 
-    def save(j, zs, t_hi, t_lo, h, ua, ub, fa, fb):
-        # every ts[j] ≤ t_hi not yet saved lies in [t_lo, t_hi]: the step's cubic Hermite interpolant
+    def save(j, zs, t_hi, t_lo, h, ua, ub, ks):
+        # every ts[j] ≤ t_hi not yet saved lies in [t_lo, t_hi]: the step's dense output
         def cond(c):
             return (c[0] < n) & (ts[jnp.minimum(c[0], n - 1)] <= t_hi)
 
         def body(c):
             j, zs = c
             s = jnp.where(h > 0, (ts[j] - t_lo) / jnp.where(h > 0, h, 1.0), 1.0)
-            u = _hermite(ua, ub, fa * h, fb * h, s)
+            u = _rodas_dense(ua, ub, ks, s)
             return j + 1, jax.lax.dynamic_update_index_in_dim(zs, jnp.exp(u), j, 0)
 
         return jax.lax.while_loop(cond, body, (j, zs))
@@ -665,34 +724,48 @@ def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps):
     scale0 = atol + rtol * jnp.abs(u0)
     d0, d1 = jnp.max(jnp.abs(u0) / scale0), jnp.max(jnp.abs(f0) / scale0)
     h0 = jnp.where((d0 > 1e-5) & (d1 > 1e-5), 0.01 * d0 / jnp.where(d1 > 0, d1, 1.0), 1e-6)
-    h0 = jnp.minimum(h0, t1)
-    j0, zs0 = save(0, jnp.full((n, K), jnp.inf), 0.0, 0.0, 0.0, u0, u0, f0, f0)
-    at0 = u0 >= target
+    # A power of two: the guess is rough anyway, and rounding it makes the step sequence immune to
+    # last-bit differences in d0/d1 (e.g. constant folding under an enclosing jit).
+    h0 = jnp.minimum(2.0 ** jnp.floor(jnp.log2(h0)), t1)
     zeros = jnp.zeros(K)
-    # bracket of each mode's first crossing: step start, length, g = u − target and u̇ at both ends
-    bracket = (zeros, zeros, zeros - 1.0, zeros, zeros, zeros)
-    state = (jnp.asarray(0.0), u0, z0, f0, h0, j0, zs0, ~at0, bracket, jnp.asarray(0), jnp.asarray(0), jnp.asarray(False))
+    j0, zs0 = save(0, jnp.full((n, K), jnp.inf), 0.0, 0.0, 0.0, u0, u0, (zeros,) * 3)
+    at0 = u0 >= target
+    # bracket of each mode's first crossing: step start, length, g = u − target at both ends, and
+    # the step's dense-output coefficients
+    bracket = (zeros, zeros, zeros - 1.0, zeros, zeros, zeros, zeros)
+    # controller memory: last accepted step and its error (h_acc = 0 before the first), last rejected
+    ctrl = (jnp.asarray(0.0), jnp.asarray(1.0), jnp.asarray(False))
+    state = (jnp.asarray(0.0), u0, z0, f0, h0, ctrl, j0, zs0, ~at0, bracket, jnp.asarray(0), jnp.asarray(0), jnp.asarray(False))
 
     def cond(st):
         t, *_, n_acc, n_rej, bad = st
         return (t < t1) & (n_acc + n_rej < max_steps) & ~bad
 
     def body(st):
-        t, u, z, f, h, j, zs, pending, bracket, n_acc, n_rej, bad = st
+        t, u, z, f, h, (h_acc, err_acc, rejected), j, zs, pending, bracket, n_acc, n_rej, bad = st
         last = h >= t1 - t
         h = jnp.where(last, t1 - t, h)
-        u1, err_u = _rodas_step(field, op, u, z, f, h)
+        u1, err_u, ks = _rodas_step(tableau, field, op, u, z, f, h)
         z1 = _exp(u1)
         f1 = field(z1)
         err = jnp.max(jnp.abs(err_u) / (atol + rtol * jnp.maximum(jnp.abs(u), jnp.abs(u1))))
         finite = jnp.isfinite(err) & jnp.all(jnp.isfinite(f1))
         accept = finite & (err <= 1.0)
-        fac = jnp.clip(_SAFETY * jnp.where(finite, err, jnp.inf) ** -0.25, _FAC_MIN, _FAC_MAX)
-        h_next = h * jnp.where(accept, fac, jnp.minimum(fac, 1.0))
+        k = tableau.order
+        fac = jnp.clip(_SAFETY * jnp.where(finite, err, jnp.inf) ** (-1.0 / k), _FAC_MIN, _FAC_MAX)
+        # Gustafsson's predictive controller (as in Hairer's rodas.f/radau5.f) on accepted steps:
+        # the smaller of the plain factor and one extrapolated from the last two errors, never a
+        # growth right after a rejection. Fewer rejected steps than the plain controller.
+        safe_err = jnp.maximum(jnp.where(finite, err, 1.0), 1e-10)
+        gus = _SAFETY * (h / jnp.where(h_acc > 0, h_acc, 1.0)) * (err_acc / safe_err**2) ** (1.0 / k)
+        fac_acc = jnp.where(h_acc > 0, jnp.minimum(fac, jnp.clip(gus, _FAC_MIN, _FAC_MAX)), fac)
+        fac_acc = jnp.where(rejected, jnp.minimum(fac_acc, 1.0), fac_acc)
+        h_next = h * jnp.where(accept, fac_acc, jnp.minimum(fac, 1.0))
+        ctrl = (jnp.where(accept, h, h_acc), jnp.where(accept, jnp.maximum(err, 1e-2), err_acc), ~accept)
         t_new = jnp.where(last, t1, t + h)
-        j, zs = jax.lax.cond(accept, lambda: save(j, zs, t_new, t, h, u, u1, f, f1), lambda: (j, zs))
+        j, zs = jax.lax.cond(accept, lambda: save(j, zs, t_new, t, h, u, u1, ks), lambda: (j, zs))
         cross = accept & pending & (u1 >= target)
-        new = (jnp.full(K, t), jnp.full(K, h), u - target, u1 - target, f * h, f1 * h)
+        new = (jnp.full(K, t), jnp.full(K, h), u - target, u1 - target) + ks
         bracket = tuple(jnp.where(cross, a, b) for a, b in zip(new, bracket))
         return (
             jnp.where(accept, t_new, t),
@@ -700,6 +773,7 @@ def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps):
             jnp.where(accept, z1, z),
             jnp.where(accept, f1, f),
             h_next,
+            ctrl,
             j,
             zs,
             pending & ~cross,
@@ -709,10 +783,11 @@ def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps):
             h_next <= 1e-14 * jnp.maximum(jnp.abs(t), 1.0),  # step size underflow
         )
 
-    t, u, _, _, _, _, zs, pending, bracket, n_acc, n_rej, bad = jax.lax.while_loop(cond, body, state)
-    ta, hb, ga, gb, da, db = bracket
+    t, u, _, _, _, _, _, zs, pending, bracket, n_acc, n_rej, bad = jax.lax.while_loop(cond, body, state)
+    ta, hb, ga, gb, *ks = bracket
     crossed = ~at0 & ~pending
-    s = _hermite_root(jnp.where(crossed, ga, -1.0), jnp.where(crossed, gb, 1.0), da, db)
+    ga, gb = jnp.where(crossed, ga, -1.0), jnp.where(crossed, gb, 1.0)
+    s = _bisect(lambda s: _rodas_dense(ga, gb, ks, s), ga)
     t_star = jnp.where(at0, 0.0, jnp.where(crossed, ta + s * hb, jnp.inf))
     result = dfx.RESULTS.where(
         t >= t1, dfx.RESULTS.successful, dfx.RESULTS.where(bad, dfx.RESULTS.dt_min_reached, dfx.RESULTS.max_steps_reached)
