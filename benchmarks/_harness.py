@@ -129,9 +129,9 @@ def _fmt_s(s: float) -> str:
     if not np.isfinite(s):
         return "—"
     if s >= 100:
-        return f"{s:.0f}"
+        return f"{s:.0f} s"
     if s >= 1:
-        return f"{s:.2f}"
+        return f"{s:.2f} s"
     if s >= 1e-3:
         return f"{s * 1e3:.1f} ms"
     return f"{s * 1e6:.0f} µs"
