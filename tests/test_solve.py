@@ -356,3 +356,20 @@ def test_low_rank_rosenbrock_with_extinctions_vs_scipy_radau():
     # The diffrax path (solver= given) agrees at its own tolerance.
     dop = solve_lv(lvflow.LowRankLotkaVolterra(r, d, U), z0, t1, ts=ts, rtol=1e-10, atol=1e-12, solver=dfx.Dopri5())
     np.testing.assert_allclose(np.asarray(dop.zs), np.asarray(sol.zs), rtol=1e-7)
+
+
+def test_rosenbrock_switch_on_accuracy_at_default_tolerances():
+    # Fig 3 right at K = 60 (r_k = k^−0.8, V_k = k^−2, z_k0 = 1e-6 k^−1.2) through the ODE path at
+    # the default rtol/atol: every switch-on time within 1e-7 of Eq. 158 and z within 1e-6 of Thm 6
+    # (max-norm error control and the solver's own dense output, not a grid).
+    k = np.arange(1, 61, dtype=float)
+    r = k**-0.8
+    c = r**2 / (8 * k**-2.0)
+    z0 = 1e-6 * k**-1.2
+    t_on = _eq158(r, c, z0, 0.5)
+    t1 = 1.2 * float(t_on.max())
+    ts = np.linspace(0.0, t1, 50)
+    sol = solve_lv(lvflow.LotkaVolterra(r, np.diag(c)), z0, t1, ts=ts, method="ode")
+    assert int(sol.num_steps) > 0
+    np.testing.assert_allclose(np.asarray(sol.switch_on_times), t_on, rtol=1e-7)
+    np.testing.assert_allclose(np.asarray(sol.zs), _thm6(r, c, z0, ts), rtol=1e-6)
