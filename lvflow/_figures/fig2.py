@@ -22,7 +22,6 @@ because GD, momentum and Adam all act entrywise.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Callable, Sequence
 
