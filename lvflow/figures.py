@@ -12,11 +12,16 @@ from pathlib import Path
 
 from ._figures import FIGURES, load
 
-__all__ = ["fig3", "fig4", "fig5", "limit", "make_all", "FIGURES"]
+__all__ = ["fig2", "fig3", "fig4", "fig5", "fig6", "fig7", "fig8", "limit", "make_all", "FIGURES"]
 
 
 def _make(name: str, out, quick: bool) -> dict:
     return load(name).make(Path(out), quick=bool(quick))
+
+
+def fig2(out="figures", *, quick: bool = False) -> dict:
+    """Fig 2: network vs NQF twin (ŝ_k/s_k) for MLP, CNN, QK-only and 4-head attention × GD/momentum/Adam × σ = 0.01/0.2."""
+    return _make("fig2", out, quick)
 
 
 def fig3(out="figures", *, quick: bool = False) -> dict:
@@ -35,6 +40,21 @@ def fig5(out="figures", *, quick: bool = False) -> dict:
     """Fig 5: Fourier-feature MLP (θ ∈ {0, ½, 1}) and its NQF: `E ∝ t^{−(2β−1)/(θ+β)}`; a plain
     tanh MLP on raw x shows no power law."""
     return _make("fig5", out, quick)
+
+
+def fig6(out="figures", *, quick: bool = False) -> dict:
+    """Fig 6: online SGD teacher–student (tanh MLP, QK-only attention): the NQF tracks, then departs."""
+    return _make("fig6", out, quick)
+
+
+def fig7(out="figures", *, quick: bool = False) -> dict:
+    """Fig 7: odd-vs-even digits, MLP/CNN/attention vs their NQF (Adam, lr 1e-3, ε = 0.01)."""
+    return _make("fig7", out, quick)
+
+
+def fig8(out="figures", *, quick: bool = False) -> dict:
+    """Fig 8: 4-layer MLP and 2-layer attention vs a 2-layer and a 1-layer NQF."""
+    return _make("fig8", out, quick)
 
 
 def limit(out="figures", *, quick: bool = False) -> dict:

@@ -20,9 +20,13 @@ import importlib
 
 #: Figure name → module. Order is the order `lvflow figures` makes them in.
 FIGURES: dict[str, str] = {
+    "fig2": "lvflow._figures.fig2",
     "fig3": "lvflow._figures.fig3",
     "fig4": "lvflow._figures.fig4",
     "fig5": "lvflow._figures.fig5",
+    "fig6": "lvflow._figures.fig6",
+    "fig7": "lvflow._figures.fig7",
+    "fig8": "lvflow._figures.fig8",
     "limit": "lvflow._figures.limit",
 }
 
