@@ -308,12 +308,12 @@ def solve_lv(
         sol = _closed_form_core(
             r,
             diagonal,
-            jnp.asarray(z0, dtype=float),
-            jnp.asarray(t1, dtype=float),
-            jnp.asarray(ts, dtype=float),
+            _host(z0),
+            _host(t1),
+            _host(ts),
             z_eq,
             eq_ok,
-            jnp.asarray(rho, dtype=float),
+            _host(rho),
             system.y2,
         )
     elif not solver_given and (op.dense is None or K <= _DENSE_ROSENBROCK_MAX_K):
@@ -357,6 +357,12 @@ def solve_lv(
     return sol
 
 
+def _host(x):
+    """`x` as a float64 numpy array when concrete (a jitted call takes it without an eager device
+    dispatch per argument), else as a JAX array."""
+    return np.asarray(x, dtype=float) if _is_concrete(x) else jnp.asarray(x, dtype=float)
+
+
 def _diagonal_part(system, low_rank: bool):
     """`C`'s diagonal when `C` is concrete and diagonal (Thm 6 applies), else `None`."""
     if low_rank:
@@ -365,7 +371,7 @@ def _diagonal_part(system, low_rank: bool):
         return system.d if not np.any(np.asarray(system.U)) else None
     if not _is_concrete(system.C) or not _is_diagonal(np.asarray(system.C)):
         return None
-    return jnp.diagonal(system.C)
+    return np.diagonal(np.asarray(system.C))
 
 
 def _is_diagonal(C: np.ndarray) -> bool:
@@ -415,7 +421,7 @@ def _diagonal_equilibrium(r: np.ndarray, d: np.ndarray):
     """Thm 6: `z*_k = r_k/C_kk` or 0; unique unless a mode has `C_kk = r_k = 0`."""
     _check_bounded(r, d)
     z = np.where(r > 0, r / np.where(d > 0, d, 1.0), 0.0)
-    return jnp.asarray(z), jnp.asarray(bool(np.all((d > 0) | (r < 0))))
+    return z, np.asarray(bool(np.all((d > 0) | (r < 0))))
 
 
 def _failure_message(sol: LVSolution) -> str:
