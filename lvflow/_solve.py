@@ -183,12 +183,15 @@ def solve_lv(
     1000-mode system drift), Gustafsson's predictive step-size controller. Why: in `ln z` the flow
     is stiff over the long horizons of the gLV (eigenvalues of `J` up to about `max r`, horizons of
     `10⁴/max r`), so explicit solvers are step-limited by stability. Measured (2 cores shared with
-    other jobs, float64, rtol 1e-8, atol 1e-10, warm, CPU time): the 1000-mode rank-4 coupled
-    benchmark (`benchmarks/problems.coupled`) takes 840 steps (8 rejected), ≈ 0.07 s, vs Dopri5
-    6690 steps ≈ 0.6 s and scipy LSODA (dense Jacobian) ≈ 3–7 s; on the Fig 3-right system with
-    `method="ode"` its switch-on times are within 3e-9 of Eq. 158 (LSODA at the same tolerance:
-    1.1e-7). RODAS5 (Di Marzo) was tried first: its embedded estimate vanishes like `h⁷` in the
-    growth phase `u̇ ≈ r` and let the global error reach 1e-6 at rtol 1e-10.
+    other jobs, float64, rtol 1e-8, atol 1e-10, warm; `python -m benchmarks --only glv`): the
+    1000-mode rank-4 coupled benchmark takes 840 steps (8 rejected), 57 ms, vs Dopri5 (diffrax,
+    same norm) 6690 steps, ≈ 0.6 s, and scipy LSODA (dense Jacobian) 0.76 s; its switch-on times
+    are within 8e-9 of a rtol 1e-12 solve (LSODA at the same tolerance: 1.2e-7). On the Fig
+    3-right system with `method="ode"` they are within 3e-9 of Eq. 158 (LSODA: 1.1e-7). The cost
+    is the step itself (~70 µs at K = 1000: 8 stages of exp, two `K × q` passes for `C e^u`, two
+    for the solve). RODAS5 (Di Marzo) was tried first: its embedded estimate vanishes like `h⁷` in
+    the growth phase `u̇ ≈ r` and let the global error reach 1e-6 at rtol 1e-10; RODAS4 took 2.3x
+    the steps.
 
     With `solver=` (any diffrax solver) the solve goes through `diffrax.diffeqsolve` with a PID
     controller on the same max norm, saving every accepted step for the switch-on search
@@ -642,7 +645,7 @@ class _RosenbrockTableau(eqx.Module):
 # RODAS5P (Steinebach 2023; the coefficients of OrdinaryDiffEq.jl's Rodas5P): 8 stages, order
 # 5(4), L-stable, dense output of order 4. Chosen over Di Marzo's RODAS5, whose embedded estimate
 # vanishes like h⁷ in the gLV's growth phase (u̇ ≈ r): it let steps grow until the true error was
-# 100x the tolerance (1e-6 global error at rtol 1e-10). RODAS4 (6 stages) took 3x the steps.
+# 100x the tolerance (1e-6 global error at rtol 1e-10). RODAS4 (6 stages) took 2.3x the steps.
 _RODAS5P_A6 = (-7.502846399306121, 2.561846144803919, -11.627539656261098, -0.18268767659942256, 0.030198172008377946)
 _RODAS5P = _RosenbrockTableau(
     gamma=0.21193756319429014,
