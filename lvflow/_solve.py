@@ -714,7 +714,7 @@ def _rodas_step(tableau, field, op, u0, z0, f0, h):
 
 
 def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps, tableau=_RODAS5P):
-    """Adaptive RODAS4 on `u̇ = r − C e^u` from 0 to `t1` in one `lax.while_loop`, saving at `ts`
+    """Adaptive RODAS5P (by default) on `u̇ = r − C e^u` from 0 to `t1` in one `lax.while_loop`, saving at `ts`
     and catching, per accepted step, every mode's first upward crossing of `target` (its step's
     end values and slopes kept for a cubic Hermite root search after the loop): no step history."""
     K = u0.shape[-1]
@@ -828,7 +828,7 @@ def _rosenbrock_core(
     *,
     max_steps: int,
 ) -> LVSolution:
-    """`_solve_core` with RODAS4 and structured stage solves instead of diffrax."""
+    """`_solve_core` with RODAS5P and structured stage solves instead of diffrax."""
 
     def z_at_t1():  # z(∞) not unique: a first pass gives z(t1)
         no_target = jnp.full_like(u0, jnp.inf)
