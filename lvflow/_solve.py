@@ -714,7 +714,8 @@ def _rodas_step(tableau, field, op, u0, z0, f0, h):
 
 
 def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps, tableau=_RODAS5P):
-    """Adaptive RODAS5P (by default) on `u̇ = r − C e^u` from 0 to `t1` in one `lax.while_loop`, saving at `ts`
+    """Adaptive RODAS5P (by default) on `u̇ = r − C e^u` from 0 to `t1` in one `lax.while_loop`,
+    saving at `ts`
     and catching, per accepted step, every mode's first upward crossing of `target` (its step's
     end values and slopes kept for a cubic Hermite root search after the loop): no step history."""
     K = u0.shape[-1]
