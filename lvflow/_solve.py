@@ -715,9 +715,9 @@ def _rodas_step(tableau, field, op, u0, z0, f0, h):
 
 def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps, tableau=_RODAS5P):
     """Adaptive RODAS5P (by default) on `u̇ = r − C e^u` from 0 to `t1` in one `lax.while_loop`,
-    saving at `ts`
-    and catching, per accepted step, every mode's first upward crossing of `target` (its step's
-    end values and slopes kept for a cubic Hermite root search after the loop): no step history."""
+    saving at `ts` and catching, per accepted step, every mode's first upward crossing of `target`
+    (its step's end values and dense-output coefficients kept for a root search after the loop):
+    no step history."""
     K = u0.shape[-1]
     n = ts.shape[0]
 
@@ -753,7 +753,8 @@ def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps, tableau=_R
     bracket = (zeros, zeros, zeros - 1.0, zeros, zeros, zeros, zeros)
     # controller memory: last accepted step and its error (h_acc = 0 before the first), last rejected
     ctrl = (jnp.asarray(0.0), jnp.asarray(1.0), jnp.asarray(False))
-    state = (jnp.asarray(0.0), u0, z0, f0, h0, ctrl, j0, zs0, ~at0, bracket, jnp.asarray(0), jnp.asarray(0), jnp.asarray(False))
+    counts = (jnp.asarray(0), jnp.asarray(0), jnp.asarray(False))  # accepted, rejected, step underflow
+    state = (jnp.asarray(0.0), u0, z0, f0, h0, ctrl, j0, zs0, ~at0, bracket) + counts
 
     def cond(st):
         t, *_, n_acc, n_rej, bad = st
@@ -808,7 +809,9 @@ def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps, tableau=_R
     s = _bisect(lambda s: _rodas_dense(ga, gb, ks, s), ga)
     t_star = jnp.where(at0, 0.0, jnp.where(crossed, ta + s * hb, jnp.inf))
     result = dfx.RESULTS.where(
-        t >= t1, dfx.RESULTS.successful, dfx.RESULTS.where(bad, dfx.RESULTS.dt_min_reached, dfx.RESULTS.max_steps_reached)
+        t >= t1,
+        dfx.RESULTS.successful,
+        dfx.RESULTS.where(bad, dfx.RESULTS.dt_min_reached, dfx.RESULTS.max_steps_reached),
     )
     return zs, u, t_star, n_acc, n_rej, result
 
