@@ -170,8 +170,8 @@ def solve_lv(
     which is Eq. 158 (`a = 1`) with its exact `ε`-dependence at `T_k = ρ r_k/C_kk`, written as two
     non-negative terms (no cancellation). It costs `O(K n)`, is exact to rounding, needs no
     tolerances, and its solver statistics are zero; `rtol`, `atol`, `max_steps` and `progress`
-    do not apply to it. A traced `C` with `method="closed_form"` is
-    checked for off-diagonal entries through `equinox.error_if`.
+    do not apply to it (it is over in microseconds: no progress bar). A traced `C` with
+    `method="closed_form"` is checked for off-diagonal entries through `equinox.error_if`.
 
     **Solver** (the ODE path). Default: RODAS5P (Steinebach 2023; 8 stages, order 5(4), L-stable,
     stiffly accurate, dense output of order 4), written as one `lax.while_loop`, with the exact
@@ -228,7 +228,11 @@ def solve_lv(
     - `max_steps`: step budget (accepted + rejected); on the diffrax path all accepted steps are
       stored (`max_steps × K` floats).
     - `throw`: raise `SolverError` on failure (default); with `False`, return `success = False`.
-    - `progress`: show a `diffrax.TqdmProgressMeter` (diffrax path only).
+    - `progress`: show a tqdm progress bar (`diffrax.TqdmProgressMeter`, on stderr) tracking
+      `t/t1` on either ODE path: RODAS5P's loop drives the same meter as `diffrax.diffeqsolve`
+      (a throttled callback every 20 steps; under `vmap`, one bar following the slowest element).
+      `False` (default) compiles the loop without callbacks. The closed form (diagonal `C`) has no
+      steps to show and shows no bar.
     - `z_inf`: the limit `z(∞)` to measure switch-on against (default: see above).
     - `method`: `"auto"`, `"closed_form"` (Thm 6; diagonal `C` only) or `"ode"` (see above).
 
@@ -255,6 +259,9 @@ def solve_lv(
     atol = check_positive("atol", atol)
     if not isinstance(max_steps, int) or max_steps < 1:
         raise LvflowError(f"max_steps: must be a positive integer, got {max_steps!r}")
+    if not isinstance(progress, (bool, np.bool_)):
+        raise LvflowError(f"progress: must be True or False, got {progress!r}")
+    progress = bool(progress)  # static in the compiled solve
     if ts is None:
         ts = _default_ts_np(t1) if _is_concrete(t1) else default_ts(t1)
     else:
@@ -333,6 +340,7 @@ def solve_lv(
             jnp.asarray(rtol),
             jnp.asarray(atol),
             max_steps=max_steps,
+            progress=progress,
         )
     else:
         sol = _solve_core(
@@ -713,11 +721,16 @@ def _rodas_step(tableau, field, op, u0, z0, f0, h):
     return arg + U[-1], U[-1], ks
 
 
-def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps, tableau=_RODAS5P):
+def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps, tableau=_RODAS5P, meter=None):
     """Adaptive RODAS5P (by default) on `u̇ = r − C e^u` from 0 to `t1` in one `lax.while_loop`,
     saving at `ts` and catching, per accepted step, every mode's first upward crossing of `target`
     (its step's end values and dense-output coefficients kept for a root search after the loop):
-    no step history."""
+    no step history.
+
+    `meter`: a diffrax progress meter driven with `t/t1` after every step, exactly as
+    `diffrax.diffeqsolve` drives it (`init` before the loop, `step` in its body, `close` after);
+    `None` (or `diffrax.NoProgressMeter`) leaves the loop without callbacks."""
+    meter = dfx.NoProgressMeter() if meter is None else meter
     K = u0.shape[-1]
     n = ts.shape[0]
 
@@ -754,14 +767,15 @@ def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps, tableau=_R
     # controller memory: last accepted step and its error (h_acc = 0 before the first), last rejected
     ctrl = (jnp.asarray(0.0), jnp.asarray(1.0), jnp.asarray(False))
     counts = (jnp.asarray(0), jnp.asarray(0), jnp.asarray(False))  # accepted, rejected, step underflow
-    state = (jnp.asarray(0.0), u0, z0, f0, h0, ctrl, j0, zs0, ~at0, bracket) + counts
+    # The meter's state rides in the loop carry; NoProgressMeter's is `None`, an empty pytree.
+    state = (jnp.asarray(0.0), u0, z0, f0, h0, ctrl, j0, zs0, ~at0, bracket) + counts + (meter.init(),)
 
     def cond(st):
-        t, *_, n_acc, n_rej, bad = st
+        t, *_, n_acc, n_rej, bad, _ = st
         return (t < t1) & (n_acc + n_rej < max_steps) & ~bad
 
     def body(st):
-        t, u, z, f, h, (h_acc, err_acc, rejected), j, zs, pending, bracket, n_acc, n_rej, bad = st
+        t, u, z, f, h, (h_acc, err_acc, rejected), j, zs, pending, bracket, n_acc, n_rej, bad, meter_state = st
         last = h >= t1 - t
         h = jnp.where(last, t1 - t, h)
         u1, err_u, ks = _rodas_step(tableau, field, op, u, z, f, h)
@@ -786,8 +800,9 @@ def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps, tableau=_R
         cross = accept & pending & (u1 >= target)
         new = (jnp.full(K, t), jnp.full(K, h), u - target, u1 - target) + ks
         bracket = tuple(jnp.where(cross, a, b) for a, b in zip(new, bracket))
+        t_next = jnp.where(accept, t_new, t)
         return (
-            jnp.where(accept, t_new, t),
+            t_next,
             jnp.where(accept, u1, u),
             jnp.where(accept, z1, z),
             jnp.where(accept, f1, f),
@@ -800,9 +815,11 @@ def _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps, tableau=_R
             n_acc + accept,
             n_rej + ~accept,
             h_next <= 1e-14 * jnp.maximum(jnp.abs(t), 1.0),  # step size underflow
+            meter.step(meter_state, t_next / t1),  # progress = t/t1 (diffrax: (t − t0)/(t1 − t0))
         )
 
-    t, u, _, _, _, _, _, zs, pending, bracket, n_acc, n_rej, bad = jax.lax.while_loop(cond, body, state)
+    t, u, _, _, _, _, _, zs, pending, bracket, n_acc, n_rej, bad, meter_state = jax.lax.while_loop(cond, body, state)
+    meter.close(meter_state)
     ta, hb, ga, gb, *ks = bracket
     crossed = ~at0 & ~pending
     ga, gb = jnp.where(crossed, ga, -1.0), jnp.where(crossed, gb, 1.0)
@@ -831,8 +848,12 @@ def _rosenbrock_core(
     atol: Float[Array, ""],
     *,
     max_steps: int,
+    progress: bool = False,
 ) -> LVSolution:
-    """`_solve_core` with RODAS5P and structured stage solves instead of diffrax."""
+    """`_solve_core` with RODAS5P and structured stage solves instead of diffrax. `progress`
+    (static) drives a `diffrax.TqdmProgressMeter` through the main pass; `False` compiles the loop
+    without it. The first pass for a non-unique `z(∞)` (inside a `lax.cond`, which `vmap` may turn
+    into a select of both branches) runs without a bar."""
 
     def z_at_t1():  # z(∞) not unique: a first pass gives z(t1)
         no_target = jnp.full_like(u0, jnp.inf)
@@ -841,7 +862,10 @@ def _rosenbrock_core(
     z_inf = jax.lax.cond(eq_ok, lambda: z_eq, z_at_t1)
     live = z_inf > 0
     target = jnp.where(live, jnp.log(rho) + jnp.log(jnp.where(live, z_inf, 1.0)), jnp.inf)
-    zs, u_end, t_star, n_acc, n_rej, result = _rosenbrock_run(r, op, u0, t1, ts, target, rtol, atol, max_steps)
+    meter = dfx.TqdmProgressMeter() if progress else dfx.NoProgressMeter()
+    zs, u_end, t_star, n_acc, n_rej, result = _rosenbrock_run(
+        r, op, u0, t1, ts, target, rtol, atol, max_steps, meter=meter
+    )
     loss = jnp.sum(zs * op.Cz(zs), axis=-1) / 8 - zs @ r / 4 + y2  # Eq. 26 in modes
     success = (result == dfx.RESULTS.successful) & jnp.all(jnp.isfinite(zs)) & jnp.all(jnp.isfinite(u_end))
     return LVSolution(

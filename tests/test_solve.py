@@ -1,5 +1,7 @@
 """solve_lv against closed forms (Thm 6, Eq. 158), numpy GD on W (Fig 3 left) and scipy Radau."""
 
+import re
+
 import diffrax as dfx
 import jax
 import jax.numpy as jnp
@@ -187,6 +189,31 @@ def test_solver_failure_raises_or_flags():
         solve_lv(system, z0, 120.0, ts=ts, max_steps=8)
     sol = solve_lv(system, z0, 120.0, ts=ts, max_steps=8, throw=False)
     assert not bool(sol.success)
+
+
+def test_progress_bar_on_the_rosenbrock_loop(capfd):
+    # progress=True drives diffrax's TqdmProgressMeter from inside the RODAS5P while-loop with
+    # t/t1: one bar on stderr, rising from 0% through intermediate values to 100%, and the
+    # solution bit-for-bit that of progress=False (the callbacks only read the carry).
+    system, z0 = _competitive()
+    ts = np.linspace(0, 120.0, 41)
+    tol = dict(rtol=1e-11, atol=1e-11)  # as test_vmap_over_z0_and_systems_equals_loop: one compilation
+    plain = solve_lv(system, z0, 120.0, ts=ts, **tol)
+    assert capfd.readouterr().err == ""
+    shown = solve_lv(system, z0, 120.0, ts=ts, progress=True, **tol)
+    err = capfd.readouterr().err
+    pct = [float(p) for p in re.findall(r"(\d+\.\d\d)%\|", err)]
+    assert pct[0] == 0.0 and pct[-1] == 100.0 and pct == sorted(pct)  # diffrax's tqdm format
+    assert pct.count(0.0) == 1 and pct.count(100.0) == 1  # one bar, opened and closed once
+    assert sum(0 < p < 100 for p in pct) >= 5  # refreshed along the way (every 20 steps)
+    assert int(plain.num_steps) > 100
+    for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(shown)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # progress=False compiles the loop without any host callback; progress=True with them.
+    jaxpr = lambda p: str(jax.make_jaxpr(lambda z: solve_lv(system, z, 120.0, ts=ts, progress=p, throw=False))(z0))
+    assert "callback" not in jaxpr(False) and "callback" in jaxpr(True)
+    with pytest.raises(lvflow.LvflowError, match="progress"):
+        solve_lv(system, z0, 120.0, progress="yes")
 
 
 def test_input_errors():
