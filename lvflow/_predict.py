@@ -83,7 +83,8 @@ def predict(
     - `num_points`: samples of the loss curve (linear and log-spaced, merged).
     - `force_lv`: raise `NotCommutingError` instead of falling back to the M-flow.
     - `alpha`: `(α₁, α₂)` of a power-law spectrum, to report `(α₁−1)/α₂` (Thm 9).
-    - `progress`: show diffrax's progress meter during the ODE solve.
+    - `progress`: show a progress bar during the ODE solve (a diagonal `C` is solved exactly, Thm 6,
+      with no steps and no bar).
     - `rtol`, `atol`: the solver's tolerances on `ln z` (tight by default: the table prints
       `t*_k` to six digits, and a small system costs milliseconds).
     - `source`: a label for the report.
