@@ -1,0 +1,38 @@
+"""The result of `solve_lv`."""
+
+from __future__ import annotations
+
+import diffrax as dfx
+import equinox as eqx
+from jaxtyping import Array, Bool, Float, Int
+
+
+class LVSolution(eqx.Module):
+    """The solution of `ż_k = z_k (r_k − Σ_j C_kj z_j)` (Eq. 32) returned by `solve_lv`.
+
+    **Fields:**
+
+    - `ts`: save times, shape `(n,)`.
+    - `zs`: mode strengths `z_k(t)` at `ts`, shape `(n, K)`.
+    - `loss`: the loss `L(z) = zᵀCz/8 − rᵀz/4 + y2` (Eq. 26 in modes) at `ts`, shape `(n,)`.
+    - `switch_on_times`: `t*_k`, the first `t ≥ 0` with `z_k(t) ≥ ρ z_k(∞)` (Thm 8, Eq. 158), shape
+      `(K,)`: `0` for a mode that starts above its target, `inf` for one that never gets there
+      (`z_k(∞) = 0`: `r_k ≤ 0`, or driven extinct by its competitors; or not reached by `t1`).
+    - `z_inf`: the limit `z(∞)` the switch-on targets refer to, shape `(K,)`.
+    - `rho`: the switch-on fraction `ρ`.
+    - `num_steps`, `num_accepted_steps`, `num_rejected_steps`: solver statistics.
+    - `result`: diffrax's `RESULTS` flag; `success` is `True` iff the solve succeeded and every
+      saved value is finite.
+    """
+
+    ts: Float[Array, " n"]
+    zs: Float[Array, "n K"]
+    loss: Float[Array, " n"]
+    switch_on_times: Float[Array, " K"]
+    z_inf: Float[Array, " K"]
+    rho: Float[Array, ""]
+    num_steps: Int[Array, ""]
+    num_accepted_steps: Int[Array, ""]
+    num_rejected_steps: Int[Array, ""]
+    result: dfx.RESULTS
+    success: Bool[Array, ""]
