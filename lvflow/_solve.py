@@ -227,24 +227,8 @@ def solve_lv(
             _host(rho),
             system.y2,
         )
-    elif not solver_given and (op.dense is None or K <= _DENSE_ROSENBROCK_MAX_K):
-        sol = _rosenbrock_core(
-            r,
-            op,
-            jnp.log(jnp.asarray(z0, dtype=float)),
-            jnp.asarray(t1, dtype=float),
-            jnp.asarray(ts, dtype=float),
-            z_eq,
-            eq_ok,
-            jnp.asarray(rho, dtype=float),
-            system.y2,
-            jnp.asarray(rtol),
-            jnp.asarray(atol),
-            max_steps=max_steps,
-            progress=progress,
-        )
     else:
-        sol = _solve_core(
+        args = (
             r,
             op,
             jnp.log(jnp.asarray(z0, dtype=float)),
@@ -256,10 +240,11 @@ def solve_lv(
             system.y2,
             jnp.asarray(rtol),
             jnp.asarray(atol),
-            solver=solver,
-            max_steps=max_steps,
-            progress=progress,
         )
+        if not solver_given and (op.dense is None or K <= _DENSE_ROSENBROCK_MAX_K):
+            sol = _rosenbrock_core(*args, max_steps=max_steps, progress=progress)
+        else:
+            sol = _solve_core(*args, solver=solver, max_steps=max_steps, progress=progress)
     if throw:
         if _is_concrete(sol.success):
             if not bool(sol.success):
