@@ -30,7 +30,7 @@ from ._recursion import RecursionResult as RecursionResult, gd_recursion as gd_r
 from ._compress import Compressed as Compressed, compress as compress
 
 # The Lotka–Volterra reduction (§3), its solution and the ε → 0 schedule (§4).
-from ._lv import LotkaVolterra as LotkaVolterra
+from ._lv import LotkaVolterra as LotkaVolterra, LowRankLotkaVolterra as LowRankLotkaVolterra
 from ._reduce import (
     ProjectorForm as ProjectorForm,
     reduce_to_lv as reduce_to_lv,
@@ -49,11 +49,7 @@ from ._closed_forms import (
     projector_modes as projector_modes,
     proportional_samples as proportional_samples,
 )
-from ._schedule import (
-    LowRankLotkaVolterra as LowRankLotkaVolterra,
-    PlateauSchedule as PlateauSchedule,
-    plateau_schedule as plateau_schedule,
-)
+from ._schedule import PlateauSchedule as PlateauSchedule, plateau_schedule as plateau_schedule
 
 # Scaling laws (Thm 9–11, App. C).
 from ._scaling import (

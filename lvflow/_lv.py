@@ -85,6 +85,68 @@ class LotkaVolterra(eqx.Module):
         return jnp.asarray(saturated_equilibrium(np.asarray(self.C), np.asarray(self.r), active, tol=tol))
 
 
+class LowRankLotkaVolterra(eqx.Module):
+    """A gLV `ż = z ⊙ (r − C z)` (Eq. 32) with `C = diag(d) + U Uᵀ`, never formed densely.
+
+    This is the structure of many modes weakly coupled through a few shared directions; it lets
+    `plateau_schedule` handle 10⁴–10⁵ modes. With `q = 0` columns `C` is diagonal (Thm 6).
+
+    **Arguments:**
+
+    - `r`: growth rates, shape `(K,)`.
+    - `d`: diagonal part, shape `(K,)`, positive (so `C` is positive definite).
+    - `U`: low-rank factor, shape `(K, q)`.
+    - `y2`: the loss at `z = 0`.
+    """
+
+    r: Float[Array, " K"]
+    d: Float[Array, " K"]
+    U: Float[Array, "K q"]
+    y2: Float[Array, ""]
+
+    def __init__(self, r, d, U, *, y2=0.0):
+        r = as_array("r", r, ndim=1)
+        d = as_array("d", d, ndim=1)
+        U = as_array("U", U, ndim=2)
+        if np.shape(d) != np.shape(r) or np.shape(U)[0] != np.shape(r)[0]:
+            raise LvflowError(f"d, U: shapes {np.shape(d)}, {np.shape(U)} do not match r of shape {np.shape(r)}")
+        if np.size(d) and float(np.min(d)) <= 0:
+            raise LvflowError(f"d: must be positive (C = diag(d) + UUᵀ positive definite), min is {float(np.min(d)):g}")
+        self.r = jnp.asarray(r, dtype=float)
+        self.d = jnp.asarray(d, dtype=float)
+        self.U = jnp.asarray(U, dtype=float)
+        self.y2 = jnp.asarray(as_array("y2", y2, ndim=0), dtype=float)
+
+    @property
+    def K(self) -> int:
+        return self.r.shape[0]
+
+    @property
+    def C(self) -> Float[Array, "K K"]:
+        """The dense interaction matrix (`K²` memory: for small systems and tests)."""
+        return jnp.diag(self.d) + self.U @ self.U.T
+
+    def Cz(self, z: Float[Array, "*b K"]) -> Float[Array, "*b K"]:
+        """`C z` in `O(K q)`."""
+        return self.d * z + (z @ self.U) @ self.U.T
+
+    def vector_field(self, t, z, args=None):
+        """`ż = z ⊙ (r − C z)` (Eq. 32)."""
+        return z * (self.r - self.Cz(z))
+
+    def log_vector_field(self, t, u, args=None):
+        """`u̇ = r − C e^u` in `u = ln z`."""
+        return self.r - self.Cz(jnp.exp(u))
+
+    def loss(self, z: Float[Array, "*b K"]) -> Float[Array, "*b"]:
+        """`L(z) = zᵀCz/8 − rᵀz/4 + y2` (Eq. 26 in modes)."""
+        return (z * self.Cz(z)).sum(-1) / 8 - z @ self.r / 4 + self.y2
+
+    def to_dense(self) -> LotkaVolterra:
+        """The same system with `C` formed densely."""
+        return LotkaVolterra(self.r, self.C, y2=self.y2, check=False)
+
+
 def saturated_equilibrium(C: np.ndarray, r: np.ndarray, active=None, *, tol: float = 1e-12) -> np.ndarray:
     """Lawson–Hanson active-set solution of `min ½zᵀCz − rᵀz, z ≥ 0` (numpy; `C` PSD).
 

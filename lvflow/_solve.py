@@ -11,7 +11,7 @@ import optimistix as optx
 from jaxtyping import Array, Bool, Float
 
 from ._errors import LvflowError, SolverError
-from ._lv import LotkaVolterra, equilibrium_is_unique, saturated_equilibrium, saturated_equilibrium_jax
+from ._lv import LotkaVolterra, LowRankLotkaVolterra, equilibrium_is_unique, saturated_equilibrium, saturated_equilibrium_jax
 from ._crossing import _hermite_root
 from ._interaction import _U_CLIP, _Interaction
 from ._rosenbrock import _DENSE_ROSENBROCK_MAX_K, _rosenbrock_core
@@ -278,10 +278,6 @@ def _is_diagonal(C: np.ndarray) -> bool:
 
 
 def _is_low_rank(system) -> bool:
-    try:  # the low-rank system lives with the schedule that introduced it
-        from ._schedule import LowRankLotkaVolterra
-    except ImportError:  # pragma: no cover
-        return False
     return isinstance(system, LowRankLotkaVolterra)
 
 
