@@ -10,7 +10,7 @@ from jaxtyping import Array, Bool, Float
 
 from ._crossing import _bisect
 from ._interaction import _Interaction, _exp
-from ._solution import LVSolution
+from ._solution import LVSolution, finish_solution
 
 
 class _RosenbrockTableau(eqx.Module):
@@ -238,18 +238,18 @@ def _rosenbrock_core(
     zs, u_end, t_star, n_acc, n_rej, result = _rosenbrock_run(
         r, op, u0, t1, ts, target, rtol, atol, max_steps, meter=meter
     )
-    loss = jnp.sum(zs * op.Cz(zs), axis=-1) / 8 - zs @ r / 4 + y2  # Eq. 26 in modes
-    success = (result == dfx.RESULTS.successful) & jnp.all(jnp.isfinite(zs)) & jnp.all(jnp.isfinite(u_end))
-    return LVSolution(
+    return finish_solution(
         ts=ts,
         zs=zs,
-        loss=loss,
+        Czs=op.Cz(zs),
+        r=r,
+        y2=y2,
         switch_on_times=jnp.where(live, t_star, jnp.inf),
         z_inf=z_inf,
         rho=rho,
+        z_end=u_end,
         num_steps=n_acc + n_rej,
-        num_accepted_steps=n_acc,
-        num_rejected_steps=n_rej,
+        num_accepted=n_acc,
+        num_rejected=n_rej,
         result=result,
-        success=success,
     )

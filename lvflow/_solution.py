@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import diffrax as dfx
 import equinox as eqx
+import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 
@@ -36,3 +37,25 @@ class LVSolution(eqx.Module):
     num_rejected_steps: Int[Array, ""]
     result: dfx.RESULTS
     success: Bool[Array, ""]
+
+
+def finish_solution(
+    *, ts, zs, Czs, r, y2, switch_on_times, z_inf, rho, z_end, num_steps, num_accepted, num_rejected, result
+) -> LVSolution:
+    """The `LVSolution` every solve path returns: the loss `zᵀCz/8 − rᵀz/4 + y2` (Eq. 26 in modes,
+    `Czs = C z` at `ts`) and `success` = solver success with a finite trajectory and end state."""
+    loss = jnp.sum(zs * Czs, axis=-1) / 8 - zs @ r / 4 + y2
+    success = (result == dfx.RESULTS.successful) & jnp.all(jnp.isfinite(zs)) & jnp.all(jnp.isfinite(z_end))
+    return LVSolution(
+        ts=ts,
+        zs=zs,
+        loss=loss,
+        switch_on_times=switch_on_times,
+        z_inf=z_inf,
+        rho=rho,
+        num_steps=num_steps,
+        num_accepted_steps=num_accepted,
+        num_rejected_steps=num_rejected,
+        result=result,
+        success=success,
+    )

@@ -15,7 +15,7 @@ from ._lv import LotkaVolterra, LowRankLotkaVolterra, equilibrium_is_unique, sat
 from ._crossing import _hermite_root
 from ._interaction import _U_CLIP, _Interaction
 from ._rosenbrock import _DENSE_ROSENBROCK_MAX_K, _rosenbrock_core
-from ._solution import LVSolution
+from ._solution import LVSolution, finish_solution
 from ._validate import _is_concrete, as_array, check_in_open_interval, check_positive
 
 _DEFAULT_MAX_STEPS = 16384
@@ -374,20 +374,20 @@ def _solve_core(
 
     switch = _switch_on_times(step_ts, step_us, n_saved, z_inf, rho, r, op)
     zs = jnp.exp(us)
-    loss = jnp.sum(zs * op.Cz(zs), axis=-1) / 8 - zs @ r / 4 + y2  # Eq. 26 in modes
-    success = (out.result == dfx.RESULTS.successful) & jnp.all(jnp.isfinite(zs)) & jnp.all(jnp.isfinite(u_end))
-    return LVSolution(
+    return finish_solution(
         ts=ts,
         zs=zs,
-        loss=loss,
+        Czs=op.Cz(zs),
+        r=r,
+        y2=y2,
         switch_on_times=switch,
         z_inf=z_inf,
         rho=rho,
+        z_end=u_end,
         num_steps=out.stats["num_steps"],
-        num_accepted_steps=out.stats["num_accepted_steps"],
-        num_rejected_steps=out.stats["num_rejected_steps"],
+        num_accepted=out.stats["num_accepted_steps"],
+        num_rejected=out.stats["num_rejected_steps"],
         result=out.result,
-        success=success,
     )
 
 
@@ -434,20 +434,21 @@ def _closed_form_core(
     t_cross = ((target - u0) + jnp.log1p(c * (T - z0) / safe_gap)) / safe_r
     t_star = jnp.where(live & above, 0.0, jnp.where(crosses, t_cross, jnp.inf))
     t_star = jnp.where(t_star <= t1, t_star, jnp.inf)  # as the ODE path: not reached by t1
-    loss = jnp.sum(c * zs * zs, axis=-1) / 8 - zs @ r / 4 + y2  # Eq. 26 in modes
     zero = jnp.asarray(0)  # the dtype diffrax's statistics have
-    return LVSolution(
+    return finish_solution(
         ts=ts,
         zs=zs,
-        loss=loss,
+        Czs=c * zs,
+        r=r,
+        y2=y2,
         switch_on_times=t_star,
         z_inf=z_inf,
         rho=rho,
+        z_end=z_end,
         num_steps=zero,
-        num_accepted_steps=zero,
-        num_rejected_steps=zero,
+        num_accepted=zero,
+        num_rejected=zero,
         result=dfx.RESULTS.successful,
-        success=jnp.all(jnp.isfinite(zs)) & jnp.all(jnp.isfinite(z_end)),
     )
 
 

@@ -39,30 +39,10 @@ def gd_trajectory(nqf, W0, *, lr: float, steps: int, every: int = 1):
 
 
 @eqx.filter_jit
-def _run_loss(loss, params, lr, n_records: int, every: int):
-    grad = jax.grad(loss)
-    step = lambda _, p: jax.tree_util.tree_map(lambda a, g: a - lr * g, p, grad(p))
-
-    def block(p, _):
-        p = jax.lax.fori_loop(0, every, step, p)
-        return p, loss(p)
-
-    return jax.lax.scan(block, params, None, length=n_records)
-
-
-def gd_losses(loss, params, *, lr: float, steps: int, every: int = 1):
-    """Full-batch GD `p ← p − lr ∇loss(p)` on a pytree of arrays, recording the loss every
-    `every` steps. Returns `(t, losses, final params)` with `t = lr · step` (initial point included)."""
-    n = steps // every
-    params = jax.tree_util.tree_map(jnp.asarray, params)
-    final, Ls = _run_loss(loss, params, lr, n, every)
-    t = lr * every * np.arange(n + 1, dtype=float)
-    return t, np.concatenate([[float(loss(params))], np.asarray(Ls)]), final
-
-
-@eqx.filter_jit
-def _run_vec(losses, params, lr, n_records: int, every: int):
-    grad = jax.grad(lambda p: jnp.sum(losses(p)))  # independent runs: the sum's gradient is each one's
+def _run_losses(losses, params, lr, n_records: int, every: int):
+    # Independent runs share no parameters, so the sum's gradient is each run's own; for a scalar
+    # loss the sum is the loss itself.
+    grad = jax.grad(lambda p: jnp.sum(losses(p)))
     step = lambda _, p: jax.tree_util.tree_map(lambda a, g: a - lr * g, p, grad(p))
 
     def block(p, _):
@@ -72,11 +52,17 @@ def _run_vec(losses, params, lr, n_records: int, every: int):
     return jax.lax.scan(block, params, None, length=n_records)
 
 
+def gd_losses(loss, params, *, lr: float, steps: int, every: int = 1):
+    """Full-batch GD `p ← p − lr ∇loss(p)` on a pytree of arrays, recording the loss every
+    `every` steps. Returns `(t, losses, final params)` with `t = lr · step` (initial point included)."""
+    n = steps // every
+    params = jax.tree_util.tree_map(jnp.asarray, params)
+    final, Ls = _run_losses(loss, params, lr, n, every)
+    t = lr * every * np.arange(n + 1, dtype=float)
+    return t, np.concatenate([np.asarray(loss(params))[None], np.asarray(Ls)]), final
+
+
 def gd_losses_vector(losses, params, *, lr: float, steps: int, every: int = 1):
     """`gd_losses` for a batch of independent runs: `losses(params)` returns one loss per run
     (the runs share no parameters), each descended with `lr`; records `(records, runs)`."""
-    n = steps // every
-    params = jax.tree_util.tree_map(jnp.asarray, params)
-    final, Ls = _run_vec(losses, params, lr, n, every)
-    t = lr * every * np.arange(n + 1, dtype=float)
-    return t, np.concatenate([np.asarray(losses(params))[None], np.asarray(Ls)]), final
+    return gd_losses(losses, params, lr=lr, steps=steps, every=every)
