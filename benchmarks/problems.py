@@ -112,6 +112,22 @@ def batch(n: int = 1024, K: int = 100, *, rank: int = 4, seed: int = 0) -> list[
     return [dataclasses.replace(p, t1=t1) for p in probs]
 
 
+def batch_diagonal(n: int = 1024, K: int = 100, *, seed: int = 0) -> list[Problem]:
+    """`n` diagonal (Fig 3-type) problems of `K` modes, a sweep a researcher runs: rate exponent
+    `r_k = k^{−a}`, `a ∈ [0.5, 1.2]`, and initial scale `z_k0 = ε k^{−1.2}`, `ε ∈ [10⁻⁸, 10⁻⁴]`
+    (log-uniform), `V_k = k^{−2}`, `C_kk = r_k²/(8V_k)`; one common horizon."""
+    rng = np.random.default_rng(seed)
+    k = np.arange(1, K + 1, dtype=float)
+    probs = []
+    for a, log_eps in zip(rng.uniform(0.5, 1.2, n), rng.uniform(-8.0, -4.0, n)):
+        r = k**-a
+        d = r**2 / (8 * k**-2.0)
+        z0 = 10.0**log_eps * k**-1.2
+        probs.append(Problem("sweep", r, d, np.zeros((K, 0)), z0, _horizon(r, r / d, z0)))
+    t1 = max(p.t1 for p in probs)
+    return [dataclasses.replace(p, t1=t1) for p in probs]
+
+
 def row_problems(smoke: bool) -> list[Problem]:
     """The problems of rows 1, 2 and 6: Fig 3 right and the coupled family at K = 1000; for a
     smoke run only a 30-mode coupled one (one compilation instead of two; the diagonal paths of
