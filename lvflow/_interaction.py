@@ -31,6 +31,9 @@ def _spd_inverse(S: Float[Array, "q q"]) -> Float[Array, "q q"]:
     return Linv.T @ Linv
 
 
+_UNROLL_Q = 16  # up to this rank W S⁻¹ is formed by broadcast products, not a dot
+
+
 class _Interaction(eqx.Module):
     """`C` in the form the solve uses: `d` (diagonal, `(K,)`), `U` (low-rank factor, `(K, q)`, or
     `None`) and `dense` (`(K, K)`, or `None`), with `C = Diag(d) + U Uᵀ` or `C = dense`. Products
@@ -65,10 +68,18 @@ class _Interaction(eqx.Module):
         W = inv[:, None] * self.U
         ZU = z[:, None] * self.U
         # (Δ + U (ZU)ᵀ)⁻¹ b = x − W S⁻¹ (ZU)ᵀ x, x = Δ⁻¹ b, S = I + (ZU)ᵀ W: S⁻¹ (q × q, SPD, well
-        # conditioned) is folded into W once per step, so each of the step's six solves is two
+        # conditioned) is folded into W once per step, so each of the step's eight solves is two
         # fused (K, q) multiply-and-reduce passes.
-        S = jnp.eye(self.U.shape[1], dtype=z.dtype) + jnp.einsum("kp,kq->pq", ZU, W)
-        WS = W @ _spd_inverse(S)
+        q = self.U.shape[1]
+        S = jnp.eye(q, dtype=z.dtype) + jnp.einsum("kp,kq->pq", ZU, W)
+        S_inv = _spd_inverse(S)
+        if q <= _UNROLL_Q:
+            # W S⁻¹ as q broadcast products: under vmap XLA's CPU backend hands the batched
+            # (B, K, q) @ (B, q, q) product to a library fusion that took 80 % of a 256 × 100-mode
+            # batch's time (jax.profiler); unbatched it is a 3.9 µs dot against 1.9 µs this way.
+            WS = sum(W[:, p, None] * S_inv[p] for p in range(q))
+        else:
+            WS = W @ S_inv
 
         def solve(b):
             x = inv * b

@@ -232,9 +232,13 @@ def _rosenbrock_core(
     without it. The first pass for a non-unique `z(∞)` (inside a `lax.cond`, which `vmap` may turn
     into a select of both branches) runs without a bar."""
 
-    def z_at_t1():  # z(∞) not unique: a first pass gives z(t1)
+    # z(∞) not unique: a first pass gives z(t1). `vmap` turns this cond on a batched predicate into
+    # both branches and a select: the pass's horizon is 0 where z(∞) is unique, so that batched
+    # its loop stops as soon as no member needs it, instead of a full extra solve per system.
+    def z_at_t1():
         no_target = jnp.full_like(u0, jnp.inf)
-        return jnp.exp(_rosenbrock_run(r, op, u0, t1, ts[:1], no_target, rtol, atol, max_steps)[1])
+        first_t1 = jnp.where(eq_ok, 0.0, t1)
+        return jnp.exp(_rosenbrock_run(r, op, u0, first_t1, ts[:1], no_target, rtol, atol, max_steps)[1])
 
     z_inf = jax.lax.cond(eq_ok, lambda: z_eq, z_at_t1)
     live = z_inf > 0
