@@ -10,7 +10,7 @@ from jaxtyping import Array, Bool, Float
 
 from ._crossing import _bisect
 from ._interaction import _Interaction, _exp
-from ._solution import LVSolution, finish_solution
+from ._solution import LVSolution, finish_solution, switch_on_target
 
 
 class _RosenbrockTableau(eqx.Module):
@@ -242,7 +242,7 @@ def _rosenbrock_core(
 
     z_inf = jax.lax.cond(eq_ok, lambda: z_eq, z_at_t1)
     live = z_inf > 0
-    target = jnp.where(live, jnp.log(rho) + jnp.log(jnp.where(live, z_inf, 1.0)), jnp.inf)
+    target = jnp.where(live, switch_on_target(z_inf, rho), jnp.inf)  # a dead mode never crosses
     meter = dfx.TqdmProgressMeter() if progress else dfx.NoProgressMeter()
     zs, u_end, t_star, n_acc, n_rej, result = _rosenbrock_run(
         r, op, u0, t1, ts, target, rtol, atol, max_steps, meter=meter

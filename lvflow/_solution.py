@@ -59,3 +59,10 @@ def finish_solution(
         result=result,
         success=success,
     )
+
+
+def switch_on_target(z_inf: Float[Array, " K"], rho) -> Float[Array, " K"]:
+    """Thm 8's threshold in `u = ln z`: `ln T_k = ln(ρ z_k(∞))` where `z_k(∞) > 0`. A mode with no
+    positive limit never switches on; it gets the finite placeholder `ln ρ`, which every caller
+    masks (finite, so that no NaN enters a `where`'s unused branch and its gradient)."""
+    return jnp.log(rho) + jnp.log(jnp.where(z_inf > 0, z_inf, 1.0))

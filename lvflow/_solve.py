@@ -15,7 +15,7 @@ from ._lv import LotkaVolterra, LowRankLotkaVolterra, equilibrium_is_unique, sat
 from ._crossing import _hermite_root
 from ._interaction import _U_CLIP, _Interaction
 from ._rosenbrock import _DENSE_ROSENBROCK_MAX_K, _rosenbrock_core
-from ._solution import LVSolution, finish_solution
+from ._solution import LVSolution, finish_solution, switch_on_target
 from ._validate import _is_concrete, as_array, check_in_open_interval, check_positive
 
 _DEFAULT_MAX_STEPS = 16384
@@ -83,14 +83,15 @@ def solve_lv(
     modes of `|err_k| / (atol + rtol max(|u_k|, |u_k'|))` (an RMS norm lets single modes of a
     1000-mode system drift), Gustafsson's predictive step-size controller. Why: in `ln z` the flow
     is stiff over the long horizons of the gLV (eigenvalues of `J` up to about `max r`, horizons of
-    `10⁴/max r`), so explicit solvers are step-limited by stability. Measured (2 cores shared with
-    other jobs, float64, rtol 1e-8, atol 1e-10, warm; `python -m benchmarks --only glv`): the
-    1000-mode rank-4 coupled benchmark takes 840 steps (8 rejected), 57 ms, vs Dopri5 (diffrax,
-    same norm) 6690 steps, ≈ 0.6 s, and scipy LSODA (dense Jacobian) 0.76 s; its switch-on times
-    are within 8e-9 of a rtol 1e-12 solve (LSODA at the same tolerance: 1.2e-7). On the Fig
-    3-right system with `method="ode"` they are within 3e-9 of Eq. 158 (LSODA: 1.1e-7). The cost
-    is the step itself (~70 µs at K = 1000: 8 stages of exp, two `K × q` passes for `C e^u`, two
-    for the solve). RODAS5 (Di Marzo) was tried first: its embedded estimate vanishes like `h⁷` in
+    `10⁴/max r`), so explicit solvers are step-limited by stability. Measured (2 cores, float64,
+    rtol 1e-8, atol 1e-10, warm; `python -m benchmarks --only glv`, see `benchmarks/README.md`):
+    the 1000-mode rank-4 coupled benchmark takes 840 steps (8 rejected), 66–94 ms, vs Dopri5
+    (diffrax, same norm) 6690 steps, and scipy LSODA (dense Jacobian) 0.9–1.2 s; its switch-on
+    times are within 8e-9 of a rtol 1e-12 solve (LSODA at the same tolerance: 1.2e-7). On the
+    Fig 3-right system with `method="ode"` they are within 3.2e-9 of Eq. 158 (LSODA: 1.1e-7).
+    The cost is the step itself (~80 µs at K = 1000: ~140 small XLA kernels — 8 stages of exp,
+    two `K × q` passes for `C e^u`, two for the solve — each dominated by dispatch on the CPU).
+    A variable-order NDF with the same Woodbury solves was measured as fast, 50x less accurate. RODAS5 (Di Marzo) was tried first: its embedded estimate vanishes like `h⁷` in
     the growth phase `u̇ ≈ r` and let the global error reach 1e-6 at rtol 1e-10; RODAS4 took 2.3x
     the steps.
 
@@ -122,7 +123,9 @@ def solve_lv(
     - `system`: a `LotkaVolterra` or a `LowRankLotkaVolterra`.
     - `z0`: initial mode strengths, shape `(K,)`, all `> 0` (a mode at exactly 0 stays there).
     - `t1`: final time, `> 0`.
-    - `ts`: save times in `[0, t1]`, increasing (default: `default_ts(t1)`, 0 and log-spaced).
+    - `ts`: save times in `[0, t1]`, increasing (default: `default_ts(t1)`, 0 and 399
+      log-spaced). Only switch-on times wanted: pass `ts=[0, t1]` (the closed form's cost is then
+      `O(K)` instead of `O(400 K)`: 0.9 ms instead of 3–4.6 ms for Fig 3's 1000 modes).
     - `rho`: switch-on fraction in `(0, 1)` (Eq. 158; the paper's figures use `ρ = ½`).
     - `rtol`, `atol`: step-size tolerances on `u = ln z`.
     - `solver`: a diffrax solver; given, the ODE goes through diffrax (default: RODAS5P, above).
@@ -422,7 +425,7 @@ def _closed_form_core(
     z_end = _thm6(r, c, z0, t1)
     z_inf = jnp.where(eq_ok, z_eq, z_end)
     live = z_inf > 0
-    target = jnp.log(rho) + jnp.log(jnp.where(live, z_inf, 1.0))  # ln T_k, T_k = ρ z_k(∞)
+    target = switch_on_target(z_inf, rho)  # ln T_k, T_k = ρ z_k(∞)
     T = jnp.exp(target)
     above = u0 >= target
     # z_k increases monotonically to r_k/C_kk from below, so it crosses T_k iff z0 < T_k < r_k/C_kk.
@@ -457,8 +460,7 @@ def _switch_on_times(step_ts, step_us, n_saved, z_inf, rho, r, op):
     accepted step that brackets the first upward crossing (Thm 8's `t*_k`)."""
     K = step_us.shape[-1]
     modes = jnp.arange(K)
-    safe_zinf = jnp.where(z_inf > 0, z_inf, 1.0)
-    target = jnp.log(rho) + jnp.log(safe_zinf)
+    target = switch_on_target(z_inf, rho)
     n = step_ts.shape[0]
 
     # First saved step at or above the target, by a loop over the accepted steps only that stops
