@@ -14,7 +14,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ._errors import LvflowError
-from ._validate import as_array
+from ._validate import as_array, check_positive
 
 
 class Dataset(eqx.Module):
@@ -358,20 +358,32 @@ class TeacherStream(eqx.Module):
 
 
 def teacher_student_stream(
-    in_size: int = 20, width: int = 100, out_size: int | None = None, *, seed=0, activation=jnp.tanh
+    in_size: int = 20,
+    width: int = 100,
+    out_size: int | None = None,
+    *,
+    seed=0,
+    activation=jnp.tanh,
+    readout_scale: float | None = None,
 ) -> TeacherStream:
     """Fig 6's teacher: a tanh MLP `in_size → width → out_size` (default 20 → 100 → 1, scalar).
 
-    Teacher weights are standard (LeCun) scale: `u_i ~ N(0, I/in_size)`, `v_i ~ N(0, 1/width)`, so
-    pre-activations and outputs are O(1).
+    Teacher weights are standard (LeCun) scale: `u_i ~ N(0, I/in_size)`, `v_i ~ N(0, s²)` with
+    `s = readout_scale`, by default `1/√width`, so that pre-activations and outputs are O(1).
+    A larger readout (Fig 6 uses `s = 1`) makes the target O(√width): a student must grow until
+    its activation's curvature matters, which is where it leaves its NQF.
     """
     from .architectures import MLP
 
+    if readout_scale is None:
+        readout_scale = 1 / math.sqrt(width)
+    else:
+        readout_scale = check_positive("readout_scale", readout_scale)
     teacher = MLP(in_size, width, out_size, key=jax.random.PRNGKey(_rng(seed).integers(2**31)), init_scale=1.0,
                   activation=activation)
     k = 1 if out_size is None else out_size
     W = teacher.W
-    scale = jnp.concatenate([jnp.full(in_size, 1 / math.sqrt(in_size)), jnp.full(k, 1 / math.sqrt(width))])
+    scale = jnp.concatenate([jnp.full(in_size, 1 / math.sqrt(in_size)), jnp.full(k, readout_scale)])
     teacher = eqx.tree_at(lambda t: t.W, teacher, W * scale[:, None])
     return TeacherStream(teacher, (teacher.in_size,))
 

@@ -102,6 +102,15 @@ def test_teacher_stream_labels_by_the_teacher():
     assert np.array_equal(X, X2)
 
 
+def test_teacher_stream_readout_scale():
+    base, wide = teacher_student_stream(20, 100, seed=3), teacher_student_stream(20, 100, seed=3, readout_scale=1.0)
+    Wb, Ww = np.asarray(base.teacher.W), np.asarray(wide.teacher.W)
+    np.testing.assert_array_equal(Ww[:20], Wb[:20])  # input weights untouched
+    np.testing.assert_allclose(Ww[20:], Wb[20:] * 10.0, rtol=1e-14)  # readout: 1/√100 → 1
+    with pytest.raises(lvflow.LvflowError, match="readout_scale"):
+        teacher_student_stream(readout_scale=-1.0)
+
+
 def test_data_errors():
     net = ARCHS["mlp"]
     with pytest.raises(lvflow.LvflowError, match="s: singular values must be positive"):
