@@ -12,7 +12,7 @@ import optax
 import pytest
 
 from lvflow import architectures as arch
-from lvflow._figures import fig2
+from lvflow._figures import _bilinear, _bundle, fig2
 
 KEY = jax.random.PRNGKey(0)
 
@@ -34,10 +34,10 @@ def test_bilinear_twin_is_the_quadratic_form_of_the_structure_matrix(net, shape)
     W = np.asarray(net.W)
     for x in X:
         direct = np.einsum("...ij,id,jd->...", np.asarray(net.structure(x)), W, W)  # Tr[Wᵀ A(x) W] (Eq. 2)
-        fast = np.asarray(fig2.BilinearTwin(net)(x))
+        fast = np.asarray(_bilinear.BilinearTwin(net)(x))
         assert fast.shape == direct.shape
         assert np.max(np.abs(fast - direct)) <= 1e-12 * np.max(np.abs(direct))
-    assert fig2.twin_check(net, X) < 1e-12  # against lvflow.nqf_twin at another W
+    assert _bilinear.twin_check(net, X) < 1e-12  # against lvflow.nqf_twin at another W
 
 
 def test_sliced_optimiser_equals_separate_runs_and_numpy_heavy_ball():
@@ -48,7 +48,7 @@ def test_sliced_optimiser_equals_separate_runs_and_numpy_heavy_ball():
     W0 = jnp.asarray(0.3 * rng.standard_normal((6, 4)))
     lr, beta, steps = 0.01, 0.9, 25
     opts = [optax.sgd(lr), optax.sgd(lr, momentum=beta), optax.adam(0.02)]
-    opt = fig2.sliced(opts, reps=2)
+    opt = _bundle.sliced(opts, reps=2)
     W, state = W0, opt.init(W0)
     for _ in range(steps):
         u, state = opt.update(jax.grad(loss)(W), state, W)

@@ -15,24 +15,25 @@ solid, NQF dashed. At small init the two coincide (the network is its NQF up to
 `O(|w_i|²)` per neuron); at large init they part.
 
 Cost: the 6 runs (3 optimisers × 2 inits) of one architecture share one compiled program. The
-network and its twin are each evaluated on a stack of 6 neuron arrays (`jax.vmap`, `Stacked`),
-and `sliced` applies optimiser `j` to slices `j·2, j·2+1` of every stacked array — exact,
-because GD, momentum and Adam all act entrywise.
+network and its twin (`_bilinear.BilinearTwin`) are each evaluated on a stack of 6 neuron arrays
+(`jax.vmap`, `_bundle.Stacked`), and `_bundle.sliced` applies optimiser `j` to slices
+`j·2, j·2+1` of every stacked array — exact, because GD, momentum and Adam all act entrywise.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jaxtyping import Array, Float
 
 from . import _style
+from ._bilinear import BilinearTwin
+from ._bundle import Bundle, Stacked, bundle_loss, bundle_losses, only_stacked_W, sliced
 
 TITLE = "network vs NQF (ŝ_k/s_k): MLP, CNN, QK-only, 4-head attention × GD/momentum/Adam × σ = 0.01/0.2"
 
@@ -42,168 +43,6 @@ OPTIMISERS = ("GD", "momentum", "Adam")
 MOMENTUM = 0.9
 N_TOKENS = 16
 SMALL_INIT_BOUND = 0.05  # the gap the small-init runs must stay under (what Fig 2 shows)
-
-
-# ---------------------------------------------------------------------------------------------
-# Shared by the training figures (Fig 2, 6, 7, 8): many models in one compiled run.
-
-
-def with_W(model, W):
-    """`model` with its neuron array replaced by `W` (a twin's `W` is its network's)."""
-    if hasattr(model, "network"):  # NQFModel, BilinearTwin: W is a property
-        return eqx.tree_at(lambda m: m.network.W, model, W)
-    return eqx.tree_at(lambda m: m.W, model, W)
-
-
-def learned_map(network) -> Float[Array, "a b"]:
-    """`Θ(W)`, the block of `M = W Wᵀ` that a built-in network's NQF reads (`LowRankTeacher`):
-    `U Vᵀ` (MLP: input weights × readouts; CNN: kernels × readouts), `Σ_h W_hᴠᵀ v_h`
-    (multi-head attention), `Σ_h W_hᴷᵀ W_hᑫ` (query–key-only attention)."""
-    from .. import architectures as arch
-    from ..architectures._base import unpack
-
-    W = network.W
-    if isinstance(network, (arch.MLP, arch.CNN)):
-        U, V = W[: -network._k], W[-network._k :]  # [u (or kernel), v] per neuron
-        return U @ V.T
-    if isinstance(network, arch.MultiHeadAttention):
-        _, _, Wv, v = unpack(W, network._shapes)  # (d_v, D, h), (d_v, [k,] h)
-        return jnp.einsum("adh,a...h->d...", Wv, v).reshape(network.in_size, -1)
-    if isinstance(network, arch.QKAttention):
-        Wq, Wk = unpack(W, network._shapes)  # (d_k, D, h) each
-        return jnp.einsum("jah,jbh->ab", Wk, Wq)
-    raise NotImplementedError(type(network).__name__)
-
-
-class BilinearTwin(eqx.Module):
-    """A built-in network's NQF `Tr[Wᵀ A_c(x) W] = ⟨Θ(W), Φ_c(x)⟩` (Thm 1, Eq. 2, Eq. 17).
-
-    The same function as `lvflow.nqf_twin(network)` (checked by `twin_check`), evaluated
-    through the learned map `Θ(W)` (`learned_map`) and the linear features `Φ_c(x)` of the
-    low-rank teacher: `Θ(W)` does not depend on the input, so under `vmap` over samples it is
-    formed once per step, making the twin as cheap as the network (the per-neuron Hessian form
-    of `nqf_twin` costs 15–40× a network step at Fig 2's sizes).
-    """
-
-    network: eqx.Module
-
-    @property
-    def W(self):
-        return self.network.W
-
-    def __call__(self, x):
-        from .._data import _spec
-
-        Phi = _spec(self.network).features(x)  # (k, a, b)
-        out = jnp.einsum("cab,ab->c", Phi, learned_map(self.network))
-        return out[0] if self.network.out_size is None else out
-
-
-def twin_check(network, X, *, seed: int = 7) -> float:
-    """`max |BilinearTwin − nqf_twin| / max |nqf_twin|` on inputs `X` at a random `W` of scale 0.3."""
-    from .._twin import nqf_twin
-
-    W = 0.3 * jax.random.normal(jax.random.PRNGKey(seed), network.W.shape)
-    net = with_W(network, W)
-    ref = jax.vmap(nqf_twin(net, x=X[0]))(X)
-    fast = jax.vmap(BilinearTwin(net))(X)
-    return float(jnp.max(jnp.abs(fast - ref)) / jnp.max(jnp.abs(ref)))
-
-
-class Stacked(eqx.Module):
-    """`n` copies of one model that differ only in their neuron array, run with `jax.vmap`.
-
-    `W` has shape `(n, p, d)`; the output on one input is `(n, *k)`. The template's own `W` is
-    never used (`trainable` below excludes it).
-    """
-
-    model: eqx.Module
-    W: Float[Array, "n p d"]
-
-    def __call__(self, x):
-        return jax.vmap(lambda W: with_W(self.model, W)(x))(self.W)
-
-
-class Bundle(eqx.Module):
-    """Several models trained in ONE compiled run; output: the tuple of their outputs.
-
-    With `bundle_loss` (the sum of the models' losses, Eq. 26, and no shared parameters) each
-    model gets exactly the gradient of its own loss.
-    """
-
-    models: tuple
-
-    def __call__(self, x):
-        return tuple(m(x) for m in self.models)
-
-
-def bundle_loss(bundle, X, y):
-    """`Σ_models Σ_copies (1/m) Σ_μ |f(x_μ) − y_μ|²`: the paper's loss (Eq. 26) of every model."""
-    preds = jax.vmap(bundle)(X)  # tuple of (m, [n,] *k)
-    total = 0.0
-    for pred in preds:
-        yb = y.reshape(y.shape[:1] + (1,) * (pred.ndim - y.ndim) + y.shape[1:]) if pred.ndim > y.ndim else y
-        total = total + jnp.sum((pred - yb) ** 2) / y.shape[0]
-    return total
-
-
-def bundle_losses(bundle, X, y):
-    """Per model (and per stacked copy) losses (Eq. 26): a tuple of `()` or `(n,)` arrays."""
-    preds = jax.vmap(bundle)(X)
-    out = []
-    for pred in preds:
-        if pred.ndim > y.ndim:  # stacked copies on axis 1
-            yb = y.reshape(y.shape[:1] + (1,) + y.shape[1:])
-            out.append(jnp.sum((pred - yb) ** 2, axis=tuple(i for i in range(pred.ndim) if i != 1)) / y.shape[0])
-        else:
-            out.append(jnp.sum((pred - y) ** 2) / y.shape[0])
-    return tuple(out)
-
-
-def only_stacked_W(bundle):
-    """Filter spec training exactly the `Stacked.W` arrays (not the templates' own `W`)."""
-    spec = jax.tree_util.tree_map(lambda _: False, bundle)
-    for i, m in enumerate(bundle.models):
-        if isinstance(m, Stacked):
-            spec = eqx.tree_at(lambda s, i=i: s.models[i].W, spec, True)
-    return spec
-
-
-def sliced(optimisers: Sequence[optax.GradientTransformation], reps: int) -> optax.GradientTransformation:
-    """Optimiser `j` on slices `[j·reps, (j+1)·reps)` of the leading axis of every parameter.
-
-    Exact for entrywise optimisers (SGD, heavy-ball momentum, Adam): each runs on the whole
-    array, and its state on a slice depends only on that slice's gradients.
-    """
-    optimisers = tuple(optimisers)
-
-    def init(params):
-        return tuple(o.init(params) for o in optimisers)
-
-    def update(grads, state, params=None):
-        outs = [o.update(grads, s, params) for o, s in zip(optimisers, state)]
-
-        def pick(*ups):
-            owner = jnp.repeat(jnp.arange(len(ups)), reps)  # which optimiser owns each slice
-            owner = owner.reshape((-1,) + (1,) * (ups[0].ndim - 1))
-            res = jnp.zeros_like(ups[0])
-            for j, u in enumerate(ups):
-                res = jnp.where(owner == j, u, res)
-            return res
-
-        updates = jax.tree_util.tree_map(pick, *[u for u, _ in outs])
-        return updates, tuple(s for _, s in outs)
-
-    return optax.GradientTransformation(init, update)
-
-
-def stack_W(models) -> Array:
-    """The neuron arrays of `models` stacked on a new leading axis."""
-    return jnp.stack([jnp.asarray(m.W) for m in models])
-
-
-# ---------------------------------------------------------------------------------------------
-# Fig 2
 
 
 class _Arch(eqx.Module):

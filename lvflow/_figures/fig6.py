@@ -30,7 +30,8 @@ import numpy as np
 import optax
 
 from . import _style
-from .fig2 import BilinearTwin, Bundle, bundle_loss, twin_check
+from ._bilinear import BilinearTwin, twin_check
+from ._bundle import Bundle, bundle_loss
 
 TITLE = "online SGD teacher–student (tanh MLP, QK-only attention): the NQF tracks, then departs"
 

@@ -19,7 +19,8 @@ import numpy as np
 import optax
 
 from . import _style
-from .fig2 import BilinearTwin, Bundle, bundle_loss, twin_check
+from ._bilinear import BilinearTwin, twin_check
+from ._bundle import Bundle, bundle_loss
 
 TITLE = "odd vs even digits: MLP, CNN, attention vs their NQF (Adam, lr 1e-3, ε = 0.01)"
 

@@ -19,7 +19,8 @@ import numpy as np
 import optax
 
 from . import _style
-from .fig2 import BilinearTwin, Bundle, bundle_loss
+from ._bilinear import BilinearTwin
+from ._bundle import Bundle, bundle_loss
 
 TITLE = "deep networks (4-layer MLP, 2-layer attention) vs 2-layer and 1-layer NQFs"
 
