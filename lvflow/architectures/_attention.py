@@ -18,7 +18,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._validate import as_array
 from .._errors import LvflowError
-from ._base import AbstractArchitecture, bilinear, check_out_size, check_sequence, check_size, init_W, normal
+from ._base import AbstractArchitecture, AbstractVectorOutput, bilinear, check_out_size, check_sequence, check_size, init_W, normal
 from ._base import per_output, unpack
 
 
@@ -35,7 +35,7 @@ def centered_softmax(s: Float[Array, " N"]) -> Float[Array, " N"]:
     return (e - ebar) / (s.shape[0] * (1.0 + ebar))
 
 
-class MultiHeadAttention(AbstractArchitecture):
+class MultiHeadAttention(AbstractVectorOutput):
     """Multi-head attention read out at the last token: `f(X) = Σ_i v_iᵀ W_iᴠ X softmax(s_i)`,
 
     `s_i = Xᵀ W_iᴷᵀ W_iᑫ x / √d_k`, `x = X[:, -1]`. A head is a neuron,
@@ -72,10 +72,6 @@ class MultiHeadAttention(AbstractArchitecture):
         self.W = init_W(key, p, heads, init_scale)
 
     @property
-    def out_size(self) -> int | None:
-        return self._out_size
-
-    @property
     def _shapes(self):
         D, dk, dv, k = self.in_size, self.key_size, self.value_size, self._out_size
         return [(dk, D), (dk, D), (dv, D), (dv,) if k is None else (dv, k)]
@@ -101,7 +97,7 @@ class MultiHeadAttention(AbstractArchitecture):
         return bilinear(self.p, (start, start + self.value_size * self.in_size), (start + self.value_size * self.in_size, self.p), C)
 
 
-class QKAttention(AbstractArchitecture):
+class QKAttention(AbstractVectorOutput):
     """Query–key-only attention: heads with a fixed value readout `c`, `Σ_i cᵀ X softmax(s_i)`.
 
     `s_i = Xᵀ W_iᴷᵀ W_iᑫ x / √d_k`, `x = X[:, -1]`; neuron `w_i = [vec Wᑫ (d_k×D), vec Wᴷ (d_k×D)]`.
@@ -147,10 +143,6 @@ class QKAttention(AbstractArchitecture):
                 raise LvflowError(f"readout: expected shape {shape} (D{'' if self._out_size is None else ', k'}), got {tuple(readout.shape)}")
         self.readout = jnp.asarray(readout, dtype=float)
         self.W = init_W(wkey, 2 * self.key_size * self.in_size, heads, init_scale)
-
-    @property
-    def out_size(self) -> int | None:
-        return self._out_size
 
     @property
     def _shapes(self):

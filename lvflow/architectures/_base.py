@@ -50,6 +50,11 @@ class AbstractArchitecture(eqx.Module):
     def out_size(self) -> int | None:
         """Number of outputs `k`, or `None` for a scalar output."""
 
+    @property
+    def _k(self) -> int:
+        """Number of outputs as an array size (1 for a scalar output)."""
+        return 1 if self.out_size is None else self.out_size
+
     @abc.abstractmethod
     def unit(self, w: Float[Array, " p"], x) -> Float[Array, "*k"]:
         """One neuron's contribution `unit(w, x)`; `__call__(x) = Σ_i unit(W[:, i], x)`."""
@@ -61,6 +66,17 @@ class AbstractArchitecture(eqx.Module):
     @abc.abstractmethod
     def structure(self, x) -> Float[Array, "*k p p"]:
         """The closed-form structure matrix `A(x)`, shape `(p, p)` or `(k, p, p)`."""
+
+
+class AbstractVectorOutput(AbstractArchitecture):
+    """An architecture whose number of outputs is set at construction (`out_size=None`: scalar),
+    kept in the static field `_out_size`."""
+
+    _out_size: eqx.AbstractVar[int | None]
+
+    @property
+    def out_size(self) -> int | None:
+        return self._out_size
 
 
 # ---------------------------------------------------------------------------------------------

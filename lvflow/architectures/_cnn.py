@@ -8,7 +8,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._errors import LvflowError
-from ._base import AbstractArchitecture, Activation, bilinear, check_activation, check_input, check_out_size
+from ._base import AbstractVectorOutput, Activation, bilinear, check_activation, check_input, check_out_size
 from ._base import check_size, init_W, per_output, unpack
 
 
@@ -26,7 +26,7 @@ def _patch_index(input_shape, kernel_shape) -> tuple[np.ndarray, np.ndarray]:
     return rows, cols
 
 
-class CNN(AbstractArchitecture):
+class CNN(AbstractVectorOutput):
     """One-layer CNN on a single-channel 2-D input: `f(X) = Σ_i v_i Σ_p φ(k_iᵀ x_p)`.
 
     `x_p` runs over the `P` patches of size `kh × kw` (stride 1, no padding, each flattened
@@ -70,14 +70,6 @@ class CNN(AbstractArchitecture):
         self.dphi0 = check_activation("activation", activation)
         self.activation = activation
         self.W = init_W(key, self._m + self._k, channels, init_scale)
-
-    @property
-    def out_size(self) -> int | None:
-        return self._out_size
-
-    @property
-    def _k(self) -> int:
-        return 1 if self._out_size is None else self._out_size
 
     @property
     def _m(self) -> int:

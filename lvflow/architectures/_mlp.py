@@ -6,11 +6,11 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ._base import AbstractArchitecture, Activation, bilinear, check_activation, check_input, check_out_size
+from ._base import AbstractVectorOutput, Activation, bilinear, check_activation, check_input, check_out_size
 from ._base import check_size, init_W, per_output, unpack
 
 
-class MLP(AbstractArchitecture):
+class MLP(AbstractVectorOutput):
     """Two-layer MLP without bias, `f(x) = Σ_i v_i φ(u_iᵀ x)` (`v_i ∈ R^k` for vector output).
 
     Neuron `w_i = [u_i (n), v_i (k, or 1 for a scalar output)]`, so `p = n + k`. Its structure
@@ -44,14 +44,6 @@ class MLP(AbstractArchitecture):
         self.dphi0 = check_activation("activation", activation)
         self.activation = activation
         self.W = init_W(key, self.in_size + self._k, width, init_scale)
-
-    @property
-    def out_size(self) -> int | None:
-        return self._out_size
-
-    @property
-    def _k(self) -> int:
-        return 1 if self._out_size is None else self._out_size
 
     def _split(self, w):
         u, v = unpack(w, [(self.in_size,), (self._k,)])

@@ -6,11 +6,11 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ._base import AbstractArchitecture, Activation, bilinear, check_activation, check_input, check_out_size
+from ._base import AbstractVectorOutput, Activation, bilinear, check_activation, check_input, check_out_size
 from ._base import check_size, init_W, unpack
 
 
-class MixtureOfExperts(AbstractArchitecture):
+class MixtureOfExperts(AbstractVectorOutput):
     """Mixture of experts with gates `ψ(r_iᵀ x)` and linear experts `E(x; Θ_i) = Θ_i x`.
 
     `f(x) = Σ_i ψ(r_iᵀ x) Θ_i x`, `Θ_i ∈ R^{k×n}` (`R^n` for a scalar output, `E = Θᵀx`); an
@@ -42,12 +42,7 @@ class MixtureOfExperts(AbstractArchitecture):
         self._out_size = check_out_size(out_size)
         self.dpsi0 = check_activation("gate", gate)
         self.gate = gate
-        k = 1 if self._out_size is None else self._out_size
-        self.W = init_W(key, self.in_size * (1 + k), d, init_scale)
-
-    @property
-    def out_size(self) -> int | None:
-        return self._out_size
+        self.W = init_W(key, self.in_size * (1 + self._k), d, init_scale)
 
     @property
     def _shapes(self):
