@@ -115,8 +115,3 @@ def sliced(optimisers: Sequence[optax.GradientTransformation], reps: int) -> opt
         return updates, tuple(s for _, s in outs)
 
     return optax.GradientTransformation(init, update)
-
-
-def stack_W(models) -> Array:
-    """The neuron arrays of `models` stacked on a new leading axis."""
-    return jnp.stack([jnp.asarray(m.W) for m in models])
