@@ -144,7 +144,9 @@ def matrix_flow(
     `μ̇ = −(d v + H μ)`,   `Ṁ = −(v μᵀ + μ vᵀ + H M + M H)`.
 
     Weight decay `γ` is the penalty `(γ/2)|W|²` added to the loss: it replaces `H` by `H + γI`
-    (`Ẇ` gains `−γW`, `Ṁ` gains `−2γM`, `μ̇` gains `−γμ`).
+    (`Ẇ` gains `−γW`, `Ṁ` gains `−2γM`, `μ̇` gains `−γμ`). This is optax's convention
+    (`optax.add_decayed_weights(γ)`, what `lvflow.train` runs); the paper's "weight decay adds
+    `−γM`" is the same term with `γ_paper = 2γ`.
 
     **Arguments:**
 

@@ -141,7 +141,8 @@ def gd_recursion(
     - `mu0`, `d`: `μ_0` and the number of neurons; required when the NQF has μ-terms.
     - `batches`: SGD minibatches, an integer array `(steps, b)` of sample indices; step `t` uses
       the loss averaged over `batches[t]` (so `ℓ' = 2Δ/b`). `None`: full batch.
-    - `weight_decay`: `γ ≥ 0`, the penalty `(γ/2)|W|²` (replaces `H` by `H + γI`).
+    - `weight_decay`: `γ ≥ 0`, the penalty `(γ/2)|W|²` (replaces `H` by `H + γI`; optax's
+      convention, `γ_paper = 2γ` in the paper's `−γM`, see `matrix_flow`).
     - `momentum`: Polyak's `β ∈ [0, 1)`: `W_{t+1} = W_t − η∇L_t + β(W_t − W_{t−1})`, `W_{−1} = W_0`.
       It closes on the Gram matrix of `[W, V]`, `V_t = W_t − W_{t−1}` (Cor. 2).
     - `record_every`: record every this many steps; must divide `steps`.
