@@ -91,8 +91,9 @@ def solve_lv(
     Fig 3-right system with `method="ode"` they are within 3.2e-9 of Eq. 158 (LSODA: 1.1e-7).
     The cost is the step itself (~80 µs at K = 1000: ~140 small XLA kernels — 8 stages of exp,
     two `K × q` passes for `C e^u`, two for the solve — each dominated by dispatch on the CPU).
-    A variable-order NDF with the same Woodbury solves was measured as fast, 50x less accurate. RODAS5 (Di Marzo) was tried first: its embedded estimate vanishes like `h⁷` in
-    the growth phase `u̇ ≈ r` and let the global error reach 1e-6 at rtol 1e-10; RODAS4 took 2.3x
+    A variable-order NDF with the same Woodbury solves was measured as fast and 50x less
+    accurate. RODAS5 (Di Marzo) was tried first: its embedded estimate vanishes like `h⁷` in the
+    growth phase `u̇ ≈ r` and let the global error reach 1e-6 at rtol 1e-10; RODAS4 took 2.3x
     the steps.
 
     With `solver=` (any diffrax solver) the solve goes through `diffrax.diffeqsolve` with a PID
