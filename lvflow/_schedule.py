@@ -310,9 +310,20 @@ def plateau_schedule(
     Eq. 158, `t*_k = (1/r_k)[ln(1/ε) − ln(C_kk c_k / r_k)]`, up to `O(ε)`. A switched-off mode
     decays from the value `z_k` it held on the last plateau at its new rate `σ_k < 0`; while it
     lingers it changes every inactive mode's log by the integral `−(Cx)_j z_k / |σ_k|`, with
-    `x = e_k − C_SS⁻¹ C_Sk` (the support re-equilibrating adiabatically), which is added. A
-    logistic rise is symmetric about its half time, so ignitions placed there need no such
-    term. Event times are reported as `τ = t / ln(1/ε)`; switch-offs are recorded at the time
+    `x = e_k − C_SS⁻¹ C_Sk` (the support re-equilibrating adiabatically), which is added. An
+    adiabatic logistic rise is symmetric about its half time, so ignitions placed there need no
+    such term.
+
+    *Validity.* The correction assumes that the support relaxes fast compared with the entering
+    mode (`σ_k` well below the eigenvalues of `Diag(z*_S) C_SS`) and that an ignition does not
+    switch modes off. Where either fails it can be worse than the limit: on the three-mode
+    system of the `limit` figure, mode 1 ignites slowly (`σ = 0.12` against relaxation rates
+    0.14 and 1.16) while switching mode 2 off, and its corrected time is 7.85 time units early
+    at every ε (the limit: 0.38); measured against a resolved finite-ε integration, the error
+    splits into −8.10 (the target `½ z(∞) = 0.4` rather than half of `σ/γ = 1.47`), +13.72 (the
+    non-adiabatic rise) and +2.23 (the lag left by mode 0's slow rise). Integrating each
+    ignition's transient on its unstable orbit removes all three (error 4e-4 at ε = 1e-32) but
+    is not implemented. Event times are reported as `τ = t / ln(1/ε)`; switch-offs are recorded at the time
     of the ignition that causes them. Measured at ε = 1e-4 on a four-mode coupled system
     (tests/test_schedule.py), the summed ignition-time error against a stiff integration drops
     from 0.87 (limit) to 0.46 (corrected), and from 0.40 to 0.095 on a two-mode one; it is
