@@ -157,6 +157,77 @@ def test_corrected_is_closer_at_finite_eps():
         assert e_cor.max() < e_lim.max()
 
 
+def test_transients_resolve_a_slow_swap_ignition():
+    # The limit figure's system: mode 1 ignites slowly (σ = 0.12 against relaxation rates 0.14
+    # and 1.16) while switching mode 2 off, which `corrected` alone misses by ~7.85 time units.
+    # At ε = 1e-32 the other modes are negligible during each transition (at 1e-16 they are not:
+    # ~1e-3 when mode 2 ignites), so the orbits should match the gLV closely.
+    from lvflow._figures.limit import system
+
+    lv = system()
+    r, C = np.asarray(lv.r), np.asarray(lv.C)
+    eps = 1e-32
+    L = math.log(1 / eps)
+    z02 = np.linalg.solve(C[np.ix_([0, 2], [0, 2])], r[[0, 2]])
+    h = 0.5 * np.array([z02[0], r[1] / C[1, 1], r[2] / C[2, 2]])  # half of each ignition's next plateau (C_01 = 0)
+    ode = ignitions(ode_events(r, C, eps, 7.0, h))
+    assert sorted(ode) == [(0, 1), (1, 1), (2, 1)]
+    tr = ignitions(events(plateau_schedule(lv, eps, corrected=True, transients=True)))
+    cor = ignitions(events(plateau_schedule(lv, eps, corrected=True)))
+    err = {k: (tr[k] - ode[k]) * L for k in ode}
+    # measured (time units): 1e-5, 8e-5, 1e-6; `corrected` alone: 1e-5, −0.52, −7.85
+    assert max(abs(e) for e in err.values()) < 0.01, err
+    assert abs(cor[(1, 1)] - ode[(1, 1)]) * L > 5
+
+
+def test_transients_at_least_as_close_at_finite_eps():
+    eps = 1e-4
+    for r, C, h, T in [(R2, C2, np.array([0.5, 1.0]), 3.0), (R4, C4, H4, 5.0)]:
+        ode = ignitions(ode_events(r, C, eps, T, h))
+        cor = ignitions(events(plateau_schedule(lvflow.LotkaVolterra(r, C), eps, corrected=True)))
+        tr = ignitions(events(plateau_schedule(lvflow.LotkaVolterra(r, C), eps, corrected=True, transients=True)))
+        assert sorted(tr) == sorted(cor)
+        keys = [k for k in cor if k in ode]
+        e_cor = sum(abs(cor[k] - ode[k]) for k in keys)
+        e_tr = sum(abs(tr[k] - ode[k]) for k in keys)
+        # measured: two modes 0.038 vs 0.095; four modes 0.27 vs 0.46 (sums over ignitions)
+        assert e_tr <= e_cor
+
+
+def test_transients_diagonal_is_eq158():
+    # Uncoupled modes: each orbit is the logistic of Thm 6, so the thresholds are Eq. 158's
+    # (up to the orbit's starting amplitude, 1e-9 of the target). The zero-rank U sends the
+    # low-rank system through the event loop and its orbits; the dense diagonal one takes the
+    # closed form.
+    r = np.array([1.0, 0.5, 0.25, 0.125])
+    c = np.array([1.0, 2.0, 0.5, 3.0])
+    ck = np.array([1.0, 3.0, 0.2, 7.0])
+    eps = 1e-9
+    L = math.log(1 / eps)
+    t158 = (L - np.log(c * ck / (r - c * ck * eps))) / r
+    lr = LowRankLotkaVolterra(r, c, np.zeros((4, 1)))
+    s = plateau_schedule(lr, eps, z0=ck * eps, corrected=True, transients=True)
+    cor = plateau_schedule(lvflow.LotkaVolterra(r, np.diag(c)), eps, z0=ck * eps, corrected=True)
+    np.testing.assert_allclose(s.tau_star * L, cor.tau_star * L, atol=1e-8)
+    np.testing.assert_allclose(s.tau_star * L, t158, atol=2 * eps * np.max(c * ck / r**2))
+    d = plateau_schedule(lvflow.LotkaVolterra(r, np.diag(c)), eps, z0=ck * eps, corrected=True, transients=True)
+    np.testing.assert_array_equal(d.tau, cor.tau)
+
+
+def test_transients_lowrank_and_dense_agree():
+    # the same orbits from C's columns built two ways (Woodbury backend and d, U vs dense C)
+    rng = np.random.default_rng(28)
+    K, q = 8, 2
+    r, d, U = rng.uniform(-0.2, 1.0, K), rng.uniform(0.5, 2.0, K), 1.5 * rng.standard_normal((K, q))
+    lr = LowRankLotkaVolterra(r, d, U)
+    a = plateau_schedule(lr, 1e-16, corrected=True, transients=True)
+    b = plateau_schedule(lr.to_dense(), 1e-16, corrected=True, transients=True)
+    assert np.asarray(a.mode).tolist() == np.asarray(b.mode).tolist()
+    np.testing.assert_allclose(a.tau, b.tau, rtol=1e-7)
+    ign = np.asarray(a.ignites)
+    assert (~ign).any() and np.unique(np.asarray(a.mode)[ign]).size < ign.sum()  # switch-offs and re-ignitions
+
+
 def restricted_loss(r, C, y2, active):
     """min over z ≥ 0 on `active` of L(z) = zᵀCz/8 − rᵀz/4 + y2, by scipy's NNLS on the Cholesky form."""
     idx = np.flatnonzero(active)
@@ -254,6 +325,8 @@ def test_errors():
     s = plateau_schedule(lv, 1e-3, corrected=True)
     with pytest.raises(lvflow.LvflowError, match="eps"):
         s.times(1e-5)
+    with pytest.raises(lvflow.LvflowError, match="transients"):
+        plateau_schedule(lv, 1e-3, transients=True)
 
 
 def test_initial_conditions():
