@@ -27,6 +27,15 @@ def dense(rng, K):
     return B @ B.T / K + 0.05 * np.eye(K), rng.normal(size=K)
 
 
+def random_backend(rng, K, structure):
+    """`(backend, C, r)` for a random dense or low-rank system (`corrected` off)."""
+    if structure == "dense":
+        C, r = dense(rng, K)
+        return _DenseBackend(C, r, False), C, r
+    d, U, r = low_rank(rng, K)
+    return _LowRankBackend(d, U, r, False), np.diag(d) + U @ U.T, r
+
+
 def reference(C, r, S):
     """The restricted equilibrium on support `S` from scratch, and what follows from it."""
     K = r.size
@@ -148,13 +157,7 @@ def nnls_equilibrium(C, r, A):
 def test_repair_is_nnls_warm_started(structure):
     rng = np.random.default_rng(7)
     K = 40
-    if structure == "dense":
-        C, r = dense(rng, K)
-        be = _DenseBackend(C, r, False)
-    else:
-        d, U, r = low_rank(rng, K)
-        C = np.diag(d) + U @ U.T
-        be = _LowRankBackend(d, U, r, False)
+    be, C, r = random_backend(rng, K, structure)
     tol = 1e-10 * np.max(np.abs(r))
     A = np.zeros(K, bool)
     bound = 0
@@ -193,12 +196,7 @@ def snapshot(be):
 def test_add_then_remove_restores_the_equilibrium(seed, n_support, structure):
     rng = np.random.default_rng(seed)
     K = 10
-    if structure == "dense":
-        C, r = dense(rng, K)
-        be = _DenseBackend(C, r, False)
-    else:
-        d, U, r = low_rank(rng, K)
-        be = _LowRankBackend(d, U, r, False)
+    be, _, r = random_backend(rng, K, structure)
     for k in rng.permutation(K)[:n_support]:
         assert be.add(int(k))
     be.solve()
