@@ -38,6 +38,9 @@ from ._reduce import (
 )
 from ._solution import LVSolution as LVSolution
 from ._solve import solve_lv as solve_lv
+from ._term import LogLotkaVolterraTerm as LogLotkaVolterraTerm
+from ._rodas5p import Rodas5P as Rodas5P, Rodas5PInterpolation as Rodas5PInterpolation
+from ._switch_on import SwitchOnState as SwitchOnState, SwitchOnTracker as SwitchOnTracker
 from ._closed_forms import (
     XiSolution as XiSolution,
     ignition_time as ignition_time,

@@ -1,6 +1,10 @@
-"""`C` as the solvers apply it: diagonal, diagonal plus low rank (Woodbury), or dense."""
+"""The interaction matrix `C` of the gLV (Eq. 32) in the structure its solvers exploit: diagonal,
+diagonal plus low rank, or dense."""
 
 from __future__ import annotations
+
+import abc
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -10,8 +14,8 @@ from jaxtyping import Array, Float
 _U_CLIP = 300.0  # ln z: far above any saturated z (r/C), far below float64 overflow of C e^u
 
 
-def _exp(u):
-    """`e^u` with `u` clipped at `_U_CLIP`: trial stages of an overshooting step must not overflow."""
+def exp_clipped(u):
+    """`e^u` with `u` clipped at 300: trial stages of an overshooting step must not overflow."""
     return jnp.exp(jnp.minimum(u, _U_CLIP))
 
 
@@ -24,8 +28,7 @@ def _matvec(A: Float[Array, "K q"], y: Float[Array, " q"]) -> Float[Array, " K"]
 
 
 def _spd_inverse(S: Float[Array, "q q"]) -> Float[Array, "q q"]:
-    """Inverse of a small SPD matrix via its Cholesky factor (under `vmap` 2.3x faster than
-    `jnp.linalg.inv`, measured on 64 batched 100-mode systems)."""
+    """Inverse of a small SPD matrix via its Cholesky factor."""
     L = jnp.linalg.cholesky(S)
     Linv = jax.scipy.linalg.solve_triangular(L, jnp.eye(S.shape[0], dtype=S.dtype), lower=True)
     return Linv.T @ Linv
@@ -34,52 +37,63 @@ def _spd_inverse(S: Float[Array, "q q"]) -> Float[Array, "q q"]:
 _UNROLL_Q = 16  # up to this rank W S⁻¹ is formed by broadcast products, not a dot
 
 
-class _Interaction(eqx.Module):
-    """`C` in the form the solve uses: `d` (diagonal, `(K,)`), `U` (low-rank factor, `(K, q)`, or
-    `None`) and `dense` (`(K, K)`, or `None`), with `C = Diag(d) + U Uᵀ` or `C = dense`. Products
-    with it cost `O(K)`, `O(K q)` or `O(K²)` respectively."""
+class AbstractInteraction(eqx.Module):
+    """`C` as the gLV's solvers apply it: products `C z` and solves with `α I + C Diag(z)`."""
 
-    d: Float[Array, " K"] | None
-    U: Float[Array, "K q"] | None
-    dense: Float[Array, "K K"] | None
-
+    @abc.abstractmethod
     def Cz(self, z: Float[Array, "*b K"]) -> Float[Array, "*b K"]:
-        if self.dense is not None:
-            return z @ self.dense.T
-        out = self.d * z
-        if self.U is None:
-            return out
-        if z.ndim == 1:  # a skinny (K, q) product as multiply-and-reduce: XLA fuses it, a dot it does not
-            return out + _matvec(self.U, _vecmat(z, self.U))
-        return out + (z @ self.U) @ self.U.T
+        """`C z` (over a leading batch of states too)."""
 
-    def shifted_solver(self, alpha: Float[Array, ""], z: Float[Array, " K"]):
-        """`b ↦ (α I + C Z)⁻¹ b`, `Z = Diag(z)`, `z > 0`: the matrix `(1/(hγ)) I − J` of a
-        Rosenbrock stage, `J = −C Z` the Jacobian of `u̇ = r − C e^u`. Factorised once per step:
-        diagonal `O(K)`; `Diag(α + d z) + U (Z U)ᵀ` by Woodbury, `O(K q²)` (its capacitance
-        `I + Uᵀ Z (α + d z)⁻¹ U` is `I` plus a PSD matrix: Cholesky, well conditioned); dense by
-        LU, `O(K³)`."""
-        if self.dense is not None:
-            lu = jax.scipy.linalg.lu_factor(alpha * jnp.eye(z.shape[-1], dtype=z.dtype) + self.dense * z)
-            return lambda b: jax.scipy.linalg.lu_solve(lu, b)
+    @abc.abstractmethod
+    def shifted_solver(
+        self, alpha: Float[Array, ""], z: Float[Array, " K"]
+    ) -> Callable[[Float[Array, " K"]], Float[Array, " K"]]:
+        """`b ↦ (α I + C Diag(z))⁻¹ b`: `α I − J` for the Jacobian `J = −C Diag(e^u)` of
+        `u̇ = r − C e^u`, factorised once and applied to many right-hand sides."""
+
+    @abc.abstractmethod
+    def dense(self) -> Float[Array, "K K"]:
+        """`C` as a `(K, K)` array."""
+
+
+class DiagonalInteraction(AbstractInteraction):
+    """`C = Diag(d)`: products and solves in `O(K)`."""
+
+    d: Float[Array, " K"]
+
+    def Cz(self, z):
+        return self.d * z
+
+    def shifted_solver(self, alpha, z):
         inv = 1.0 / (alpha + self.d * z)
-        if self.U is None:
-            return lambda b: inv * b
+        return lambda b: inv * b
+
+    def dense(self):
+        return jnp.diag(self.d)
+
+
+class LowRankInteraction(AbstractInteraction):
+    """`C = Diag(d) + U Uᵀ`: products in `O(K q)`, solves by Woodbury in `O(K q²)`."""
+
+    d: Float[Array, " K"]
+    U: Float[Array, "K q"]
+
+    def Cz(self, z):
+        if z.ndim == 1:  # a skinny (K, q) product as multiply-and-reduce: XLA fuses it, a dot it does not
+            return self.d * z + _matvec(self.U, _vecmat(z, self.U))
+        return self.d * z + (z @ self.U) @ self.U.T
+
+    def shifted_solver(self, alpha, z):
+        # (Δ + U (ZU)ᵀ)⁻¹ b = x − W S⁻¹ (ZU)ᵀ x with Δ = Diag(α + d z), x = Δ⁻¹ b, W = Δ⁻¹ U and the
+        # capacitance S = I + (ZU)ᵀ W (I plus a PSD matrix: Cholesky, well conditioned). S⁻¹ is
+        # folded into W once, so each solve is two fused (K, q) multiply-and-reduce passes.
+        inv = 1.0 / (alpha + self.d * z)
         W = inv[:, None] * self.U
         ZU = z[:, None] * self.U
-        # (Δ + U (ZU)ᵀ)⁻¹ b = x − W S⁻¹ (ZU)ᵀ x, x = Δ⁻¹ b, S = I + (ZU)ᵀ W: S⁻¹ (q × q, SPD, well
-        # conditioned) is folded into W once per step, so each of the step's eight solves is two
-        # fused (K, q) multiply-and-reduce passes.
         q = self.U.shape[1]
-        S = jnp.eye(q, dtype=z.dtype) + jnp.einsum("kp,kq->pq", ZU, W)
-        S_inv = _spd_inverse(S)
-        if q <= _UNROLL_Q:
-            # W S⁻¹ as q broadcast products: under vmap XLA's CPU backend hands the batched
-            # (B, K, q) @ (B, q, q) product to a library fusion that took 80 % of a 256 × 100-mode
-            # batch's time (jax.profiler); unbatched it is a 3.9 µs dot against 1.9 µs this way.
-            WS = sum(W[:, p, None] * S_inv[p] for p in range(q))
-        else:
-            WS = W @ S_inv
+        S_inv = _spd_inverse(jnp.eye(q, dtype=z.dtype) + jnp.einsum("kp,kq->pq", ZU, W))
+        # W S⁻¹ as q broadcast products (a batched dot under vmap is slow on XLA's CPU backend).
+        WS = sum(W[:, p, None] * S_inv[p] for p in range(q)) if q <= _UNROLL_Q else W @ S_inv
 
         def solve(b):
             x = inv * b
@@ -87,10 +101,21 @@ class _Interaction(eqx.Module):
 
         return solve
 
-    def rows_dot(self, Z: Float[Array, "K K"]) -> Float[Array, " K"]:
-        """`(C Z_k)_k` for every `k`, `Z_k` the `k`-th row of `Z`: mode `k`'s own interaction
-        with the state `Z_k` (each mode's bracket has its own state)."""
-        if self.dense is not None:
-            return jnp.einsum("kj,kj->k", self.dense, Z)
-        out = self.d * jnp.diagonal(Z)
-        return out if self.U is None else out + jnp.einsum("kq,kq->k", Z @ self.U, self.U)
+    def dense(self):
+        return jnp.diag(self.d) + self.U @ self.U.T
+
+
+class DenseInteraction(AbstractInteraction):
+    """A general `C`: products in `O(K²)`, solves by LU in `O(K³)`."""
+
+    C: Float[Array, "K K"]
+
+    def Cz(self, z):
+        return z @ self.C.T
+
+    def shifted_solver(self, alpha, z):
+        lu = jax.scipy.linalg.lu_factor(alpha * jnp.eye(z.shape[-1], dtype=z.dtype) + self.C * z)
+        return lambda b: jax.scipy.linalg.lu_solve(lu, b)
+
+    def dense(self):
+        return self.C

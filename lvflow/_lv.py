@@ -251,7 +251,13 @@ def saturated_equilibrium_jax(
     violations, swap only the largest violating index (Murty's rule, which terminates). Every
     iteration is one masked `K × K` solve. Returns `(z, converged)`; not converged (or a singular
     `C_FF`) is reported, never silently returned as a solution.
+
+    Differentiable: the support `F` is found on `r`, `C` with their gradients stopped, and `z` is
+    then `C_FF⁻¹ r_F` on it, whose derivative is the implicit-function one of the equilibrium
+    (`dz_F = C_FF⁻¹ (dr_F − dC_FF z_F)`, `dz = 0` off `F`) wherever the support does not change.
     """
+    r_diff, C_diff = r, C
+    r, C = jax.lax.stop_gradient(r), jax.lax.stop_gradient(C)
     K = r.shape[-1]
     max_iter = 3 * K + 10 if max_iter is None else max_iter
     scale = jnp.maximum(jnp.max(jnp.abs(r)), jnp.finfo(r.dtype).tiny)
@@ -259,7 +265,7 @@ def saturated_equilibrium_jax(
     eye = jnp.eye(K, dtype=C.dtype)
     idx = jnp.arange(K)
 
-    def solve(F):
+    def solve(F, r=r, C=C):
         FF = F[:, None] & F[None, :]
         A = jnp.where(FF, C, eye)
         z = jnp.linalg.solve(A, jnp.where(F, r, 0.0))
@@ -290,4 +296,5 @@ def saturated_equilibrium_jax(
     state = (0, F0, z0, infeasible(F0, z0), K + 1, 0)
     it, F, z, bad, _, _ = jax.lax.while_loop(cond, body, state)
     ok = ~jnp.any(bad) & jnp.all(jnp.isfinite(z))
+    z = solve(F, r_diff, C_diff)  # the same z, now with its derivative
     return jnp.maximum(z, 0.0), ok

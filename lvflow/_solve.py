@@ -12,13 +12,15 @@ from jaxtyping import Array, Bool, Float
 
 from ._errors import LvflowError, SolverError
 from ._lv import LotkaVolterra, LowRankLotkaVolterra, equilibrium_is_unique, saturated_equilibrium, saturated_equilibrium_jax
-from ._crossing import _hermite_root
-from ._interaction import _U_CLIP, _Interaction
-from ._rosenbrock import _DENSE_ROSENBROCK_MAX_K, _rosenbrock_core
+from ._interaction import DenseInteraction
+from ._rodas5p import Rodas5P
+from ._switch_on import SwitchOnTracker
+from ._term import LogLotkaVolterraTerm, is_diagonal
 from ._solution import LVSolution, finish_solution, switch_on_target
 from ._validate import _is_concrete, as_array, check_in_open_interval, check_positive
 
 _DEFAULT_MAX_STEPS = 16384
+_DENSE_RODAS_MAX_K = 100  # above this a dense C's O(K³) LU per step costs more than Dopri5's extra steps
 _N_DEFAULT_TS = 400
 
 
@@ -38,7 +40,7 @@ def _default_ts_np(t1: float) -> np.ndarray:
 
 
 def solve_lv(
-    system: LotkaVolterra,
+    system: LotkaVolterra | LowRankLotkaVolterra,
     z0,
     t1,
     *,
@@ -47,102 +49,67 @@ def solve_lv(
     rtol: float = 1e-8,
     atol: float = 1e-10,
     solver: dfx.AbstractSolver | None = None,
+    stepsize_controller: dfx.AbstractStepSizeController | None = None,
+    adjoint: dfx.AbstractAdjoint | None = None,
     max_steps: int = _DEFAULT_MAX_STEPS,
     throw: bool = True,
     progress: bool = False,
     z_inf=None,
     method: str = "auto",
 ) -> LVSolution:
-    """Integrate the gLV `ż_k = z_k (r_k − Σ_j C_kj z_j)` (Eq. 32) from `z(0) = z0` to `t1`.
+    """Integrate the gLV `ż_k = z_k (r_k − Σ_j C_kj z_j)` (Eq. 32) from `z(0) = z0` to `t1` and
+    locate every mode's switch-on time `t*_k`, the first time `z_k(t) = ρ z_k(∞)` (Thm 8, Eq. 158).
 
-    The flow is integrated in `u = ln z`, `u̇ = r − C e^u`: tiny initial values (`z0` down to
-    `1e-300`) are then an ordinary offset rather than a stiffness, and the error control is on
-    `ln z`, i.e. *relative* in `z` for every mode, whatever its size. `rtol`/`atol` are the
-    step-size tolerances on `u` (so `atol` is an absolute error in `ln z`, a relative error in `z`).
+    **Method.** `method="auto"` (default) solves a concrete diagonal `C` (orthogonal features) in
+    closed form (Thm 6) when no `solver=` is given, and integrates the ODE otherwise; `"closed_form"`
+    and `"ode"` force either (`"closed_form"` on a traced `C` checks it for off-diagonal entries
+    through `equinox.error_if`). The closed form evaluates Thm 6 at `ts` and inverts it for
+    `t*_k = (1/r_k) [ln(T_k/z_k0) + ln(1 + C_kk (T_k − z_k0)/(r_k − C_kk T_k))]`, `T_k = ρ z_k(∞)`
+    (Eq. 158 with `a = 1`); the solver options do not apply to it.
 
-    **Method.** A diagonal `C` (orthogonal features) is solved exactly (Thm 6): `method="auto"`
-    (default) uses the closed form when `C` is concrete (not traced) and diagonal and no `solver=`
-    is given, and the ODE otherwise; `"closed_form"` and `"ode"` force either. The closed form
-    evaluates Thm 6 (as `orthogonal_features`, in two transcendentals per entry) at `ts` and inverts Thm 6 for the
-    switch-on times: with target `T_k = ρ z_k(∞)` and `z_k0 < T_k < r_k/C_kk`,
+    The ODE is integrated in `u = ln z`, `u̇ = r − C e^u` (`lvflow.LogLotkaVolterraTerm`), by
+    `diffrax.diffeqsolve` with `lvflow.Rodas5P` (stage solves in `C`'s structure; a dense `C` with
+    more than 100 modes gets `diffrax.Dopri5`), a `diffrax.PIDController` on the max norm over
+    modes, and `lvflow.SwitchOnTracker` recording each mode's crossing step; each crossing is then
+    root-found on that step's dense output. `rtol`/`atol` are tolerances on `ln z`: relative
+    errors in `z` for every mode, whatever its size.
 
-    `t*_k = (1/r_k) [ ln(T_k/z_k0) + ln(1 + C_kk (T_k − z_k0)/(r_k − C_kk T_k)) ]`,
+    **`z(∞)`** is the saturated equilibrium (`LotkaVolterra.equilibrium`), the flow's limit when it
+    is unique. When it is not (a singular `C`), `z(t1)` from a first solve is used: choose `t1`
+    past the last transition. `z_inf=` overrides both.
 
-    which is Eq. 158 (`a = 1`) with its exact `ε`-dependence at `T_k = ρ r_k/C_kk`, written as two
-    non-negative terms (no cancellation). It costs `O(K n)`, is exact to rounding, needs no
-    tolerances, and its solver statistics are zero; `rtol`, `atol`, `max_steps` and `progress`
-    do not apply to it (it is over in microseconds: no progress bar). A traced `C` with
-    `method="closed_form"` is checked for off-diagonal entries through `equinox.error_if`.
-
-    **Solver** (the ODE path). Default: RODAS5P (Steinebach 2023; 8 stages, order 5(4), L-stable,
-    stiffly accurate, dense output of order 4), written as one `lax.while_loop`, with the exact
-    Jacobian `J = −C Diag(z)` of `u̇ = r − C e^u`. Each stage solves `(1/(hγ)) I − J`, factorised
-    once per step in `C`'s structure: `Diag(d)` in `O(K)`; `LowRankLotkaVolterra`
-    (`Diag(d) + UUᵀ`) by Woodbury in `O(K q²)` (the `q × q` capacitance is `I` + PSD); a dense `C`
-    by LU, `O(K³)`, only for `K ≤ 100` (above that, Dopri5 below). Error control: max norm over
-    modes of `|err_k| / (atol + rtol max(|u_k|, |u_k'|))` (an RMS norm lets single modes of a
-    1000-mode system drift), Gustafsson's predictive step-size controller. Why: in `ln z` the flow
-    is stiff over the long horizons of the gLV (eigenvalues of `J` up to about `max r`, horizons of
-    `10⁴/max r`), so explicit solvers are step-limited by stability. Measured (2 cores, float64,
-    rtol 1e-8, atol 1e-10, warm; `python -m benchmarks --only glv`, see `benchmarks/README.md`):
-    the 1000-mode rank-4 coupled benchmark takes 840 steps (8 rejected), 66–94 ms, vs Dopri5
-    (diffrax, same norm) 6690 steps, and scipy LSODA (dense Jacobian) 0.9–1.2 s; its switch-on
-    times are within 8e-9 of a rtol 1e-12 solve (LSODA at the same tolerance: 1.2e-7). On the
-    Fig 3-right system with `method="ode"` they are within 3.2e-9 of Eq. 158 (LSODA: 1.1e-7).
-    The cost is the step itself (~80 µs at K = 1000: ~140 small XLA kernels — 8 stages of exp,
-    two `K × q` passes for `C e^u`, two for the solve — each dominated by dispatch on the CPU).
-    A variable-order NDF with the same Woodbury solves was measured as fast and 50x less
-    accurate. RODAS5 (Di Marzo) was tried first: its embedded estimate vanishes like `h⁷` in the
-    growth phase `u̇ ≈ r` and let the global error reach 1e-6 at rtol 1e-10; RODAS4 took 2.3x
-    the steps.
-
-    With `solver=` (any diffrax solver) the solve goes through `diffrax.diffeqsolve` with a PID
-    controller on the same max norm, saving every accepted step for the switch-on search
-    (`max_steps × K` floats: 131 MB for `K = 1000` at the default `max_steps`); that path is also
-    used for a dense `C` with `K > 100`, with `diffrax.Dopri5()`.
-
-    **Switch-on times** (Thm 8): with RODAS5P, after every accepted step each mode not yet
-    switched on is tested for `u_k ≥ ln(ρ z_k(∞))`; the first step where it holds is kept (its
-    start, length, end values and dense-output coefficients, `O(K)` memory, no step history) and
-    the crossing is found after the loop by bisection on that step's order-4 dense output. Saved
-    values at `ts` come from the same dense output. On the diffrax path the crossing step is
-    located in the stored steps and the crossing found on the cubic Hermite interpolant through
-    the step's end values and slopes. Either way the accuracy follows the solver tolerance, not a
-    grid.
-
-    **`z(∞)`.** The saturated equilibrium (`LotkaVolterra.equilibrium`: `z ≥ 0`, `r − Cz ≤ 0`,
-    complementary), which is the flow's limit from any positive `z0` when it is unique (`C` positive
-    definite on the active and marginal modes). When it is not unique (singular `C`, e.g. two
-    identical features: the flow conserves `ln z` along the null space of `C`, so the limit depends
-    on `z0`), `z(t1)` is used instead: choose `t1` past the last transition. For traced systems
-    (`jax.vmap` over systems) it is computed in JAX by block principal pivoting, falling back to
-    `z(t1)` if that does not converge (uniqueness is not checked there: pass `z_inf=` for singular
-    `C` under `vmap`). `z_inf=` overrides it everywhere.
+    **Derivatives.** Everything returned is differentiable with respect to `z0` and the system's
+    arrays (`r`, `C` or `d`, `U`): the closed form exactly; the ODE path through diffrax's
+    `adjoint` (discretise-then-optimise), with `t*_k` differentiated by the implicit-function
+    theorem at the crossing (`lvflow.SwitchOnTracker.crossing_times`). The default adjoint,
+    `diffrax.RecursiveCheckpointAdjoint()`, serves `jax.grad`/`jax.vjp`; pass
+    `adjoint=diffrax.ForwardMode()` for `jax.jvp`/`jax.jacfwd`.
 
     **Arguments:**
 
     - `system`: a `LotkaVolterra` or a `LowRankLotkaVolterra`.
-    - `z0`: initial mode strengths, shape `(K,)`, all `> 0` (a mode at exactly 0 stays there).
+    - `z0`: initial mode strengths, shape `(K,)`, all `> 0`.
     - `t1`: final time, `> 0`.
-    - `ts`: save times in `[0, t1]`, increasing (default: `default_ts(t1)`, 0 and 399
-      log-spaced). Only switch-on times wanted: pass `ts=[0, t1]` (the closed form's cost is then
-      `O(K)` instead of `O(400 K)`: 0.9 ms instead of 3–4.6 ms for Fig 3's 1000 modes).
-    - `rho`: switch-on fraction in `(0, 1)` (Eq. 158; the paper's figures use `ρ = ½`).
-    - `rtol`, `atol`: step-size tolerances on `u = ln z`.
-    - `solver`: a diffrax solver; given, the ODE goes through diffrax (default: RODAS5P, above).
-    - `max_steps`: step budget (accepted + rejected); on the diffrax path all accepted steps are
-      stored (`max_steps × K` floats).
-    - `throw`: raise `SolverError` on failure (default); with `False`, return `success = False`.
-    - `progress`: show a tqdm progress bar (`diffrax.TqdmProgressMeter`, on stderr) tracking
-      `t/t1` on either ODE path: RODAS5P's loop drives the same meter as `diffrax.diffeqsolve`
-      (a throttled callback every 20 steps; under `vmap`, one bar following the slowest element).
-      `False` (default) compiles the loop without callbacks. The closed form (diagonal `C`) has no
-      steps to show and shows no bar.
+    - `ts`: save times in `[0, t1]`, non-decreasing (default: `default_ts(t1)`, 0 and 399
+      log-spaced times). For switch-on times only, pass `ts=[0, t1]`.
+    - `rho`: switch-on fraction in `(0, 1)` (the paper's figures use `ρ = ½`).
+    - `rtol`, `atol`: step-size tolerances on `u = ln z` (used by the default controller).
+    - `solver`: a diffrax solver for the ODE (default `lvflow.Rodas5P()`, above).
+    - `stepsize_controller`: a diffrax step-size controller (default
+      `diffrax.PIDController(rtol, atol, norm=optimistix.max_norm)`).
+    - `adjoint`: a diffrax adjoint (default `diffrax.RecursiveCheckpointAdjoint()`).
+    - `max_steps`: step budget (accepted + rejected).
+    - `throw`: raise `SolverError` with diffrax's message on failure (under `jit`, through
+      `equinox.error_if`); with `False`, return `success = False` and the `result` flag.
+    - `progress`: a `diffrax.TqdmProgressMeter` bar (stderr) on the ODE path.
     - `z_inf`: the limit `z(∞)` to measure switch-on against (default: see above).
-    - `method`: `"auto"`, `"closed_form"` (Thm 6; diagonal `C` only) or `"ode"` (see above).
+    - `method`: `"auto"`, `"closed_form"` (Thm 6; diagonal `C` only) or `"ode"`.
 
-    Works under `jax.jit`/`jax.vmap` over `z0`, `t1` and the system's arrays; input checks then
-    apply to the concrete arguments only, and `throw=True` raises through `equinox.error_if`.
+    **Returns:** an `LVSolution`.
+
+    **Raises:** `LvflowError` for bad input; `SolverError` for a failed solve (with `throw=True`).
+
+    Works under `jax.jit`/`jax.vmap` over `z0`, `t1` and the system's arrays.
     """
     if not (isinstance(system, LotkaVolterra) or _is_low_rank(system)):
         raise LvflowError(f"system: expected a LotkaVolterra or LowRankLotkaVolterra, got {type(system).__name__}")
@@ -180,9 +147,12 @@ def solve_lv(
             if np.any(np.diff(a) < 0):
                 raise LvflowError("ts: must be non-decreasing")
     solver_given = solver is not None
-    solver = dfx.Dopri5() if solver is None else solver
-    if not isinstance(solver, dfx.AbstractSolver):
+    if solver_given and not isinstance(solver, dfx.AbstractSolver):
         raise LvflowError(f"solver: expected a diffrax solver, got {type(solver).__name__}")
+    if stepsize_controller is not None and not isinstance(stepsize_controller, dfx.AbstractStepSizeController):
+        raise LvflowError(f"stepsize_controller: expected a diffrax step-size controller, got {type(stepsize_controller).__name__}")
+    if adjoint is not None and not isinstance(adjoint, dfx.AbstractAdjoint):
+        raise LvflowError(f"adjoint: expected a diffrax adjoint, got {type(adjoint).__name__}")
 
     if method not in ("auto", "closed_form", "ode"):
         raise LvflowError(f"method: must be 'auto', 'closed_form' or 'ode', got {method!r}")
@@ -198,12 +168,6 @@ def solve_lv(
         off = C - jnp.diag(jnp.diagonal(C))
         diagonal = eqx.error_if(jnp.diagonal(C), jnp.any(off != 0), "method: 'closed_form' needs a diagonal C (Thm 6)")
     closed = diagonal is not None and (method == "closed_form" or (method == "auto" and not solver_given))
-    if low_rank and diagonal is None:
-        op = _Interaction(d=system.d, U=system.U if system.U.shape[1] else None, dense=None)
-    elif diagonal is not None:
-        op = _Interaction(d=diagonal, U=None, dense=None)
-    else:
-        op = _Interaction(d=None, U=None, dense=system.C)
     if z_inf is not None:
         z_inf = as_array("z_inf", z_inf, ndim=1)
         if np.shape(z_inf) != (K,):
@@ -232,9 +196,14 @@ def solve_lv(
             system.y2,
         )
     else:
-        args = (
-            r,
-            op,
+        term = LogLotkaVolterraTerm.from_system(system)
+        if solver is None:
+            dense_large = isinstance(term.interaction, DenseInteraction) and K > _DENSE_RODAS_MAX_K
+            solver = dfx.Dopri5() if dense_large else Rodas5P()
+        if stepsize_controller is None:
+            stepsize_controller = dfx.PIDController(rtol=rtol, atol=atol, norm=optx.max_norm)
+        sol = _ode_core(
+            term,
             jnp.log(jnp.asarray(z0, dtype=float)),
             jnp.asarray(t1, dtype=float),
             jnp.asarray(ts, dtype=float),
@@ -242,19 +211,20 @@ def solve_lv(
             eq_ok,
             jnp.asarray(rho, dtype=float),
             system.y2,
-            jnp.asarray(rtol),
-            jnp.asarray(atol),
+            solver=solver,
+            controller=stepsize_controller,
+            adjoint=dfx.RecursiveCheckpointAdjoint() if adjoint is None else adjoint,
+            max_steps=max_steps,
+            progress=progress,
+            first_pass=not (_is_concrete(eq_ok) and bool(eq_ok)),
         )
-        if not solver_given and (op.dense is None or K <= _DENSE_ROSENBROCK_MAX_K):
-            sol = _rosenbrock_core(*args, max_steps=max_steps, progress=progress)
-        else:
-            sol = _solve_core(*args, solver=solver, max_steps=max_steps, progress=progress)
     if throw:
         if _is_concrete(sol.success):
             if not bool(sol.success):
                 raise SolverError(_failure_message(sol))
         else:
-            sol = eqx.error_if(sol, ~sol.success, "solve_lv: the gLV solve failed (see diffrax.RESULTS)")
+            sol = sol.result.error_if(sol, sol.result != dfx.RESULTS.successful)
+            sol = eqx.error_if(sol, ~sol.success, "solve_lv: non-finite values in the solution")
     return sol
 
 
@@ -270,15 +240,9 @@ def _diagonal_part(system, low_rank: bool):
         if not (_is_concrete(system.U) and _is_concrete(system.d)):
             return None
         return system.d if not np.any(np.asarray(system.U)) else None
-    if not _is_concrete(system.C) or not _is_diagonal(np.asarray(system.C)):
+    if not _is_concrete(system.C) or not is_diagonal(np.asarray(system.C)):
         return None
     return np.diagonal(np.asarray(system.C))
-
-
-def _is_diagonal(C: np.ndarray) -> bool:
-    K = C.shape[0]
-    # The off-diagonal entries, as a strided view: flat[1:] in rows of K + 1, minus the last column.
-    return K < 2 or not np.any(np.ascontiguousarray(C).ravel()[1:].reshape(K - 1, K + 1)[:, :-1])
 
 
 def _is_low_rank(system) -> bool:
@@ -322,17 +286,13 @@ def _diagonal_equilibrium(r: np.ndarray, d: np.ndarray):
 
 
 def _failure_message(sol: LVSolution) -> str:
-    if sol.result == dfx.RESULTS.successful:
-        why = "non-finite values in the solution"
-    else:
-        why = str(sol.result).split("<", 1)[-1].rstrip(">")
+    why = "non-finite values in the solution" if sol.result == dfx.RESULTS.successful else dfx.RESULTS[sol.result]
     return f"solve_lv: {why} (after {int(sol.num_steps)} steps)"
 
 
 @eqx.filter_jit
-def _solve_core(
-    r: Float[Array, " K"],
-    op: _Interaction,
+def _ode_core(
+    term: LogLotkaVolterraTerm,
     u0: Float[Array, " K"],
     t1: Float[Array, ""],
     ts: Float[Array, " n"],
@@ -340,51 +300,55 @@ def _solve_core(
     eq_ok: Bool[Array, ""],
     rho: Float[Array, ""],
     y2: Float[Array, ""],
-    rtol: Float[Array, ""],
-    atol: Float[Array, ""],
     *,
     solver: dfx.AbstractSolver,
+    controller: dfx.AbstractStepSizeController,
+    adjoint: dfx.AbstractAdjoint,
     max_steps: int,
     progress: bool,
+    first_pass: bool,
 ) -> LVSolution:
-    """Arrays in, `LVSolution` out: jittable and vmappable; `C` enters only through `op`'s
-    structured products."""
+    """The ODE path of `solve_lv`: `diffrax.diffeqsolve` of `u̇ = r − C e^u` with every mode's
+    switch-on crossing tracked (`SwitchOnTracker`) and root-found on its step's dense output."""
 
-    def field(t, u, args):
-        # u̇ = r − C e^u: Eq. 32 divided by z. The clip only acts on trial stages of a step that
-        # overshoots (a mode igniting within one long step): without it e^u overflows, the error
-        # estimate is NaN and the controller proposes a NaN step instead of a shorter one.
-        return r - op.Cz(jnp.exp(jnp.minimum(u, _U_CLIP)))
+    def solve(solver, horizon, saveat, meter):
+        return dfx.diffeqsolve(
+            term,
+            solver,
+            t0=0.0,
+            t1=horizon,
+            dt0=None,
+            y0=u0,
+            saveat=saveat,
+            stepsize_controller=controller,
+            adjoint=adjoint,
+            max_steps=max_steps,
+            throw=False,
+            progress_meter=meter,
+        )
 
+    if first_pass:
+        # z(∞) not unique (or not known to be, under tracing): z(t1) from a first solve. Its horizon
+        # is 0 where z(∞) is unique, so that under vmap it costs nothing for those systems.
+        first = solve(solver, jnp.where(eq_ok, 0.0, t1), dfx.SaveAt(t1=True), dfx.NoProgressMeter())
+        z_inf = jnp.where(eq_ok, z_eq, jnp.exp(first.ys[-1]))
+    else:
+        z_inf = z_eq
+    live = z_inf > 0
+    threshold = jnp.where(live, switch_on_target(z_inf, rho), jnp.inf)  # a dead mode never crosses
+    tracker = SwitchOnTracker(solver, threshold)
     meter = dfx.TqdmProgressMeter() if progress else dfx.NoProgressMeter()
-    out = dfx.diffeqsolve(
-        dfx.ODETerm(field),
-        solver,
-        t0=0.0,
-        t1=t1,
-        dt0=None,
-        y0=u0,
-        saveat=dfx.SaveAt(subs=[dfx.SubSaveAt(ts=ts), dfx.SubSaveAt(t0=True, steps=True)]),
-        stepsize_controller=dfx.PIDController(rtol=rtol, atol=atol, norm=optx.max_norm),
-        max_steps=max_steps,
-        throw=False,
-        progress_meter=meter,
-    )
-    us = out.ys[0]
-    step_ts, step_us = out.ts[1], out.ys[1]
-    n_saved = out.stats["num_accepted_steps"] + 1
-    u_end = step_us[n_saved - 1]
-    z_inf = jnp.where(eq_ok, z_eq, jnp.exp(u_end))
-
-    switch = _switch_on_times(step_ts, step_us, n_saved, z_inf, rho, r, op)
-    zs = jnp.exp(us)
+    saveat = dfx.SaveAt(subs=[dfx.SubSaveAt(ts=ts), dfx.SubSaveAt(t1=True)], solver_state=True)
+    out = solve(tracker, t1, saveat, meter)
+    zs = jnp.exp(out.ys[0])
+    u_end = out.ys[1][-1]
     return finish_solution(
         ts=ts,
         zs=zs,
-        Czs=op.Cz(zs),
-        r=r,
+        Czs=term.interaction.Cz(zs),
+        r=term.r,
         y2=y2,
-        switch_on_times=switch,
+        switch_on_times=jnp.where(live, tracker.crossing_times(out.solver_state), jnp.inf),
         z_inf=z_inf,
         rho=rho,
         z_end=u_end,
@@ -454,43 +418,3 @@ def _closed_form_core(
         num_rejected=zero,
         result=dfx.RESULTS.successful,
     )
-
-
-def _switch_on_times(step_ts, step_us, n_saved, z_inf, rho, r, op):
-    """First `t` with `u_k(t) = ln(ρ z_k(∞))`, by bisection on the cubic Hermite interpolant of the
-    accepted step that brackets the first upward crossing (Thm 8's `t*_k`)."""
-    K = step_us.shape[-1]
-    modes = jnp.arange(K)
-    target = switch_on_target(z_inf, rho)
-    n = step_ts.shape[0]
-
-    # First saved step at or above the target, by a loop over the accepted steps only that stops
-    # once every mode is found: a reduction over the whole (max_steps, K) buffer costs ~10x more.
-    def scan_cond(carry):
-        i, first = carry
-        return (i < n_saved) & jnp.any(first == n)
-
-    def scan_body(carry):
-        i, first = carry
-        row = jax.lax.dynamic_index_in_dim(step_us, i, keepdims=False)
-        return i + 1, jnp.where((first == n) & (row >= target), i, first)
-
-    _, i1 = jax.lax.while_loop(scan_cond, scan_body, (jnp.asarray(0), jnp.full(K, n)))
-    reached = (i1 < n) & (z_inf > 0)
-    i1 = jnp.minimum(i1, n_saved - 1)
-    i0 = jnp.maximum(i1 - 1, 0)
-    ta, tb = step_ts[i0], step_ts[i1]
-    h = tb - ta
-    ga, gb = step_us[i0, modes] - target, step_us[i1, modes] - target
-
-    # Slopes u̇_k = r_k − (C e^u)_k at the bracket's ends: one row of C per mode. A diagonal C
-    # needs only u_k itself; otherwise mode k's whole state at its own bracket (K × K).
-    def slope(i):
-        if op.dense is None and op.U is None:
-            return r - op.d * jnp.exp(step_us[i, modes])
-        return r - op.rows_dot(jnp.exp(step_us[i]))
-
-    da, db = slope(i0) * h, slope(i1) * h
-    t_cross = ta + _hermite_root(ga, gb, da, db) * h
-    t_star = jnp.where(i1 == 0, 0.0, t_cross)
-    return jnp.where(reached, t_star, jnp.inf)
