@@ -18,6 +18,7 @@ BENCHMARKS = {
     "schedule": "benchmarks.schedule",
     "train": "benchmarks.train",
     "limit": "benchmarks.limit",
+    "grad": "benchmarks.grad",
 }
 
 

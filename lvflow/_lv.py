@@ -9,7 +9,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float
 
 from ._errors import LvflowError
-from ._validate import as_array, check_psd
+from ._validate import _is_concrete, as_array, check_psd
 
 
 class LotkaVolterra(eqx.Module):
@@ -110,8 +110,11 @@ class LowRankLotkaVolterra(eqx.Module):
         U = as_array("U", U, ndim=2)
         if np.shape(d) != np.shape(r) or np.shape(U)[0] != np.shape(r)[0]:
             raise LvflowError(f"d, U: shapes {np.shape(d)}, {np.shape(U)} do not match r of shape {np.shape(r)}")
-        if np.size(d) and float(np.min(d)) <= 0:
-            raise LvflowError(f"d: must be positive (C = diag(d) + UUᵀ positive definite), min is {float(np.min(d)):g}")
+        if _is_concrete(d):
+            if np.size(d) and float(np.min(d)) <= 0:
+                raise LvflowError(f"d: must be positive (C = diag(d) + UUᵀ positive definite), min is {float(np.min(d)):g}")
+        else:  # built under jit/vmap: checked when the values are known
+            d = eqx.error_if(d, jnp.any(d <= 0), "d: must be positive (C = diag(d) + UUᵀ positive definite)")
         self.r = jnp.asarray(r, dtype=float)
         self.d = jnp.asarray(d, dtype=float)
         self.U = jnp.asarray(U, dtype=float)
