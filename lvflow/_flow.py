@@ -11,7 +11,7 @@ from jaxtyping import Array, Float, Int
 
 from ._errors import LvflowError, SolverError
 from ._nqf import NQF
-from ._validate import as_array, check_positive, check_positive_int, check_psd
+from ._validate import _is_concrete, as_array, check_positive, check_positive_int, check_psd
 
 
 class FlowSolution(eqx.Module):
@@ -57,7 +57,7 @@ def check_state(nqf: NQF, M0, mu0, d, *, M_name: str = "M0", mu_name: str = "mu0
             raise LvflowError("d: required (the number of neurons), the NQF has μ-terms (g or B, Thm 12)")
         return M0, mu0, 1.0
     d = check_positive("d", d)
-    if mu0 is not None:
+    if mu0 is not None and _is_concrete(M0) and _is_concrete(mu0):
         check_psd(f"{M_name} - {mu_name} {mu_name}ᵀ/d (no W with d columns realises them)", M0 - np.outer(mu0, mu0) / d)
     return M0, mu0, d
 
@@ -96,8 +96,16 @@ def _smallest_scale(M0, mu0) -> float:
     return 1.0
 
 
+def _smallest_scale_jax(M0):
+    """`_smallest_scale` for a traced `M0` (no μ fallback): the smallest eigenvalue above 1e-13
+    of the largest, 1 when `M0 = 0`."""
+    eig = jnp.linalg.eigvalsh(M0)
+    top = jnp.max(eig)
+    return jnp.where(top > 0, jnp.min(jnp.where(eig > 1e-13 * top, eig, jnp.inf)), 1.0)
+
+
 @eqx.filter_jit
-def _integrate(nqf, M0, mu0, ts, d, gamma, rtol, atol, solver, max_steps):
+def _integrate(nqf, M0, mu0, ts, d, gamma, rtol, atol, solver, adjoint, max_steps):
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(_vector_field),
         solver,
@@ -110,9 +118,7 @@ def _integrate(nqf, M0, mu0, ts, d, gamma, rtol, atol, solver, max_steps):
         stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
         max_steps=max_steps,
         throw=False,
-        # No reverse-mode derivatives are taken through the solve: a plain while loop compiles
-        # faster than the default checkpointed one.
-        adjoint=diffrax.ForwardMode(),
+        adjoint=adjoint,
     )
     M, mu = sol.ys
     loss = jax.vmap(nqf.loss)(M, mu)
@@ -130,6 +136,7 @@ def matrix_flow(
     rtol: float = 1e-8,
     atol: float | None = None,
     solver: diffrax.AbstractSolver | None = None,
+    adjoint: diffrax.AbstractAdjoint | None = None,
     max_steps: int = 100_000,
 ) -> FlowSolution:
     """Gradient flow `Ẇ = −∇L` of a `d`-neuron module, closed on `M = WWᵀ`, `μ = W1`.
@@ -159,12 +166,22 @@ def matrix_flow(
     - `rtol`, `atol`: the step-size controller's tolerances. `atol` defaults to
       `1e-3 · rtol · λ_min(M0)` (the smallest significant eigenvalue), so that a mode starting
       at 1e-10 is resolved to relative accuracy instead of being swamped by an absolute tolerance.
-    - `solver`: a diffrax solver (default `Tsit5()`; the flow is not stiff unless `H`'s
-      spectrum is very spread, in which case pass e.g. `diffrax.Kvaerno5()`).
+    - `solver`: a diffrax solver (default `Tsit5()`). Near convergence the flow is stiff (the
+      loss Hessian's spectrum spreads): for long horizons pass `lvflow.Rodas5P()`, which forms
+      the Jacobian of the `p² + p` state by autodiff and factorises it once per step (for
+      moderate `p`; see `docs/devdocs/solvers.md` for measurements).
+    - `adjoint`: a diffrax adjoint (default `diffrax.RecursiveCheckpointAdjoint()`, for
+      `jax.grad`); `diffrax.ForwardMode()` for `jax.jvp`/`jax.jacfwd`.
     - `max_steps`: the solver's step budget.
 
-    **Returns:** a `FlowSolution`. Raises `SolverError` if the solve fails or leaves the
-    finite numbers.
+    **Returns:** a `FlowSolution`.
+
+    **Raises:** `LvflowError` for bad input; `SolverError` if the solve fails or leaves the finite
+    numbers (under `jax.jit`, through `equinox.error_if`).
+
+    Differentiable with respect to `M0`, `mu0` and the NQF's arrays; under `jax.jit` or a
+    transformation the checks that need values are skipped (pass `atol` then, or it is computed
+    from `M0` with its gradient stopped).
 
     `M` is integrated entry by entry in the given basis, so a mode far below the largest
     (`z ≲ 1e-16 · |M|`) is lost to rounding; below that use the Lotka–Volterra reduction in
@@ -177,25 +194,37 @@ def matrix_flow(
     ts = as_array("ts", ts, ndim=1)
     if ts.size == 0:
         raise LvflowError("ts: is empty, expected at least one time")
-    if np.any(np.diff(ts) <= 0):
+    if _is_concrete(ts) and np.any(np.diff(ts) <= 0):
         raise LvflowError("ts: must be strictly increasing")
     gamma = check_positive("weight_decay", weight_decay, allow_zero=True)
     rtol = check_positive("rtol", rtol)
     if atol is None:
-        atol = 1e-3 * rtol * _smallest_scale(M0, mu0)
-    atol = check_positive("atol", atol)
+        if _is_concrete(M0) and (mu0 is None or _is_concrete(mu0)):
+            atol = 1e-3 * rtol * _smallest_scale(np.asarray(M0), None if mu0 is None else np.asarray(mu0))
+        else:
+            atol = 1e-3 * rtol * _smallest_scale_jax(jax.lax.stop_gradient(jnp.asarray(M0)))
+    else:
+        atol = check_positive("atol", atol)
     check_positive_int("max_steps", max_steps)
     solver = diffrax.Tsit5() if solver is None else solver
     if not isinstance(solver, diffrax.AbstractSolver):
         raise LvflowError(f"solver: expected a diffrax solver, got {type(solver).__name__}")
+    adjoint = diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint
+    if not isinstance(adjoint, diffrax.AbstractAdjoint):
+        raise LvflowError(f"adjoint: expected a diffrax adjoint, got {type(adjoint).__name__}")
 
     mu_init = jnp.zeros(nqf.p) if mu0 is None else jnp.asarray(mu0)
     f = lambda x: jnp.asarray(x, dtype=jnp.float64)
     M, mu, loss, result, num_steps = _integrate(
-        nqf, f(M0), f(mu_init), f(ts), f(d), f(gamma), f(rtol), f(atol), solver, int(max_steps)
+        nqf, f(M0), f(mu_init), f(ts), f(d), f(gamma), f(rtol), f(atol), solver, adjoint, int(max_steps)
     )
-    if result != diffrax.RESULTS.successful:
-        raise SolverError(f"matrix_flow: the ODE solve failed: {diffrax.RESULTS[result]}")
-    if not bool(jnp.all(jnp.isfinite(M))) or not bool(jnp.all(jnp.isfinite(mu))):
-        raise SolverError("matrix_flow: the state left the finite numbers (the flow diverged)")
+    finite = jnp.all(jnp.isfinite(M)) & jnp.all(jnp.isfinite(mu))
+    if _is_concrete(result._value) and _is_concrete(finite):
+        if result != diffrax.RESULTS.successful:
+            raise SolverError(f"matrix_flow: the ODE solve failed: {diffrax.RESULTS[result]}")
+        if not bool(finite):
+            raise SolverError("matrix_flow: the state left the finite numbers (the flow diverged)")
+    else:
+        M = result.error_if(M, result != diffrax.RESULTS.successful)
+        M = eqx.error_if(M, ~finite, "matrix_flow: the state left the finite numbers (the flow diverged)")
     return FlowSolution(ts=jnp.asarray(ts), M=M, mu=None if mu0 is None else mu, loss=loss, num_steps=num_steps)

@@ -125,3 +125,59 @@ def test_errors():
         matrix_flow(zgz, M0, ts, solver="rk45")
     with pytest.raises(lvflow.SolverError, match="maximum number of solver steps"):
         matrix_flow(zgz, M0, np.array([0.0, 100.0]), max_steps=2)
+
+
+def _quadratic_net(p=4, m=12, seed=0):
+    """A quadratic network's NQF (`A_μ = x_μ x_μᵀ / p`, Table 3): the A_μ do not commute."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((m, p))
+    A = np.einsum("mi,mj->mij", X, X) / p
+    y = 0.5 * rng.standard_normal(m) ** 2 + 0.1
+    M0 = 1e-3 * np.eye(p) + 1e-4 * np.outer(X[0], X[0])
+    return A, y, M0, rng
+
+
+def test_rodas5p_matches_scipy_radau_through_convergence():
+    # The stiff option: Rodas5P on the (M) flow of a non-commuting NQF out to t = 2000, far past
+    # convergence, against scipy's Radau on Ṁ = −HM − MH written here in numpy.
+    A, y, M0, _ = _quadratic_net()
+    p, m = M0.shape[0], len(y)
+    ts = np.array([0.0, 1.0, 10.0, 100.0, 2000.0])
+
+    def rhs(t, x):
+        M = x.reshape(p, p)
+        H = 4.0 / m * np.einsum("m,mij->ij", np.einsum("mij,ij->m", A, M) - y, A)
+        return -(H @ M + M @ H).ravel()
+
+    ref = solve_ivp(rhs, (0, ts[-1]), M0.ravel(), method="Radau", t_eval=ts, rtol=1e-12, atol=1e-16).y.T.reshape(-1, p, p)
+    sol = matrix_flow(NQF(A, y), M0, ts, rtol=1e-9, atol=1e-14, solver=lvflow.Rodas5P())
+    np.testing.assert_allclose(np.asarray(sol.M), ref, rtol=1e-6, atol=1e-10)
+    tsit = matrix_flow(NQF(A, y), M0, ts, rtol=1e-9, atol=1e-14)
+    assert int(sol.num_steps) < int(tsit.num_steps) / 3  # stiff near convergence: fewer steps
+
+
+@pytest.mark.parametrize("solver", [None, lvflow.Rodas5P()], ids=["tsit5", "rodas5p"])
+def test_derivatives_match_finite_differences(solver):
+    # jax.grad (checkpointed adjoint) and jax.jvp (ForwardMode) of L(t) with respect to M0 and
+    # the structure matrices A, against central differences of tight solves.
+    import diffrax as dfx
+
+    A, y, M0, rng = _quadratic_net()
+    ts = np.array([0.0, 5.0, 20.0])
+
+    def loss(M0, A, adjoint=None, rtol=1e-10):
+        nqf = NQF(A, jnp.asarray(y))
+        return matrix_flow(nqf, M0, ts, rtol=rtol, atol=1e-16, solver=solver, adjoint=adjoint).loss[-1]
+
+    V = rng.standard_normal(M0.shape)
+    V = V + V.T
+    E = rng.standard_normal(A.shape)
+    E = E + np.swapaxes(E, 1, 2)
+    gM, gA = jax.grad(loss, argnums=(0, 1))(jnp.asarray(M0), jnp.asarray(A))
+    jvp = jax.jvp(lambda M: loss(M, jnp.asarray(A), dfx.ForwardMode()), (jnp.asarray(M0),), (jnp.asarray(V),))[1]
+    h = 1e-7
+    fd_M = (loss(M0 + h * V, A, rtol=1e-12) - loss(M0 - h * V, A, rtol=1e-12)) / (2 * h)
+    fd_A = (loss(M0, A + 1e-6 * E, rtol=1e-12) - loss(M0, A - 1e-6 * E, rtol=1e-12)) / 2e-6
+    assert abs(float(jnp.sum(gM * V)) - fd_M) <= 1e-5 * abs(fd_M)
+    assert abs(float(jvp) - fd_M) <= 1e-5 * abs(fd_M)
+    assert abs(float(jnp.sum(gA * E)) - fd_A) <= 1e-5 * abs(fd_A)
