@@ -79,7 +79,10 @@ def solve_lv(
     past the last transition. `z_inf=` overrides both.
 
     **Derivatives.** Everything returned is differentiable with respect to `z0` and the system's
-    arrays (`r`, `C` or `d`, `U`): the closed form exactly; the ODE path through diffrax's
+    arrays (`r`, `C` or `d`, `U`): the closed form exactly with respect to `r`, `diag(C)` and `z0`
+    (it sees only `C`'s diagonal, so a derivative along an off-diagonal entry of `C` comes out 0:
+    `method="auto"` takes the ODE path for a traced `C`, use it or `"ode"` for those); the ODE
+    path through diffrax's
     `adjoint` (discretise-then-optimise), with `t*_k` differentiated by the implicit-function
     theorem at the crossing (`lvflow.SwitchOnTracker.crossing_times`). The default adjoint,
     `diffrax.RecursiveCheckpointAdjoint()`, serves `jax.grad`/`jax.vjp`; pass
