@@ -11,6 +11,7 @@ benchmark, `--out FILE.json` for the record. One module per benchmark:
 | `schedule` | `schedule.py` | `plateau_schedule` time vs K, fitted complexity |
 | `train` | `train.py` | `lvflow.train` steps/s vs a per-step Python loop (Fig 2 MLP) |
 | `limit` | `limit.py` | solve flops vs the measured float64 matmul rate |
+| `grad` | `grad.py` | reverse-mode gradient of all 1000 switch-on times vs the forward solve |
 
 Shared pieces: `problems.py` (the gLVs), `scipy_glv.py` (the scipy baseline), `_harness.py`
 (timing, rows, table), `config.py` (options).

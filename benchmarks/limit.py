@@ -1,9 +1,8 @@
 """Row 6: the physical limit — how far a solve is from the arithmetic it has to do.
 
 Work of one solve = steps taken (accepted + rejected, solver statistics) × the arithmetic of one
-RODAS5P step (solve_lv's integrator): 8 vector-field evaluations (7 stages after the first, which
-reuses the last step's, plus the new end point's), 8 structured linear solves and the stages'
-linear combinations (28 `a_ij` and 28 `c_ij` terms, 24 dense-output terms: 160 K flops).
+RODAS5P step (`lvflow.Rodas5P`, solve_lv's integrator): 8 vector-field evaluations (one per
+stage), 8 structured linear solves and the stages' linear combinations (28 `a_ij` and 28 `c_ij` terms, 24 dense-output terms: 160 K flops).
 `u̇ = r − C e^u` costs `2K² + 2K` flops with a dense `C` (a matrix–vector product), `(3 + 4R) K`
 as `Diag(d) + UUᵀ` of rank `R`, `3K` with a diagonal one, counting `exp` as one flop (it is
 ~10–20: generous to the ideal); a solve costs `K` (diagonal) or `(2 + 4R) K` (Woodbury, its
@@ -11,7 +10,7 @@ per-step `O(K R²)` factorisation not counted). The ideal time is
 that work at the float64 rate measured here, in-process: a `2000 × 2000` matmul (compute bound)
 and, closer to what a matrix–vector product reaches, chained `1000 × 1000` matvecs.
 `ratio = ideal / measured` is the fraction of the machine a solve uses; its inverse is the
-overhead (step control, while-loop dispatch, saving steps, switch-on root finding). A diagonal
+overhead (step control, while-loop dispatch, the switch-on tracker and root finding). A diagonal
 `C` is timed on solve_lv's ODE path (`method="ode"`; row 1 times its closed form). A bare diffrax
 `Dopri5` `diffeqsolve` of the same flow, saving only the end state, is given for reference.
 """
@@ -53,8 +52,8 @@ def matvec_gflops(n: int, repeats: int, *, inner: int = 100) -> float:
 
 def bare_diffrax(p: problems.Problem, cfg: Config) -> tuple[float, int]:
     """Best warm time and steps of a bare `diffrax.diffeqsolve` of `u̇ = r − C e^u` with solve_lv's
-    default solver and controller (Dopri5, PID on the max norm) saving only `u(t1)`: what the
-    integration itself costs, without solve_lv's saving of steps, switch-on search and outputs."""
+    pre-Rosenbrock solver and controller (Dopri5, PID on the max norm) saving only `u(t1)`: an
+    explicit method's cost for reference, without the switch-on tracker and outputs."""
     import optimistix as optx
 
     r, d, U, u0 = (jnp.asarray(x) for x in (p.r, p.d, p.U, np.log(p.z0)))

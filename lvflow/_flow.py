@@ -96,12 +96,12 @@ def _smallest_scale(M0, mu0) -> float:
     return 1.0
 
 
-def _smallest_scale_jax(M0):
-    """`_smallest_scale` for a traced `M0` (no μ fallback): the smallest eigenvalue above 1e-13
-    of the largest, 1 when `M0 = 0`."""
+def _smallest_scale_jax(M0, mu0):
+    """`_smallest_scale` for traced inputs."""
     eig = jnp.linalg.eigvalsh(M0)
     top = jnp.max(eig)
-    return jnp.where(top > 0, jnp.min(jnp.where(eig > 1e-13 * top, eig, jnp.inf)), 1.0)
+    fallback = 1.0 if mu0 is None else jnp.where(jnp.any(mu0 != 0), jnp.max(mu0**2), 1.0)
+    return jnp.where(top > 0, jnp.min(jnp.where(eig > 1e-13 * top, eig, jnp.inf)), fallback)
 
 
 @eqx.filter_jit
@@ -202,7 +202,9 @@ def matrix_flow(
         if _is_concrete(M0) and (mu0 is None or _is_concrete(mu0)):
             atol = 1e-3 * rtol * _smallest_scale(np.asarray(M0), None if mu0 is None else np.asarray(mu0))
         else:
-            atol = 1e-3 * rtol * _smallest_scale_jax(jax.lax.stop_gradient(jnp.asarray(M0)))
+            atol = 1e-3 * rtol * _smallest_scale_jax(
+                jax.lax.stop_gradient(jnp.asarray(M0)), None if mu0 is None else jax.lax.stop_gradient(jnp.asarray(mu0))
+            )
     else:
         atol = check_positive("atol", atol)
     check_positive_int("max_steps", max_steps)
@@ -219,7 +221,7 @@ def matrix_flow(
         nqf, f(M0), f(mu_init), f(ts), f(d), f(gamma), f(rtol), f(atol), solver, adjoint, int(max_steps)
     )
     finite = jnp.all(jnp.isfinite(M)) & jnp.all(jnp.isfinite(mu))
-    if _is_concrete(result._value) and _is_concrete(finite):
+    if _is_concrete(result == diffrax.RESULTS.successful) and _is_concrete(finite):
         if result != diffrax.RESULTS.successful:
             raise SolverError(f"matrix_flow: the ODE solve failed: {diffrax.RESULTS[result]}")
         if not bool(finite):

@@ -51,10 +51,6 @@ class AbstractInteraction(eqx.Module):
         """`b ↦ (α I + C Diag(z))⁻¹ b`: `α I − J` for the Jacobian `J = −C Diag(e^u)` of
         `u̇ = r − C e^u`, factorised once and applied to many right-hand sides."""
 
-    @abc.abstractmethod
-    def dense(self) -> Float[Array, "K K"]:
-        """`C` as a `(K, K)` array."""
-
 
 class DiagonalInteraction(AbstractInteraction):
     """`C = Diag(d)`: products and solves in `O(K)`."""
@@ -67,9 +63,6 @@ class DiagonalInteraction(AbstractInteraction):
     def shifted_solver(self, alpha, z):
         inv = 1.0 / (alpha + self.d * z)
         return lambda b: inv * b
-
-    def dense(self):
-        return jnp.diag(self.d)
 
 
 class LowRankInteraction(AbstractInteraction):
@@ -101,9 +94,6 @@ class LowRankInteraction(AbstractInteraction):
 
         return solve
 
-    def dense(self):
-        return jnp.diag(self.d) + self.U @ self.U.T
-
 
 class DenseInteraction(AbstractInteraction):
     """A general `C`: products in `O(K²)`, solves by LU in `O(K³)`."""
@@ -116,6 +106,3 @@ class DenseInteraction(AbstractInteraction):
     def shifted_solver(self, alpha, z):
         lu = jax.scipy.linalg.lu_factor(alpha * jnp.eye(z.shape[-1], dtype=z.dtype) + self.C * z)
         return lambda b: jax.scipy.linalg.lu_solve(lu, b)
-
-    def dense(self):
-        return self.C

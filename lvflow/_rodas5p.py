@@ -12,6 +12,7 @@ from diffrax._term import WrapTerm  # private: diffeqsolve wraps every term in i
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, PyTree
 
+from ._errors import LvflowError
 from ._term import LogLotkaVolterraTerm
 
 # RODAS5P (Steinebach 2023; the coefficients of OrdinaryDiffEq.jl's Rodas5PTableau), in Hairer and
@@ -95,7 +96,8 @@ class Rodas5P(dfx.AbstractAdaptiveSolver):
     by LU for a dense `C`. For any other ODE term (for example `diffrax.ODETerm`) `J` is formed by
     forward-mode autodiff and factorised by LU once per step, and a time-dependent vector field gets
     the method's `∂f/∂t` terms. Works with every diffrax step-size controller (`PIDController` is
-    the one to use: error order 5), `SaveAt`, adjoint and progress meter. ODEs only.
+    the one to use: error order 5), `SaveAt`, adjoint and progress meter. ODEs only
+    (`diffrax.ODETerm` or `LogLotkaVolterraTerm`; any other term raises `LvflowError`).
 
     Example:
 
@@ -120,10 +122,16 @@ class Rodas5P(dfx.AbstractAdaptiveSolver):
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         del solver_state, made_jump
+        inner = terms.term if isinstance(terms, WrapTerm) else terms
+        if not isinstance(inner, (dfx.ODETerm, LogLotkaVolterraTerm)):
+            raise LvflowError(f"terms: Rodas5P solves ODEs (diffrax.ODETerm or LogLotkaVolterraTerm), got {type(inner).__name__}")
         h = terms.contr(t0, t1)  # the step in the term's own variable (diffeqsolve's direction)
+        # A zero-length step (diffrax runs the body for finished members of a vmapped batch) is
+        # computed with h = 1 and then discarded: 1/h would put inf·0 = NaN into its derivative.
+        zero = h == 0
+        h = jnp.where(zero, 1.0, h)
         ht = t1 - t0
         alpha = 1.0 / (h * _GAMMA)
-        inner = terms.term if isinstance(terms, WrapTerm) else terms
         if isinstance(inner, LogLotkaVolterraTerm):
             # Autonomous, with its structured solve (the wrapped term's Jacobian in y is the same).
             u0, unravel = y0, lambda v: v
@@ -159,11 +167,12 @@ class Rodas5P(dfx.AbstractAdaptiveSolver):
             if i:
                 rhs = rhs + inv_h * sum(c * Uj for c, Uj in zip(_C[i], U))
             U.append(solve(rhs))
-        u1 = arg + U[-1]
-        k = jnp.stack([sum(w * Uj for w, Uj in zip(row, U)) for row in _H])
+        u1 = jnp.where(zero, u0, arg + U[-1])
+        err = jnp.where(zero, 0.0, U[-1])
+        k = jnp.where(zero, 0.0, jnp.stack([sum(w * Uj for w, Uj in zip(row, U)) for row in _H]))
         y1 = unravel(u1)
         dense_info = dict(y0=y0, y1=y1, k=jax.vmap(unravel)(k))
-        return y1, unravel(U[-1]), dense_info, None, dfx.RESULTS.successful
+        return y1, unravel(err), dense_info, None, dfx.RESULTS.successful
 
     def func(self, terms, t0, y0, args):
         return terms.vf(t0, y0, args)

@@ -20,6 +20,7 @@ from ._solution import LVSolution, finish_solution, switch_on_target
 from ._validate import _is_concrete, as_array, check_in_open_interval, check_positive
 
 _DEFAULT_MAX_STEPS = 16384
+_ADJOINTS = (dfx.RecursiveCheckpointAdjoint, dfx.DirectAdjoint, dfx.ForwardMode)
 _DENSE_RODAS_MAX_K = 100  # above this a dense C's O(K³) LU per step costs more than Dopri5's extra steps
 _N_DEFAULT_TS = 400
 
@@ -100,7 +101,8 @@ def solve_lv(
     - `solver`: a diffrax solver for the ODE (default `lvflow.Rodas5P()`, above).
     - `stepsize_controller`: a diffrax step-size controller (default
       `diffrax.PIDController(rtol, atol, norm=optimistix.max_norm)`).
-    - `adjoint`: a diffrax adjoint (default `diffrax.RecursiveCheckpointAdjoint()`).
+    - `adjoint`: `diffrax.RecursiveCheckpointAdjoint()` (default), `diffrax.ForwardMode()` or
+      `diffrax.DirectAdjoint()`.
     - `max_steps`: step budget (accepted + rejected).
     - `throw`: raise `SolverError` with diffrax's message on failure (under `jit`, through
       `equinox.error_if`); with `False`, return `success = False` and the `result` flag.
@@ -128,8 +130,12 @@ def solve_lv(
         )
     if _is_concrete(t1):
         t1 = check_positive("t1", t1)
+    else:
+        t1 = eqx.error_if(t1, t1 <= 0, "t1: must be > 0")
     if _is_concrete(rho):
         rho = check_in_open_interval("rho", rho, 0.0, 1.0)
+    else:
+        rho = eqx.error_if(rho, (rho <= 0) | (rho >= 1), "rho: must lie in (0, 1)")
     rtol = check_positive("rtol", rtol)
     atol = check_positive("atol", atol)
     if not isinstance(max_steps, int) or max_steps < 1:
@@ -154,8 +160,11 @@ def solve_lv(
         raise LvflowError(f"solver: expected a diffrax solver, got {type(solver).__name__}")
     if stepsize_controller is not None and not isinstance(stepsize_controller, dfx.AbstractStepSizeController):
         raise LvflowError(f"stepsize_controller: expected a diffrax step-size controller, got {type(stepsize_controller).__name__}")
-    if adjoint is not None and not isinstance(adjoint, dfx.AbstractAdjoint):
-        raise LvflowError(f"adjoint: expected a diffrax adjoint, got {type(adjoint).__name__}")
+    if adjoint is not None and not isinstance(adjoint, _ADJOINTS):
+        raise LvflowError(
+            "adjoint: expected diffrax.RecursiveCheckpointAdjoint, DirectAdjoint or ForwardMode "
+            f"(the solve saves the tracker's state, which the others cannot differentiate), got {type(adjoint).__name__}"
+        )
 
     if method not in ("auto", "closed_form", "ode"):
         raise LvflowError(f"method: must be 'auto', 'closed_form' or 'ode', got {method!r}")
@@ -206,7 +215,8 @@ def solve_lv(
             dense_large = isinstance(term.interaction, DenseInteraction) and K > _DENSE_RODAS_MAX_K
             solver = dfx.Dopri5() if dense_large else Rodas5P()
         if stepsize_controller is None:
-            stepsize_controller = dfx.PIDController(rtol=rtol, atol=atol, norm=optx.max_norm)
+            # tolerances as arrays: a new value is then not a new compilation
+            stepsize_controller = dfx.PIDController(rtol=jnp.asarray(rtol), atol=jnp.asarray(atol), norm=optx.max_norm)
         sol = _ode_core(
             term,
             jnp.log(jnp.asarray(z0, dtype=float)),
@@ -350,8 +360,10 @@ def _ode_core(
         # is 0 where z(∞) is unique, so that under vmap it costs nothing for those systems.
         first = solve(solver, jnp.where(eq_ok, 0.0, t1), dfx.SaveAt(t1=True), dfx.NoProgressMeter())
         z_inf = jnp.where(eq_ok, z_eq, jnp.exp(first.ys[-1]))
+        first_result = first.result
     else:
         z_inf = z_eq
+        first_result = dfx.RESULTS.successful
     live = z_inf > 0
     threshold = jnp.where(live, switch_on_target(z_inf, rho), jnp.inf)  # a dead mode never crosses
     tracker = SwitchOnTracker(solver, threshold)
@@ -373,7 +385,7 @@ def _ode_core(
         num_steps=out.stats["num_steps"],
         num_accepted=out.stats["num_accepted_steps"],
         num_rejected=out.stats["num_rejected_steps"],
-        result=out.result,
+        result=dfx.RESULTS.where(first_result == dfx.RESULTS.successful, out.result, first_result),
     )
 
 

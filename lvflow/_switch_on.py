@@ -10,6 +10,8 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Float, PyTree
 
+from ._errors import LvflowError
+
 _BISECTION_STEPS = 60  # halves [0, 1] down to 1e-18: below float64 resolution of any step
 
 
@@ -47,6 +49,12 @@ class SwitchOnTracker(dfx.AbstractWrappedSolver):
     solver: dfx.AbstractSolver
     threshold: Float[Array, " K"]
 
+    def __check_init__(self):
+        if not isinstance(self.solver, dfx.AbstractSolver):
+            raise LvflowError(f"solver: expected a diffrax solver, got {type(self.solver).__name__}")
+        if jnp.ndim(self.threshold) != 1:
+            raise LvflowError(f"threshold: expected shape (K,), got {jnp.shape(self.threshold)}")
+
     @property
     def term_structure(self):
         return self.solver.term_structure
@@ -59,6 +67,14 @@ class SwitchOnTracker(dfx.AbstractWrappedSolver):
     def term_compatible_contr_kwargs(self):
         return self.solver.term_compatible_contr_kwargs
 
+    @property
+    def root_finder(self):  # read by diffrax for an implicit wrapped solver
+        return self.solver.root_finder
+
+    @property
+    def scan_kind(self):  # read by diffrax for a Runge–Kutta wrapped solver under some adjoints
+        return self.solver.scan_kind
+
     def order(self, terms):
         return self.solver.order(terms)
 
@@ -70,7 +86,7 @@ class SwitchOnTracker(dfx.AbstractWrappedSolver):
 
     def init(self, terms, t0, t1, y0, args) -> SwitchOnState:
         if jnp.shape(y0) != jnp.shape(self.threshold):
-            raise ValueError(f"SwitchOnTracker: y0 of shape {jnp.shape(y0)} does not match threshold {jnp.shape(self.threshold)}")
+            raise LvflowError(f"y0: shape {jnp.shape(y0)} does not match SwitchOnTracker's threshold {jnp.shape(self.threshold)}")
         inner = self.solver.init(terms, t0, t1, y0, args)
         shapes = eqx.filter_eval_shape(self.solver.step, terms, t0, t1, y0, args, inner, False)[2]
         info = jtu.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
@@ -104,7 +120,9 @@ class SwitchOnTracker(dfx.AbstractWrappedSolver):
 
         The root is found by bisection (to float64 resolution of the step); its derivative is the
         implicit-function one, `dt* = −∂y_k(t*)/∂θ / ẏ_k(t*)` (both from the dense output), so
-        `jax.jvp` and `jax.grad` of `t*` are those of the crossing itself, not of the bisection.
+        `jax.jvp` and `jax.grad` of `t*` are those of the crossing itself, not of the bisection. At
+        a tangential crossing (`ẏ_k(t*) = 0`, where the true derivative is unbounded) the
+        derivative is returned as 0. Forward in time only (`t1 > t0`).
         """
         crossed = ~state.above0 & ~state.pending
         # Modes that never crossed get a harmless placeholder step [0, 1] (masked below).

@@ -40,6 +40,12 @@ class LogLotkaVolterraTerm(dfx.AbstractTerm):
     r: Float[Array, " K"]
     interaction: AbstractInteraction
 
+    def __check_init__(self):
+        if jnp.ndim(self.r) != 1:
+            raise LvflowError(f"r: expected shape (K,), got {jnp.shape(self.r)}")
+        if not isinstance(self.interaction, AbstractInteraction):
+            raise LvflowError(f"interaction: expected C in its structure, got {type(self.interaction).__name__} (build the term with from_system)")
+
     @classmethod
     def from_system(cls, system: LotkaVolterra | LowRankLotkaVolterra) -> "LogLotkaVolterraTerm":
         """The term of `system`: a `LowRankLotkaVolterra` keeps `Diag(d) + UUᵀ` (`Diag(d)` if

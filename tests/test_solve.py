@@ -185,8 +185,12 @@ def _thm6_nonpositive(r, c, z0, t):
 def test_solver_failure_raises_or_flags():
     system, z0 = _competitive()
     ts = np.linspace(0, 120.0, 41)
-    with pytest.raises(lvflow.SolverError, match="steps"):
+    with pytest.raises(lvflow.SolverError, match="maximum number of solver steps was reached"):
         solve_lv(system, z0, 120.0, ts=ts, max_steps=8)
+    # Under jit the same diffrax message comes through equinox's runtime error.
+    jitted = jax.jit(lambda z: solve_lv(system, z, 120.0, ts=ts, max_steps=8).zs)
+    with pytest.raises(Exception, match="maximum number of solver steps was reached"):
+        jax.block_until_ready(jitted(jnp.asarray(z0)))
     sol = solve_lv(system, z0, 120.0, ts=ts, max_steps=8, throw=False)
     assert not bool(sol.success)
 
@@ -396,3 +400,36 @@ def test_rodas5p_switch_on_accuracy_at_default_tolerances():
     assert int(sol.num_steps) > 0
     np.testing.assert_allclose(np.asarray(sol.switch_on_times), t_on, rtol=1e-7)
     np.testing.assert_allclose(np.asarray(sol.zs), _thm6(r, c, z0, ts), rtol=1e-6)
+
+
+def test_vmapped_gradients_are_finite_and_equal_the_unbatched_ones():
+    # Under vmap diffrax keeps stepping finished members with zero-length steps; their derivative
+    # must not turn into NaN (1/h at h = 0). Each row of the batched gradient equals its own
+    # unbatched gradient.
+    system, z0 = _competitive()
+    z0s = jnp.stack([jnp.asarray(z0), jnp.asarray(z0) * 1e3])
+
+    def total(z0):
+        return jnp.sum(solve_lv(system, z0, 120.0, ts=[0.0, 120.0]).switch_on_times[jnp.array([0, 2])])
+
+    batched = jax.vmap(jax.grad(total))(z0s)
+    assert np.all(np.isfinite(np.asarray(batched)))
+    for row, z in zip(batched, z0s):
+        np.testing.assert_allclose(np.asarray(row), np.asarray(jax.grad(total)(z)), rtol=1e-8)
+
+
+def test_any_diffrax_solver_and_adjoint_through_the_tracker():
+    # An implicit solver (diffrax reads its root finder through the tracker) and an explicit
+    # Runge–Kutta one under ForwardMode (its scan_kind) give the same switch-on times as Rodas5P;
+    # adjoints that cannot differentiate the saved tracker state are refused up front.
+    system, z0 = _competitive()
+    ts = [0.0, 120.0]
+    ref = np.asarray(solve_lv(system, z0, 120.0, ts=ts, rtol=1e-10, atol=1e-12).switch_on_times)
+    for kw in (dict(solver=dfx.Kvaerno5()), dict(solver=dfx.Tsit5(), adjoint=dfx.ForwardMode())):
+        got = np.asarray(solve_lv(system, z0, 120.0, ts=ts, rtol=1e-10, atol=1e-12, **kw).switch_on_times)
+        np.testing.assert_allclose(got, ref, rtol=1e-6)
+    with pytest.raises(lvflow.LvflowError, match="adjoint"):
+        solve_lv(system, z0, 120.0, adjoint=dfx.BacksolveAdjoint())
+    with pytest.raises(lvflow.LvflowError, match="Rodas5P solves ODEs"):
+        control = dfx.ControlTerm(lambda t, y, args: -y, dfx.LinearInterpolation(jnp.array([0.0, 1.0]), jnp.array([0.0, 1.0])))
+        dfx.diffeqsolve(control, lvflow.Rodas5P(), 0.0, 1.0, 0.1, jnp.ones(()))
