@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Each subcommand lives in its own module exposing `add_arguments(parser)` and `run(args) -> int`;
@@ -33,7 +34,28 @@ def main(argv: list[str] | None = None) -> int:
     sp = argparse.ArgumentParser(prog=f"lvflow {argv[0]}", description=_COMMANDS[argv[0]][1])
     mod.add_arguments(sp)
     args = sp.parse_args(argv[1:])
+    _persistent_cache()
     return int(mod.run(args) or 0)
+
+
+def _persistent_cache() -> None:
+    """Keep XLA's compiled programs across processes (JAX's persistent compilation cache), so that
+    a command run again skips compilation: in `$LVFLOW_CACHE_DIR`, else `$XDG_CACHE_HOME/lvflow/jax`
+    (default `~/.cache/lvflow/jax`). `LVFLOW_CACHE_DIR=off` (or `0`, `none`) turns it off."""
+    setting = os.environ.get("LVFLOW_CACHE_DIR", "")
+    if setting.lower() in ("off", "0", "none", "false"):
+        return
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = setting or os.path.join(base, "lvflow", "jax")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        return  # an unwritable cache directory costs speed, not correctness
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 if __name__ == "__main__":

@@ -256,3 +256,15 @@ def test_console_script(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [f"lvflow predict: error: --system: file not found: {tmp_path / 'none.npz'}"]
+
+
+def test_help_does_not_import_jax():
+    # `lvflow --help` and `import lvflow` load no JAX (public names load on first use), while
+    # JAX imported afterwards still runs in float64.
+    code = (
+        "import sys; import lvflow; from lvflow._cli import main; "
+        "assert 'jax' not in sys.modules; "
+        "import jax.numpy as jnp; assert jnp.asarray(1.0).dtype == jnp.float64; print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "JAX_ENABLE_X64": ""})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
