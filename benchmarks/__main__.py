@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     env["loadavg_after"] = environment()["loadavg_1_5_15"]
     print(f"\n{table(rows)}\n")
     if args.out:
-        from lvflow._io import save_json
+        from lvflow._workflow.io import save_json
 
         save_json(args.out, {"config": vars(args), "environment": env, "bench_seconds": seconds,
                              "rows": [r.as_dict() for r in rows]})

@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from lvflow._lv import saturated_equilibrium
+from lvflow._glv.lv import saturated_equilibrium
 
 
 @dataclasses.dataclass(frozen=True)

@@ -423,7 +423,7 @@ def resolved_steps(
         room = zs - Ck * ck * eps
         if np.any(room <= 0):
             raise LvflowError("eps: too large, some mode starts at or above its plateau (ζ_k ≤ C_k c_k ε)")
-        from ._closed_forms import ignition_time
+        from ._glv.closed_forms import ignition_time
 
         t_star = np.asarray(ignition_time(zs, Ck, ck, eps, a=a, rho=rho))
     w = _WIDTH / (a * zs)

@@ -8,8 +8,8 @@ from hypothesis import given, settings, strategies as st
 from scipy.optimize import nnls
 
 import lvflow
-from lvflow._active_set import _backend, _DenseBackend, _LowRankBackend, _repair
-from lvflow._lv import LowRankLotkaVolterra
+from lvflow._schedule.active_set import _backend, _DenseBackend, _LowRankBackend, _repair
+from lvflow._glv.lv import LowRankLotkaVolterra
 
 Q_RANK = 3
 

@@ -9,10 +9,10 @@ import pytest
 
 import lvflow
 from lvflow import architectures as arch
-from lvflow._agreement import compare_histories, recovered_singular_values
-from lvflow._data import low_rank_teacher
-from lvflow._train import TrainHistory, train
-from lvflow._twin import nqf_twin
+from lvflow._training.agreement import compare_histories, recovered_singular_values
+from lvflow._training.data import low_rank_teacher
+from lvflow._training.train import TrainHistory, train
+from lvflow._training.twin import nqf_twin
 
 KEY = jax.random.PRNGKey(0)
 N_TOK = 4

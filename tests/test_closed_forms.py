@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 
 import lvflow
-from lvflow._closed_forms import (
+from lvflow._glv.closed_forms import (
     ignition_time,
     isotropic_modes,
     isotropic_riccati,

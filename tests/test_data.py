@@ -8,8 +8,8 @@ import pytest
 
 import lvflow
 from lvflow import architectures as arch
-from lvflow._data import digits_parity, fourier_task, gaussian_inputs, low_rank_teacher, teacher_student_stream
-from lvflow._twin import NQFModel
+from lvflow._training.data import digits_parity, fourier_task, gaussian_inputs, low_rank_teacher, teacher_student_stream
+from lvflow._training.twin import NQFModel
 
 KEY = jax.random.PRNGKey(0)
 ARCHS = {

@@ -1,6 +1,6 @@
 import re
 
-from lvflow._cli import main
+from lvflow._workflow.cli import main
 
 
 def test_demo_matches_eq158_and_writes_plot(tmp_path, capsys):

@@ -9,7 +9,7 @@ import pytest
 
 import lvflow
 import lvflow.figures
-from lvflow._cli import main
+from lvflow._workflow.cli import main
 
 NAMES = ("fig3", "fig4", "fig5", "limit")
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lvflow import LvflowError
-from lvflow._io import atomic_write_bytes, load_array, load_arrays, save_json, save_npz, to_json
+from lvflow._workflow.io import atomic_write_bytes, load_array, load_arrays, save_json, save_npz, to_json
 
 
 def test_npz_npy_csv_roundtrip(tmp_path):

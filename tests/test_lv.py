@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from scipy.optimize import nnls
 
 import lvflow
-from lvflow._lv import equilibrium_is_unique, saturated_equilibrium, saturated_equilibrium_jax
+from lvflow._glv.lv import equilibrium_is_unique, saturated_equilibrium, saturated_equilibrium_jax
 
 _bpp = jax.jit(saturated_equilibrium_jax)
 

@@ -12,10 +12,10 @@ from scipy.integrate import solve_ivp
 
 import lvflow
 from lvflow import LotkaVolterra, LvflowError, NQF
-from lvflow._eps_merge import eps_merge
-from lvflow._predict import predict
-from lvflow._predict_data import nqf_from_data
-from lvflow._predict_inputs import initial_scale, lv_from_arrays, power_law_lv
+from lvflow._workflow.eps_merge import eps_merge
+from lvflow._workflow.predict import predict
+from lvflow._workflow.predict_data import nqf_from_data
+from lvflow._workflow.predict_inputs import initial_scale, lv_from_arrays, power_law_lv
 
 
 def t_star_158(r, Ckk, c, eps, rho):

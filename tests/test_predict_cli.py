@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from lvflow._cli import main
+from lvflow._workflow.cli import main
 
 R3 = np.array([1.0, 0.5, 0.25])
 C3 = np.eye(3)
@@ -251,7 +251,7 @@ def test_architecture_route(capsys, tmp_path):
 def test_console_script(tmp_path):
     """The installed `lvflow` entry point (one real subprocess)."""
     exe = os.path.join(os.path.dirname(sys.executable), "lvflow")
-    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "lvflow._cli"]
+    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "lvflow._workflow.cli"]
     p = subprocess.run([*cmd, "predict", "--system", str(tmp_path / "none.npz"), "--eps", "1e-4"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2
@@ -262,7 +262,7 @@ def test_help_does_not_import_jax():
     # `lvflow --help` and `import lvflow` load no JAX (public names load on first use), while
     # JAX imported afterwards still runs in float64.
     code = (
-        "import sys; import lvflow; from lvflow._cli import main; "
+        "import sys; import lvflow; from lvflow._workflow.cli import main; "
         "assert 'jax' not in sys.modules; "
         "import jax.numpy as jnp; assert jnp.asarray(1.0).dtype == jnp.float64; print('ok')"
     )

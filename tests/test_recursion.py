@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 import lvflow
 from lvflow import NQF, gd_recursion
-from lvflow._recursion import _gd_step, _momentum_step
+from lvflow._form.recursion import _gd_step, _momentum_step
 
 M_SAMPLES, P, D, STEPS, LR = 6, 4, 3, 1000, 0.01
 

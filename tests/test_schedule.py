@@ -10,9 +10,9 @@ from scipy.integrate import solve_ivp
 from scipy.optimize import nnls
 
 import lvflow
-from lvflow._active_set import _DenseBackend
-from lvflow._lv import LowRankLotkaVolterra
-from lvflow._schedule import _run, plateau_schedule
+from lvflow._schedule.active_set import _DenseBackend
+from lvflow._glv.lv import LowRankLotkaVolterra
+from lvflow._schedule.schedule import _run, plateau_schedule
 
 # Two modes, hand-solved: A ignites at τ = 1/r_A = 1; then s_B(1) = −1 + 0.8 = −0.2 and B grows
 # at σ_B = 0.8 − 0.56·z_A = 0.24, igniting at τ = 1 + 0.2/0.24 = 11/6; on {A, B} the unconstrained

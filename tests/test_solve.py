@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 
 import lvflow
-from lvflow._solve import default_ts, solve_lv
+from lvflow._glv.solve import default_ts, solve_lv
 
 # One diagonal 5-mode system serves several tests (one compilation): Fig 3 left's rates, with
 # interaction strengths over four decades.
@@ -20,7 +20,7 @@ R5 = np.array([1.0, 0.5, 0.25, 0.125, 0.0625])
 
 
 def _thm6(r, c, z0, t):
-    # Thm 6 written out in numpy (independently of lvflow._closed_forms).
+    # Thm 6 written out in numpy (independently of lvflow._glv.closed_forms).
     t = np.asarray(t)[:, None]
     return r * z0 / (c * z0 + (r - c * z0) * np.exp(-r * t))
 

@@ -10,10 +10,10 @@ import pytest
 
 import lvflow
 from lvflow import architectures as arch
-from lvflow._data import low_rank_teacher
-from lvflow._deep import DeepAttention, DeepMLP, DeepNQF
-from lvflow._train import minibatch_indices, train
-from lvflow._twin import NQFModel, nqf_twin
+from lvflow._training.data import low_rank_teacher
+from lvflow._training.deep import DeepAttention, DeepMLP, DeepNQF
+from lvflow._training.train import minibatch_indices, train
+from lvflow._training.twin import NQFModel, nqf_twin
 
 KEY = jax.random.PRNGKey(3)
 

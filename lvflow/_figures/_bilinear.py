@@ -55,7 +55,7 @@ class BilinearTwin(eqx.Module):
         return self.network.W
 
     def __call__(self, x):
-        from .._data import _spec
+        from .._training.data import _spec
 
         Phi = _spec(self.network).features(x)  # (k, a, b)
         out = jnp.einsum("cab,ab->c", Phi, learned_map(self.network))
@@ -64,7 +64,7 @@ class BilinearTwin(eqx.Module):
 
 def twin_check(network, X, *, seed: int = 7) -> float:
     """`max |BilinearTwin − nqf_twin| / max |nqf_twin|` on inputs `X` at a random `W` of scale 0.3."""
-    from .._twin import nqf_twin
+    from .._training.twin import nqf_twin
 
     W = 0.3 * jax.random.normal(jax.random.PRNGKey(seed), network.W.shape)
     net = with_W(network, W)

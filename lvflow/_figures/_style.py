@@ -17,7 +17,7 @@ matplotlib.use("Agg")  # files only: no display needed, and no GUI import cost
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .._io import save_json  # noqa: E402
+from .._workflow.io import save_json  # noqa: E402
 
 #: Measured curves (GD, the trained network): solid. Theory: these styles.
 THEORY = dict(color="black", ls="--", lw=1.1)

@@ -3,9 +3,9 @@
 Each of four architectures of App. C — a tanh MLP 20→64→8 without bias, a one-layer CNN on
 5×7 inputs (64 kernels 4×5, stride 1, no padding, global sum pool), a query–key-only attention
 layer and 4-head attention (input 20, key size 8, sequence 16, `d_v` = 20), all with 8
-outputs — learns a rank-4 NQF teacher (`lvflow._data.low_rank_teacher`, singular values
+outputs — learns a rank-4 NQF teacher (`lvflow._training.data.low_rank_teacher`, singular values
 `s = (1, ½, ¼, ⅛)`) from 600 Gaussian samples, full batch. Beside each network its NQF twin
-`Tr[Wᵀ A(x) W]` (Thm 1, Eq. 2; `lvflow._twin.nqf_twin`) starts from the SAME weights and is
+`Tr[Wᵀ A(x) W]` (Thm 1, Eq. 2; `lvflow._training.twin.nqf_twin`) starts from the SAME weights and is
 trained by the same optimiser: gradient descent, Polyak momentum 0.9, or Adam, from
 `W ~ N(0, σ²)` with σ = 0.01 (small) or 0.2 (large).
 
@@ -77,9 +77,9 @@ def run_architecture(a: _Arch, *, m: int, records: int, seed: int = 0) -> dict:
     (divided by `s`), `loss_net`, `loss_nqf` `(n, 3, 2)`, and the `gap` `(3, 2)`:
     `max_{t,k} |ŝ_k^net/s_k − ŝ_k^NQF/s_k|`.
     """
-    from .._data import low_rank_teacher
-    from .._train import train
-    from .._twin import nqf_twin
+    from .._training.data import low_rank_teacher
+    from .._training.train import train
+    from .._training.twin import nqf_twin
 
     key = jax.random.PRNGKey(seed)
     net = a.build(SIGMAS[0], key)

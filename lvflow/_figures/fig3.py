@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import _scaling
-from .._closed_forms import ignition_time, orthogonal_features
-from .._nqf import NQF
+from .._glv.closed_forms import ignition_time, orthogonal_features
+from .._form.nqf import NQF
 from . import _style
 from ._gd import gd_trajectory
 

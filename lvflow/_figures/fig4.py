@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .._closed_forms import ignition_time, orthogonal_samples
-from .._nqf import NQF
+from .._glv.closed_forms import ignition_time, orthogonal_samples
+from .._form.nqf import NQF
 from . import _style
 from ._gd import gd_trajectory
 

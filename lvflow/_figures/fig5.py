@@ -83,7 +83,7 @@ def make(out: Path, *, quick: bool = False) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from .._twin import nqf_twin
+    from .._training.twin import nqf_twin
     from ..architectures import MLP, FourierMLP
     from ._gd import gd_losses, gd_losses_vector
 

@@ -4,7 +4,7 @@ A student learns a fixed teacher from fresh Gaussian samples every step (online 
 from `W ~ N(0, ε²)`, ε = 1e-3; beside it, its NQF twin (Thm 1, Eq. 2) from the same weights on
 the same batches.
 
-- MLP: a tanh MLP 20→100→1 learns a tanh teacher 20→100→1 (`lvflow._data.teacher_student_stream`
+- MLP: a tanh MLP 20→100→1 learns a tanh teacher 20→100→1 (`lvflow._training.data.teacher_student_stream`
   with its readout at unit scale), lr 0.05, 2000 steps. The NQF of a two-layer MLP is
   the linear model `φ'(0) xᵀ U Vᵀ` (Table 3): it can learn only the teacher's linear part.
 - QK-only attention (D = 16, N = 10 tokens, d_k = 8, 4 heads, lr 0.02): the teacher is a QK-only
@@ -42,7 +42,7 @@ D_QK, N_QK, DK_QK, HEADS_QK = 16, 10, 8, 4
 
 def _problems(steps: int):
     from .. import architectures as arch
-    from .._data import TeacherStream, teacher_student_stream
+    from .._training.data import TeacherStream, teacher_student_stream
 
     key = jax.random.PRNGKey(0)
     mlp = arch.MLP(20, 100, None, key=key, init_scale=EPS)
@@ -64,8 +64,8 @@ def _problems(steps: int):
 
 
 def _run(P: dict, *, eval_size: int, every: int) -> dict:
-    from .._train import train
-    from .._twin import nqf_twin
+    from .._training.train import train
+    from .._training.twin import nqf_twin
 
     net, stream = P["net"], P["stream"]
     key = jax.random.PRNGKey(3)

@@ -1,7 +1,7 @@
 """Fig 7: real data — networks and their NQF twins on odd-vs-even digits.
 
 scikit-learn's bundled 8×8 digits (offline; the paper used 4000 MNIST images), label `+1` odd,
-`−1` even (`lvflow._data.digits_parity`), split into a training set (full batch) and a held-out
+`−1` even (`lvflow._training.data.digits_parity`), split into a training set (full batch) and a held-out
 test set. Three networks — a tanh MLP 64→100→1, a one-layer CNN (32 kernels 3×3, global sum
 pool) on the 8×8 image, and 4-head attention over the 8 image rows as tokens — and their NQF
 twins (Thm 1, Eq. 2; same initial weights, `N(0, ε²)` with ε = 0.01) are trained with Adam,
@@ -42,7 +42,7 @@ def _models():
 
 
 def _split(layout: str):
-    from .._data import digits_parity
+    from .._training.data import digits_parity
 
     D = digits_parity(layout=layout)
     idx = np.random.default_rng(0).permutation(D.X.shape[0])
@@ -51,8 +51,8 @@ def _split(layout: str):
 
 
 def _run(net, layout: str, *, steps: int, every: int) -> dict:
-    from .._train import train
-    from .._twin import nqf_twin
+    from .._training.train import train
+    from .._training.twin import nqf_twin
 
     (Xtr, ytr), (Xte, yte) = _split(layout)
     nqf_twin(net, x=Xtr[0])  # ZGZ check

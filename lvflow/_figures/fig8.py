@@ -1,9 +1,9 @@
 """Fig 8: deep networks follow a two-layer NQF, not a one-layer one (App. B.4).
 
-A 4-layer tanh MLP 20→32→32→32→4 without bias (`lvflow._deep.DeepMLP`) and two-layer 4-head
+A 4-layer tanh MLP 20→32→32→32→4 without bias (`lvflow._training.deep.DeepMLP`) and two-layer 4-head
 attention (`DeepAttention`, D = 8, N = 8 tokens) learn a rank-4 low-rank linear teacher
 (`low_rank_teacher`, `s = (1, ½, ¼, ⅛)`) by full-batch GD. Beside each: its two-layer NQF
-`f = Q₂(φ'(0) Q₁(x))`, `Q_ℓ = Tr[M_ℓ A_ℓ]` (`lvflow._deep.DeepNQF`, degree 4 in the weights,
+`f = Q₂(φ'(0) Q₁(x))`, `Q_ℓ = Tr[M_ℓ A_ℓ]` (`lvflow._training.deep.DeepNQF`, degree 4 in the weights,
 same initial weights), and a one-layer NQF (the twin of a two-layer network of the same width
 and init, degree 2). The deep network's saddle escape is algebraic (degree 4), the one-layer
 NQF's exponential, so only the two-layer NQF reproduces its loss curve. Summary: the maximum
@@ -32,7 +32,7 @@ N_TOK = 8
 
 def _problems():
     from .. import architectures as arch
-    from .._deep import DeepAttention, DeepMLP
+    from .._training.deep import DeepAttention, DeepMLP
 
     key = jax.random.PRNGKey(0)
     k1, k2 = jax.random.split(key)
@@ -48,10 +48,10 @@ def _problems():
 
 
 def _run(P: dict, *, m: int, steps: int, every: int) -> dict:
-    from .._data import low_rank_teacher
-    from .._deep import DeepNQF
-    from .._train import train
-    from .._twin import nqf_twin
+    from .._training.data import low_rank_teacher
+    from .._training.deep import DeepNQF
+    from .._training.train import train
+    from .._training.twin import nqf_twin
 
     deep, shallow = P["deep"], P["shallow"]
     teacher = low_rank_teacher(shallow, m, s=S, seq_len=P.get("seq"), seed=1)

@@ -18,7 +18,7 @@ from pathlib import Path
 import matplotlib.ticker
 import numpy as np
 
-from .._lv import LotkaVolterra
+from .._glv.lv import LotkaVolterra
 from . import _style
 
 TITLE = "ε → 0: loss vs τ = t/ln(1/ε) converging to the saddle-to-saddle step function"
@@ -55,8 +55,8 @@ def _s_limit(sched, tau):
 
 
 def make(out: Path, *, quick: bool = False) -> dict:
-    from .._schedule import plateau_schedule
-    from .._solve import solve_lv
+    from .._schedule.schedule import plateau_schedule
+    from .._glv.solve import solve_lv
 
     lv = system()
     lim = plateau_schedule(lv, 1e-8)

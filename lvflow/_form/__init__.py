@@ -1,0 +1,1 @@
+"""The neural quadratic form and its exact dynamics on (M, μ) (§1–2)."""

@@ -1,0 +1,166 @@
+"""Structure matrices by automatic differentiation (Thm 1, Eq. 2; Thm 12, Eq. 196)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from .._errors import LvflowError, SymmetryError, ZGZError
+from .._validate import _is_concrete, check_positive_int
+
+
+def _scale(*arrays) -> float:
+    return max([1.0] + [float(np.max(np.abs(np.asarray(a)))) for a in arrays if np.size(a)])
+
+
+def structure_matrix(
+    unit: Callable,
+    x,
+    p: int,
+    *,
+    batched: bool = False,
+    atol: float = 1e-10,
+) -> Float[Array, "*m *k p p"]:
+    """The structure matrix `A(x) = ½ ∇²_w unit(w, x) |_{w=0}` of a sum-form module (Eq. 2).
+
+    A module `f_x(W) = Σ_i unit(w_i, x)` with `d` interchangeable neurons `w_i ∈ R^p` is, near
+    `W = 0`, the neural quadratic form `f_x(0) + Tr[W Wᵀ A(x)]` (Thm 1), provided each unit
+    has zero gradient at zero (ZGZ).
+
+    **Arguments:**
+
+    - `unit`: `unit(w, x)` for one neuron `w` of shape `(p,)`; returns a scalar, or a vector of
+      `k` outputs (Cor. 1: one `A⁽ᶜ⁾` per output).
+    - `x`: one input, or a batch of inputs stacked on axis 0 when `batched=True` (vmapped).
+    - `p`: the neuron size.
+    - `batched`: whether `x` carries a leading sample axis.
+    - `atol`: tolerance of the ZGZ and `unit(0, x) = 0` checks, relative to `max(1, |A|)`.
+
+    **Returns:** `A` of shape `(p, p)`, `(k, p, p)`, or with a leading `(m,)` when batched.
+
+    **Raises:** `ZGZError` when `∇_w unit(0, x) ≠ 0` (a bias, or `φ(0) ≠ 0`), naming the gradient
+    norm; `LvflowError` when `unit(0, x) ≠ 0` or `p` is not a positive integer.
+    """
+    check_positive_int("p", p, what="the neuron size")
+    f0, g, A = _derivatives_at_zero(unit, x, p, batched)
+    if _is_concrete(A):
+        scale = _scale(A)
+        gnorm = float(np.max(np.abs(np.asarray(g)))) if np.size(g) else 0.0
+        if not np.all(np.isfinite(np.asarray(A))):
+            raise LvflowError("unit: its Hessian at w = 0 is not finite")
+        # `not (a <= b)` so that a NaN gradient fails the check instead of passing it.
+        if not (gnorm <= atol * scale):
+            raise ZGZError(
+                f"unit: violates ZGZ (zero gradient at zero): max |∇_w unit(0, x)| = {gnorm:.3g}; "
+                "a bias term or an activation with φ(0) ≠ 0 breaks the NQF expansion (Thm 1)"
+            )
+        f0max = float(np.max(np.abs(np.asarray(f0)))) if np.size(f0) else 0.0
+        if not (f0max <= atol * scale):
+            raise LvflowError(f"unit: unit(0, x) = {f0max:.3g} ≠ 0; a sum-form unit must vanish at w = 0")
+    return A
+
+
+@eqx.filter_jit
+def _derivatives_at_zero(unit, x, p, batched):
+    # filter_jit caches on the unit's identity and shapes, so repeated calls do not recompile.
+    w0 = jnp.zeros((p,))
+
+    def one(xi):
+        f0 = unit(w0, xi)
+        g = jax.jacfwd(unit)(w0, xi)
+        h = jax.hessian(unit)(w0, xi)
+        return f0, g, 0.25 * (h + jnp.swapaxes(h, -1, -2))
+
+    return jax.vmap(one)(x) if batched else one(x)
+
+
+@eqx.filter_jit
+def _blocks_at_zero(module, x, p, d, batched):
+    W0 = jnp.zeros((p, d))
+
+    def one(xi):
+        f0 = module(W0, xi)
+        G = jax.jacfwd(module)(W0, xi)  # (*k, p, d)
+        H = jax.hessian(module)(W0, xi)  # (*k, p, d, p, d)
+        idx = jnp.arange(d)
+        Hii = H[..., :, idx, :, idx]  # (d, *k, p, p)
+        Hij = H[..., :, idx, :, (idx + 1) % d]  # one off-diagonal block per neuron
+        return f0, G, Hii, Hij
+
+    return jax.vmap(one)(x) if batched else one(x)
+
+
+class Expansion(eqx.Module):
+    """Second-order expansion of a permutation-symmetric module about `W = 0` (Thm 12, Eq. 196):
+
+    `f_x(W) = f0(x) + g(x)ᵀ μ + Tr[M A(x)] + μᵀ B(x) μ + O(|W|³)`, with `M = W Wᵀ`, `μ = W 1`.
+
+    Then `∇²_{w_i} f = 2(A + B)` and `∇_{w_i} ∇_{w_j} f = 2B` (i ≠ j): `B = ½ H_ij` and
+    `A = ½ (H_ii − H_ij)`. For a ZGZ module `g = 0` and `B = 0`.
+    """
+
+    f0: Array
+    g: Array
+    A: Array
+    B: Array
+
+
+def expand(
+    module: Callable,
+    x,
+    p: int,
+    d: int,
+    *,
+    batched: bool = False,
+    atol: float = 1e-8,
+) -> Expansion:
+    """Expand a general permutation-symmetric module `module(W, x)`, `W ∈ R^{p×d}`, about `W = 0`.
+
+    Returns `Expansion(f0, g, A, B)` of Thm 12 (Eq. 196), shapes `()`, `(p,)`, `(p, p)`, `(p, p)`
+    (each with a leading `k` for vector outputs and a leading `m` when `batched`).
+
+    **Arguments:**
+
+    - `module`: `module(W, x)`, scalar or `(k,)` output, invariant under permuting columns of `W`.
+    - `x`: one input, or inputs stacked on axis 0 with `batched=True`.
+    - `p`, `d`: neuron size and number of neurons (`d ≥ 2`, so that `B` is defined).
+    - `atol`: tolerance, relative to the derivatives' scale, of the symmetry checks.
+
+    **Raises:** `SymmetryError` when the gradient columns or the Hessian blocks `H_ii`, `H_ij`
+    are not all equal (the module is not permutation-symmetric), naming the largest deviation.
+    """
+    check_positive_int("d", d, minimum=2, what="2 neurons at least separate A from B")
+    check_positive_int("p", p, what="the neuron size")
+    f0, G, Hii, Hij = _blocks_at_zero(module, x, p, d, batched)
+    # Fancy indexing puts the neuron axis first (after the batch axis, when batched).
+    ax = 1 if batched else 0
+    Hii, Hij = jnp.moveaxis(Hii, ax, 0), jnp.moveaxis(Hij, ax, 0)
+    if _is_concrete(G):
+        if not all(np.all(np.isfinite(np.asarray(a))) for a in (f0, G, Hii, Hij)):
+            raise LvflowError("module: its derivatives at W = 0 are not finite")
+        scale = _scale(G, Hii, Hij)
+        dev_g = float(np.max(np.abs(np.asarray(G) - np.asarray(G)[..., :1])))
+        dev_ii = float(np.max(np.abs(np.asarray(Hii) - np.asarray(Hii)[:1])))
+        # With d = 2 there is one pair; swap symmetry then needs H_01 = H_01ᵀ.
+        Hij_np = np.asarray(Hij)
+        dev_ij = float(np.max(np.abs(Hij_np - Hij_np[:1]))) if d > 2 else 0.0
+        dev_ij = max(dev_ij, float(np.max(np.abs(Hij_np - np.swapaxes(Hij_np, -1, -2)))))
+        dev = max(dev_g, dev_ii, dev_ij)
+        if not (dev <= atol * scale):
+            which = ["gradient columns", "diagonal Hessian blocks H_ii", "off-diagonal blocks H_ij"][
+                int(np.argmax([dev_g, dev_ii, dev_ij]))
+            ]
+            raise SymmetryError(
+                f"module: not permutation-symmetric: its {which} differ across neurons by {dev:.3g}"
+            )
+    g = G[..., 0]
+    Hii, Hij = Hii[0], Hij[0]
+    sym = lambda a: 0.5 * (a + jnp.swapaxes(a, -1, -2))
+    B = 0.5 * sym(Hij)
+    A = 0.5 * sym(Hii) - B
+    return Expansion(f0=f0, g=g, A=A, B=B)

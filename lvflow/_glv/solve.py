@@ -1,0 +1,450 @@
+"""Numerical solution of the gLV (Eq. 32) in log variables, with switch-on times (Thm 8)."""
+
+from __future__ import annotations
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+from jaxtyping import Array, Bool, Float
+
+from .._errors import LvflowError, SolverError
+from .lv import LotkaVolterra, LowRankLotkaVolterra, equilibrium_is_unique, saturated_equilibrium, saturated_equilibrium_jax
+from .interaction import DenseInteraction
+from .rodas5p import Rodas5P
+from .switch_on import SwitchOnTracker
+from .term import LogLotkaVolterraTerm, is_diagonal
+from .solution import LVSolution, finish_solution, switch_on_target
+from .._validate import _is_concrete, as_array, check_in_open_interval, check_positive
+
+_DEFAULT_MAX_STEPS = 16384
+_ADJOINTS = (dfx.RecursiveCheckpointAdjoint, dfx.DirectAdjoint, dfx.ForwardMode)
+_DENSE_RODAS_MAX_K = 100  # above this a dense C's O(K³) LU per step costs more than Dopri5's extra steps
+_N_DEFAULT_TS = 400
+
+
+def default_ts(t1, n: int = _N_DEFAULT_TS) -> Float[Array, " n"]:
+    """`0` followed by `n − 1` log-spaced times from `t1·10⁻⁴` to `t1`.
+
+    The gLV's events are spread over decades of time (ignitions at `ln(1/ε)/ζ_k`, Eq. 158), so a
+    log-spaced grid resolves the early transitions as well as the late ones.
+    """
+    t1 = jnp.asarray(t1, dtype=float)
+    return jnp.concatenate([jnp.zeros(1), t1 * jnp.logspace(-4.0, 0.0, n - 1)])
+
+
+def _default_ts_np(t1: float) -> np.ndarray:
+    """`default_ts` in numpy for a concrete `t1` (no device dispatch)."""
+    return np.concatenate([np.zeros(1), t1 * np.logspace(-4.0, 0.0, _N_DEFAULT_TS - 1)])
+
+
+def solve_lv(
+    system: LotkaVolterra | LowRankLotkaVolterra,
+    z0,
+    t1,
+    *,
+    ts=None,
+    rho=0.5,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    solver: dfx.AbstractSolver | None = None,
+    stepsize_controller: dfx.AbstractStepSizeController | None = None,
+    adjoint: dfx.AbstractAdjoint | None = None,
+    max_steps: int = _DEFAULT_MAX_STEPS,
+    throw: bool = True,
+    progress: bool = False,
+    z_inf=None,
+    method: str = "auto",
+) -> LVSolution:
+    """Integrate the gLV `ż_k = z_k (r_k − Σ_j C_kj z_j)` (Eq. 32) from `z(0) = z0` to `t1` and
+    locate every mode's switch-on time `t*_k`, the first time `z_k(t) = ρ z_k(∞)` (Thm 8, Eq. 158).
+
+    **Method.** `method="auto"` (default) solves a concrete diagonal `C` (orthogonal features) in
+    closed form (Thm 6) when no `solver=` is given, and integrates the ODE otherwise; `"closed_form"`
+    and `"ode"` force either (`"closed_form"` on a traced `C` checks it for off-diagonal entries
+    through `equinox.error_if`). The closed form evaluates Thm 6 at `ts` and inverts it for
+    `t*_k = (1/r_k) [ln(T_k/z_k0) + ln(1 + C_kk (T_k − z_k0)/(r_k − C_kk T_k))]`, `T_k = ρ z_k(∞)`
+    (Eq. 158 with `a = 1`); the solver options do not apply to it.
+
+    The ODE is integrated in `u = ln z`, `u̇ = r − C e^u` (`lvflow.LogLotkaVolterraTerm`), by
+    `diffrax.diffeqsolve` with `lvflow.Rodas5P` (stage solves in `C`'s structure; a dense `C` with
+    more than 100 modes gets `diffrax.Dopri5`), a `diffrax.PIDController` on the max norm over
+    modes, and `lvflow.SwitchOnTracker` recording each mode's crossing step; each crossing is then
+    root-found on that step's dense output. `rtol`/`atol` are tolerances on `ln z`: relative
+    errors in `z` for every mode, whatever its size.
+
+    **`z(∞)`** is the saturated equilibrium (`LotkaVolterra.equilibrium`), the flow's limit when it
+    is unique. When it is not (a singular `C`), `z(t1)` from a first solve is used: choose `t1`
+    past the last transition. `z_inf=` overrides both.
+
+    **Derivatives.** Everything returned is differentiable with respect to `z0` and the system's
+    arrays (`r`, `C` or `d`, `U`): the closed form exactly with respect to `r`, `diag(C)` and `z0`
+    (it sees only `C`'s diagonal, so a derivative along an off-diagonal entry of `C` comes out 0:
+    `method="auto"` takes the ODE path for a traced `C`, use it or `"ode"` for those); the ODE
+    path through diffrax's
+    `adjoint` (discretise-then-optimise), with `t*_k` differentiated by the implicit-function
+    theorem at the crossing (`lvflow.SwitchOnTracker.crossing_times`). The default adjoint,
+    `diffrax.RecursiveCheckpointAdjoint()`, serves `jax.grad`/`jax.vjp`; pass
+    `adjoint=diffrax.ForwardMode()` for `jax.jvp`/`jax.jacfwd`.
+
+    **Arguments:**
+
+    - `system`: a `LotkaVolterra` or a `LowRankLotkaVolterra`.
+    - `z0`: initial mode strengths, shape `(K,)`, all `> 0`.
+    - `t1`: final time, `> 0`.
+    - `ts`: save times in `[0, t1]`, non-decreasing (default: `default_ts(t1)`, 0 and 399
+      log-spaced times). For switch-on times only, pass `ts=[0, t1]`.
+    - `rho`: switch-on fraction in `(0, 1)` (the paper's figures use `ρ = ½`).
+    - `rtol`, `atol`: step-size tolerances on `u = ln z` (used by the default controller).
+    - `solver`: a diffrax solver for the ODE (default `lvflow.Rodas5P()`, above).
+    - `stepsize_controller`: a diffrax step-size controller (default
+      `diffrax.PIDController(rtol, atol, norm=optimistix.max_norm)`).
+    - `adjoint`: `diffrax.RecursiveCheckpointAdjoint()` (default), `diffrax.ForwardMode()` or
+      `diffrax.DirectAdjoint()`.
+    - `max_steps`: step budget (accepted + rejected).
+    - `throw`: raise `SolverError` with diffrax's message on failure (under `jit`, through
+      `equinox.error_if`); with `False`, return `success = False` and the `result` flag.
+    - `progress`: a `diffrax.TqdmProgressMeter` bar (stderr) on the ODE path.
+    - `z_inf`: the limit `z(∞)` to measure switch-on against (default: see above).
+    - `method`: `"auto"`, `"closed_form"` (Thm 6; diagonal `C` only) or `"ode"`.
+
+    **Returns:** an `LVSolution`.
+
+    **Raises:** `LvflowError` for bad input; `SolverError` for a failed solve (with `throw=True`).
+
+    Works under `jax.jit`/`jax.vmap` over `z0`, `t1` and the system's arrays.
+    """
+    if not (isinstance(system, LotkaVolterra) or _is_low_rank(system)):
+        raise LvflowError(f"system: expected a LotkaVolterra or LowRankLotkaVolterra, got {type(system).__name__}")
+    K = system.K
+    z0 = as_array("z0", z0, ndim=1)
+    if np.shape(z0) != (K,):
+        raise LvflowError(f"z0: shape {np.shape(z0)} does not match the system's {K} modes")
+    if _is_concrete(z0) and np.any(np.asarray(z0) <= 0):
+        k = int(np.flatnonzero(np.asarray(z0) <= 0)[0])
+        raise LvflowError(
+            f"z0: must be > 0 in every mode (entry {k} is {float(np.asarray(z0)[k]):g}; "
+            "a mode at 0 never grows — drop it from the system instead)"
+        )
+    if _is_concrete(t1):
+        t1 = check_positive("t1", t1)
+    else:
+        t1 = eqx.error_if(t1, t1 <= 0, "t1: must be > 0")
+    if _is_concrete(rho):
+        rho = check_in_open_interval("rho", rho, 0.0, 1.0)
+    else:
+        rho = eqx.error_if(rho, (rho <= 0) | (rho >= 1), "rho: must lie in (0, 1)")
+    rtol = check_positive("rtol", rtol)
+    atol = check_positive("atol", atol)
+    if not isinstance(max_steps, int) or max_steps < 1:
+        raise LvflowError(f"max_steps: must be a positive integer, got {max_steps!r}")
+    if not isinstance(progress, (bool, np.bool_)):
+        raise LvflowError(f"progress: must be True or False, got {progress!r}")
+    progress = bool(progress)  # static in the compiled solve
+    if ts is None:
+        ts = _default_ts_np(t1) if _is_concrete(t1) else default_ts(t1)
+    else:
+        ts = as_array("ts", ts, ndim=1)
+        if _is_concrete(ts) and _is_concrete(t1):
+            a = np.asarray(ts, dtype=float)
+            if a.size == 0:
+                raise LvflowError("ts: is empty")
+            if a[0] < 0 or a[-1] > t1:
+                raise LvflowError(f"ts: must lie in [0, t1 = {t1:g}], got [{a[0]:g}, {a[-1]:g}]")
+            if np.any(np.diff(a) < 0):
+                raise LvflowError("ts: must be non-decreasing")
+    solver_given = solver is not None
+    if solver_given and not isinstance(solver, dfx.AbstractSolver):
+        raise LvflowError(f"solver: expected a diffrax solver, got {type(solver).__name__}")
+    if stepsize_controller is not None and not isinstance(stepsize_controller, dfx.AbstractStepSizeController):
+        raise LvflowError(f"stepsize_controller: expected a diffrax step-size controller, got {type(stepsize_controller).__name__}")
+    if adjoint is not None and not isinstance(adjoint, _ADJOINTS):
+        raise LvflowError(
+            "adjoint: expected diffrax.RecursiveCheckpointAdjoint, DirectAdjoint or ForwardMode "
+            f"(the solve saves the tracker's state, which the others cannot differentiate), got {type(adjoint).__name__}"
+        )
+
+    if method not in ("auto", "closed_form", "ode"):
+        raise LvflowError(f"method: must be 'auto', 'closed_form' or 'ode', got {method!r}")
+
+    r = system.r
+    low_rank = _is_low_rank(system)
+    concrete_system = all(_is_concrete(x) for x in ((r, system.d, system.U) if low_rank else (r, system.C)))
+    diagonal = _diagonal_part(system, low_rank)  # C's diagonal if C is concrete and diagonal, else None
+    if method == "closed_form" and diagonal is None:
+        if _is_concrete(system.U if low_rank else system.C):
+            raise LvflowError("method: 'closed_form' needs a diagonal C (Thm 6); use method='ode' for a coupled C")
+        C = system.C
+        off = C - jnp.diag(jnp.diagonal(C))
+        diagonal = eqx.error_if(jnp.diagonal(C), jnp.any(off != 0), "method: 'closed_form' needs a diagonal C (Thm 6)")
+    closed = diagonal is not None and (method == "closed_form" or (method == "auto" and not solver_given))
+    if z_inf is not None:
+        z_inf = as_array("z_inf", z_inf, ndim=1)
+        if np.shape(z_inf) != (K,):
+            raise LvflowError(f"z_inf: shape {np.shape(z_inf)} does not match the system's {K} modes")
+        if _is_concrete(z_inf) and np.any(np.asarray(z_inf) < 0):
+            raise LvflowError("z_inf: must be >= 0")
+        z_eq, eq_ok = jnp.asarray(z_inf, dtype=float), jnp.asarray(True)
+    elif concrete_system:
+        z_eq, eq_ok = _concrete_equilibrium(system, low_rank, diagonal)
+    elif diagonal is not None:  # Thm 6: z*_k = r_k/C_kk or 0, in JAX for a traced r
+        z_eq = jnp.where((r > 0) & (diagonal > 0), r / jnp.where(diagonal > 0, diagonal, 1.0), 0.0)
+        eq_ok = jnp.all((diagonal > 0) | (r < 0))
+    elif low_rank:
+        z_eq, eq_ok = _low_rank_equilibrium_jax(r, system.d, system.U)
+    else:
+        z_eq, eq_ok = saturated_equilibrium_jax(r, system.C)
+
+    if closed:
+        sol = _closed_form_core(
+            r,
+            diagonal,
+            _host(z0),
+            _host(t1),
+            _host(ts),
+            z_eq,
+            eq_ok,
+            _host(rho),
+            system.y2,
+        )
+    else:
+        term = LogLotkaVolterraTerm.from_system(system)
+        if solver is None:
+            dense_large = isinstance(term.interaction, DenseInteraction) and K > _DENSE_RODAS_MAX_K
+            solver = dfx.Dopri5() if dense_large else Rodas5P()
+        if stepsize_controller is None:
+            # tolerances as arrays: a new value is then not a new compilation
+            stepsize_controller = dfx.PIDController(rtol=jnp.asarray(rtol), atol=jnp.asarray(atol), norm=optx.max_norm)
+        sol = _ode_core(
+            term,
+            jnp.log(jnp.asarray(z0, dtype=float)),
+            jnp.asarray(t1, dtype=float),
+            jnp.asarray(ts, dtype=float),
+            z_eq,
+            eq_ok,
+            jnp.asarray(rho, dtype=float),
+            system.y2,
+            solver=solver,
+            controller=stepsize_controller,
+            adjoint=dfx.RecursiveCheckpointAdjoint() if adjoint is None else adjoint,
+            max_steps=max_steps,
+            progress=progress,
+            first_pass=not (_is_concrete(eq_ok) and bool(eq_ok)),
+        )
+    if throw:
+        if _is_concrete(sol.success):
+            if not bool(sol.success):
+                raise SolverError(_failure_message(sol))
+        else:
+            sol = sol.result.error_if(sol, sol.result != dfx.RESULTS.successful)
+            sol = eqx.error_if(sol, ~sol.success, "solve_lv: non-finite values in the solution")
+    return sol
+
+
+def _host(x):
+    """`x` as a float64 numpy array when concrete (a jitted call takes it without an eager device
+    dispatch per argument), else as a JAX array."""
+    return np.asarray(x, dtype=float) if _is_concrete(x) else jnp.asarray(x, dtype=float)
+
+
+def _diagonal_part(system, low_rank: bool):
+    """`C`'s diagonal when `C` is concrete and diagonal (Thm 6 applies), else `None`."""
+    if low_rank:
+        if not (_is_concrete(system.U) and _is_concrete(system.d)):
+            return None
+        return system.d if not np.any(np.asarray(system.U)) else None
+    if not _is_concrete(system.C) or not is_diagonal(np.asarray(system.C)):
+        return None
+    return np.diagonal(np.asarray(system.C))
+
+
+def _is_low_rank(system) -> bool:
+    return isinstance(system, LowRankLotkaVolterra)
+
+
+def _concrete_equilibrium(system, low_rank: bool, diagonal=None):
+    """`(z*, unique)` in numpy. Low rank `C = Diag(d) + UUᵀ` (`d > 0`, so `C` is positive definite
+    and `z*` unique): try the interior point `C⁻¹r` by Woodbury in `O(K q²)` first."""
+    rn = np.asarray(system.r, dtype=float)
+    if diagonal is not None:
+        return _diagonal_equilibrium(rn, np.asarray(diagonal, dtype=float))
+    if low_rank:
+        d, U = np.asarray(system.d, dtype=float), np.asarray(system.U, dtype=float)
+        Dr, DU = rn / d, U / d[:, None]
+        z = Dr - DU @ np.linalg.solve(np.eye(U.shape[1]) + U.T @ DU, U.T @ Dr)
+        if np.all(z > 0):
+            return jnp.asarray(z), jnp.asarray(True)
+        return jnp.asarray(saturated_equilibrium(np.asarray(system.C), rn)), jnp.asarray(True)
+    Cn = np.asarray(system.C, dtype=float)
+    d = np.diagonal(Cn)
+    _check_bounded(rn, d)
+    z = saturated_equilibrium(Cn, rn)
+    if not np.all(np.isfinite(z)):
+        raise LvflowError("system: no finite saturated equilibrium (the loss is unbounded below)")
+    return jnp.asarray(z), jnp.asarray(equilibrium_is_unique(Cn, rn, z))
+
+
+def _low_rank_equilibrium_jax(r, d, U):
+    """`(z*, unique)` in JAX for `C = Diag(d) + UUᵀ`: the interior point `C⁻¹r` by Woodbury in
+    `O(K q²)` where it is positive (then it is the equilibrium, unique as `C` is positive definite),
+    else block principal pivoting on the dense `C`. Differentiable (implicit-function derivative)."""
+    Dr, DU = r / d, U / d[:, None]
+    z = Dr - DU @ jnp.linalg.solve(jnp.eye(U.shape[1], dtype=U.dtype) + U.T @ DU, U.T @ Dr)
+    return jax.lax.cond(
+        jnp.all(z > 0),
+        lambda: (z, jnp.asarray(True)),
+        lambda: saturated_equilibrium_jax(r, jnp.diag(d) + U @ U.T),
+    )
+
+
+def _check_bounded(r: np.ndarray, d: np.ndarray) -> None:
+    grow = (d <= 0) & (r > 0)
+    if np.any(grow):
+        k = int(np.flatnonzero(grow)[0])
+        raise LvflowError(f"system: mode {k} has r_k = {r[k]:g} > 0 but C_kk = {d[k]:g}, so z_k grows without bound")
+
+
+def _diagonal_equilibrium(r: np.ndarray, d: np.ndarray):
+    """Thm 6: `z*_k = r_k/C_kk` or 0; unique unless a mode has `C_kk = r_k = 0`."""
+    _check_bounded(r, d)
+    z = np.where(r > 0, r / np.where(d > 0, d, 1.0), 0.0)
+    return z, np.asarray(bool(np.all((d > 0) | (r < 0))))
+
+
+def _failure_message(sol: LVSolution) -> str:
+    why = "non-finite values in the solution" if sol.result == dfx.RESULTS.successful else dfx.RESULTS[sol.result]
+    return f"solve_lv: {why} (after {int(sol.num_steps)} steps)"
+
+
+@eqx.filter_jit
+def _ode_core(
+    term: LogLotkaVolterraTerm,
+    u0: Float[Array, " K"],
+    t1: Float[Array, ""],
+    ts: Float[Array, " n"],
+    z_eq: Float[Array, " K"],
+    eq_ok: Bool[Array, ""],
+    rho: Float[Array, ""],
+    y2: Float[Array, ""],
+    *,
+    solver: dfx.AbstractSolver,
+    controller: dfx.AbstractStepSizeController,
+    adjoint: dfx.AbstractAdjoint,
+    max_steps: int,
+    progress: bool,
+    first_pass: bool,
+) -> LVSolution:
+    """The ODE path of `solve_lv`: `diffrax.diffeqsolve` of `u̇ = r − C e^u` with every mode's
+    switch-on crossing tracked (`SwitchOnTracker`) and root-found on its step's dense output."""
+
+    def solve(solver, horizon, saveat, meter):
+        return dfx.diffeqsolve(
+            term,
+            solver,
+            t0=0.0,
+            t1=horizon,
+            dt0=None,
+            y0=u0,
+            saveat=saveat,
+            stepsize_controller=controller,
+            adjoint=adjoint,
+            max_steps=max_steps,
+            throw=False,
+            progress_meter=meter,
+        )
+
+    if first_pass:
+        # z(∞) not unique (or not known to be, under tracing): z(t1) from a first solve. Its horizon
+        # is 0 where z(∞) is unique, so that under vmap it costs nothing for those systems.
+        first = solve(solver, jnp.where(eq_ok, 0.0, t1), dfx.SaveAt(t1=True), dfx.NoProgressMeter())
+        z_inf = jnp.where(eq_ok, z_eq, jnp.exp(first.ys[-1]))
+        first_result = first.result
+    else:
+        z_inf = z_eq
+        first_result = dfx.RESULTS.successful
+    live = z_inf > 0
+    threshold = jnp.where(live, switch_on_target(z_inf, rho), jnp.inf)  # a dead mode never crosses
+    tracker = SwitchOnTracker(solver, threshold)
+    meter = dfx.TqdmProgressMeter() if progress else dfx.NoProgressMeter()
+    saveat = dfx.SaveAt(subs=[dfx.SubSaveAt(ts=ts), dfx.SubSaveAt(t1=True)], solver_state=True)
+    out = solve(tracker, t1, saveat, meter)
+    zs = jnp.exp(out.ys[0])
+    u_end = out.ys[1][-1]
+    return finish_solution(
+        ts=ts,
+        zs=zs,
+        Czs=term.interaction.Cz(zs),
+        r=term.r,
+        y2=y2,
+        switch_on_times=jnp.where(live, tracker.crossing_times(out.solver_state), jnp.inf),
+        z_inf=z_inf,
+        rho=rho,
+        z_end=u_end,
+        num_steps=out.stats["num_steps"],
+        num_accepted=out.stats["num_accepted_steps"],
+        num_rejected=out.stats["num_rejected_steps"],
+        result=dfx.RESULTS.where(first_result == dfx.RESULTS.successful, out.result, first_result),
+    )
+
+
+def _thm6(r, c, z0, t):
+    """Thm 6, `z_k(t) = z_k0 / (e^{−r_k t} + C_kk z_k0 (1 − e^{−r_k t})/r_k)` for `r_k > 0` and
+    `z_k0 e^{r_k t} / (1 + C_kk z_k0 (1 − e^{r_k t})/(−r_k))` otherwise (`z_k0/(1 + C_kk z_k0 t)` at
+    `r_k = 0`): the algebraically equal form of each sign that never overflows, in two
+    transcendentals per entry (`lvflow.orthogonal_features` evaluates both forms everywhere)."""
+    a = jnp.abs(r)
+    e = jnp.exp(-a * t)  # ≤ 1
+    phi = jnp.where(a > 0, -jnp.expm1(-a * t) / jnp.where(a > 0, a, 1.0), t)  # ∫₀ᵗ e^{−aτ}dτ, exact near a = 0
+    grow = r > 0
+    # z0 multiplies last: a subnormal z0 (ln z0 < −708) is scaled by one well-rounded factor.
+    return z0 * (jnp.where(grow, 1.0, e) / (jnp.where(grow, e, 1.0) + c * z0 * phi))
+
+
+@jax.jit
+def _closed_form_core(
+    r: Float[Array, " K"],
+    c: Float[Array, " K"],
+    z0: Float[Array, " K"],
+    t1: Float[Array, ""],
+    ts: Float[Array, " n"],
+    z_eq: Float[Array, " K"],
+    eq_ok: Bool[Array, ""],
+    rho: Float[Array, ""],
+    y2: Float[Array, ""],
+) -> LVSolution:
+    """Thm 6 at `ts` and its inversion for the switch-on times (diagonal `C = Diag(c)`)."""
+    u0 = jnp.log(z0)
+    zs = _thm6(r, c, z0, ts[:, None])
+    z_end = _thm6(r, c, z0, t1)
+    z_inf = jnp.where(eq_ok, z_eq, z_end)
+    live = z_inf > 0
+    target = switch_on_target(z_inf, rho)  # ln T_k, T_k = ρ z_k(∞)
+    T = jnp.exp(target)
+    above = u0 >= target
+    # z_k increases monotonically to r_k/C_kk from below, so it crosses T_k iff z0 < T_k < r_k/C_kk.
+    gap = r - c * T
+    crosses = live & ~above & (gap > 0)
+    safe_r = jnp.where(crosses, r, 1.0)
+    safe_gap = jnp.where(crosses, gap, 1.0)
+    # t* = (1/r) [ln(T/z0) + ln((r − C z0)/(r − C T))], both terms ≥ 0 for z0 < T < r/C.
+    t_cross = ((target - u0) + jnp.log1p(c * (T - z0) / safe_gap)) / safe_r
+    t_star = jnp.where(live & above, 0.0, jnp.where(crosses, t_cross, jnp.inf))
+    t_star = jnp.where(t_star <= t1, t_star, jnp.inf)  # as the ODE path: not reached by t1
+    zero = jnp.asarray(0)  # the dtype diffrax's statistics have
+    return finish_solution(
+        ts=ts,
+        zs=zs,
+        Czs=c * zs,
+        r=r,
+        y2=y2,
+        switch_on_times=t_star,
+        z_inf=z_inf,
+        rho=rho,
+        z_end=z_end,
+        num_steps=zero,
+        num_accepted=zero,
+        num_rejected=zero,
+        result=dfx.RESULTS.successful,
+    )

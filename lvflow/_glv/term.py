@@ -1,0 +1,88 @@
+"""The gLV (Eq. 32) in log variables as a diffrax term that keeps `C`'s structure."""
+
+from __future__ import annotations
+
+import diffrax as dfx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from .._errors import LvflowError
+from .interaction import (
+    AbstractInteraction,
+    DenseInteraction,
+    DiagonalInteraction,
+    LowRankInteraction,
+    exp_clipped,
+)
+from .lv import LotkaVolterra, LowRankLotkaVolterra
+from .._validate import _is_concrete
+
+
+class LogLotkaVolterraTerm(dfx.AbstractTerm):
+    """The gLV `ż_k = z_k (r_k − Σ_j C_kj z_j)` (Eq. 32) in `u = ln z`: `u̇ = r − C e^u`, an ODE
+    term for `diffrax.diffeqsolve` (its control is `t1 − t0`, as `diffrax.ODETerm`'s).
+
+    `C` is kept in its structure (`interaction`): a diagonal, a diagonal plus low rank, or a dense
+    matrix. `lvflow.Rodas5P` uses it to solve with `α I − J`, `J = −C Diag(e^u)`, in `O(K)`,
+    `O(K q²)` (Woodbury) or `O(K³)` (LU) per step; any other diffrax solver sees an ordinary ODE.
+    `e^u` is evaluated with `u` clipped at 300, so that a trial stage of an overshooting step gives
+    a large finite value (and a rejected step) instead of an overflow.
+
+    Build it from a system with `LogLotkaVolterraTerm.from_system(system)`.
+
+    **Fields:**
+
+    - `r`: growth rates, shape `(K,)`.
+    - `interaction`: `C` in its structure (built by `from_system`).
+    """
+
+    r: Float[Array, " K"]
+    interaction: AbstractInteraction
+
+    def __check_init__(self):
+        if jnp.ndim(self.r) != 1:
+            raise LvflowError(f"r: expected shape (K,), got {jnp.shape(self.r)}")
+        if not isinstance(self.interaction, AbstractInteraction):
+            raise LvflowError(f"interaction: expected C in its structure, got {type(self.interaction).__name__} (build the term with from_system)")
+
+    @classmethod
+    def from_system(cls, system: LotkaVolterra | LowRankLotkaVolterra) -> "LogLotkaVolterraTerm":
+        """The term of `system`: a `LowRankLotkaVolterra` keeps `Diag(d) + UUᵀ` (`Diag(d)` if
+        `U` has no columns or is zero); a `LotkaVolterra` whose `C` is concrete and diagonal gets
+        `Diag(C_kk)`; any other `C` (a traced one included) is dense.
+
+        **Raises:** `LvflowError` if `system` is neither.
+        """
+        if isinstance(system, LowRankLotkaVolterra):
+            U = system.U
+            if U.shape[1] == 0 or (_is_concrete(U) and not np.any(np.asarray(U))):
+                return cls(system.r, DiagonalInteraction(system.d))
+            return cls(system.r, LowRankInteraction(system.d, U))
+        if isinstance(system, LotkaVolterra):
+            C = system.C
+            if _is_concrete(C) and is_diagonal(np.asarray(C)):
+                return cls(system.r, DiagonalInteraction(jnp.diagonal(C)))
+            return cls(system.r, DenseInteraction(C))
+        raise LvflowError(f"system: expected a LotkaVolterra or LowRankLotkaVolterra, got {type(system).__name__}")
+
+    def vf(self, t, y: Float[Array, " K"], args) -> Float[Array, " K"]:
+        """`u̇ = r − C e^u` (Eq. 32 divided by `z`)."""
+        return self.r - self.interaction.Cz(exp_clipped(y))
+
+    def contr(self, t0, t1, **kwargs):
+        return t1 - t0
+
+    def prod(self, vf, control):
+        return vf * control
+
+    def shifted_solver(self, alpha, y: Float[Array, " K"]):
+        """`b ↦ (α I − J)⁻¹ b` with `J = −C Diag(e^y)` the Jacobian of `vf` at `y`."""
+        return self.interaction.shifted_solver(alpha, exp_clipped(y))
+
+
+def is_diagonal(C: np.ndarray) -> bool:
+    """Whether the concrete square matrix `C` has no non-zero off-diagonal entry."""
+    K = C.shape[0]
+    # The off-diagonal entries, as a strided view: flat[1:] in rows of K + 1, minus the last column.
+    return K < 2 or not np.any(np.ascontiguousarray(C).ravel()[1:].reshape(K - 1, K + 1)[:, :-1])

@@ -1,0 +1,1 @@
+"""Training real networks beside their NQF twins (§5)."""

@@ -1,0 +1,246 @@
+"""Safe file input and atomic file output for the `lvflow` workflow.
+
+Reading never unpickles: `.npy`/`.npz` go through `numpy.load(..., allow_pickle=False)`, so an
+object array (which would run arbitrary code when unpickled) is refused with an `LvflowError`.
+Writing is atomic: the data go to a temporary file in the destination's directory, are flushed
+to disk, and only then `os.replace`d onto the target, so a crash or a full disk never leaves a
+half-written result behind (and a reader never sees one).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from .._errors import LvflowError
+
+#: File suffixes `load_arrays` understands.
+SUFFIXES = (".npz", ".npy", ".csv")
+
+
+def _check_file(path, name: str) -> Path:
+    p = Path(os.fspath(path))
+    if not p.exists():
+        raise LvflowError(f"{name}: file not found: {p}")
+    if p.is_dir():
+        raise LvflowError(f"{name}: is a directory, expected a file: {p}")
+    if not os.access(p, os.R_OK):
+        raise LvflowError(f"{name}: file is not readable (permission denied): {p}")
+    if p.suffix.lower() not in SUFFIXES:
+        raise LvflowError(f"{name}: unsupported file type {p.suffix or '(none)'!r} for {p}; use one of {', '.join(SUFFIXES)}")
+    return p
+
+
+def _numeric(name: str, key: str, a: np.ndarray) -> np.ndarray:
+    label = f"{name}[{key}]" if key else name
+    if a.dtype.hasobject or a.dtype.names is not None:
+        raise LvflowError(f"{label}: holds a structured or object array; only plain numeric arrays are accepted")
+    if not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
+        raise LvflowError(f"{label}: not numeric (dtype {a.dtype})")
+    if np.iscomplexobj(a):
+        raise LvflowError(f"{label}: complex values are not accepted")
+    return np.asarray(a, dtype=np.float64)
+
+
+def _pickle_refused(name: str, p: Path) -> LvflowError:
+    return LvflowError(f"{name}: {p} contains pickled (object) data, which lvflow refuses to load for safety; "
+                       "save plain numeric arrays with numpy.save / numpy.savez")
+
+
+_READ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile)
+
+
+def _unreadable(name: str, p: Path, e: Exception, what: str = "") -> LvflowError:
+    """One line for a failed `numpy.load` (numpy says "pickle" when it meets object data)."""
+    if isinstance(e, ValueError):
+        if "pickle" in str(e).lower():
+            return _pickle_refused(name, p)
+        return LvflowError(f"{name}: cannot read {p}{what}: {e}")
+    return LvflowError(f"{name}: cannot read {p}{what}: {e.__class__.__name__}: {e}")
+
+
+def _load_csv(p: Path, name: str) -> dict[str, np.ndarray]:
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise LvflowError(f"{name}: cannot read {p}: {e.__class__.__name__}: {e}") from None
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    if not lines:
+        raise LvflowError(f"{name}: {p} is empty")
+    header: list[str] | None = None
+    first = [c.strip() for c in lines[0].split(",")]
+    try:
+        [float(c) for c in first]
+    except ValueError:
+        header, lines = first, lines[1:]
+        if not lines:
+            raise LvflowError(f"{name}: {p} has a header but no data rows")
+    rows = []
+    for i, ln in enumerate(lines):
+        cells = [c.strip() for c in ln.split(",")]
+        try:
+            rows.append([float(c) for c in cells])
+        except ValueError:
+            raise LvflowError(f"{name}: {p} data row {i + 1} is not numeric: {ln.strip()[:60]!r}") from None
+    widths = {len(r) for r in rows}
+    if len(widths) != 1:
+        raise LvflowError(f"{name}: {p} has rows of different lengths {sorted(widths)}")
+    a = np.asarray(rows, dtype=np.float64)
+    if header is None:
+        return {"": a}
+    if len(header) != a.shape[1]:
+        raise LvflowError(f"{name}: {p} header has {len(header)} names but rows have {a.shape[1]} values")
+    # Columns sharing a name prefix ("C0, C1, …" or repeated "x") are stacked into one 2-D array.
+    out: dict[str, list[np.ndarray]] = {}
+    for j, h in enumerate(header):
+        key = h.rstrip("0123456789_[]") or h
+        out.setdefault(key, []).append(a[:, j])
+    return {k: (v[0] if len(v) == 1 else np.stack(v, axis=1)) for k, v in out.items()}
+
+
+def load_arrays(path, *, name: str = "file") -> dict[str, np.ndarray]:
+    """Load numeric arrays from `.npz`, `.npy` or `.csv`, never unpickling.
+
+    **Returns:** a dict of float64 arrays. An `.npz` gives its keys; an `.npy` or a header-less
+    `.csv` gives the single key `""`; a `.csv` with a header row gives one key per column name,
+    columns whose names differ only by a trailing index (`C0,C1,C2`) stacked into a 2-D array.
+
+    **Raises:** `LvflowError` naming `name` and the problem: missing, unreadable or unsupported
+    file, pickled/object data, non-numeric or complex values. (NaN/inf are left to the caller's
+    `as_array`, which names the array.)
+    """
+    p = _check_file(path, name)
+    suffix = p.suffix.lower()
+    if suffix == ".csv":
+        return _load_csv(p, name)
+    try:
+        with open(p, "rb") as f:
+            magic = f.read(6)
+    except OSError as e:
+        raise LvflowError(f"{name}: cannot read {p}: {e.__class__.__name__}: {e}") from None
+    if magic[:1] == b"\x80":  # a bare pickle stream (protocol ≥ 2) in disguise
+        raise _pickle_refused(name, p)
+    expected = b"\x93NUMPY" if suffix == ".npy" else b"PK"
+    if not magic.startswith(expected):
+        raise LvflowError(f"{name}: {p} is not a valid {suffix} file (bad header)")
+    try:
+        loaded = np.load(p, allow_pickle=False)
+    except _READ_ERRORS as e:
+        raise _unreadable(name, p, e, f" as {suffix}") from None
+    if isinstance(loaded, np.ndarray):
+        if suffix != ".npy":
+            raise LvflowError(f"{name}: {p} is an .npy file with a {suffix} suffix")
+        return {"": _numeric(name, "", loaded)}
+    out = {}
+    try:
+        with loaded as z:
+            if suffix != ".npz":
+                raise LvflowError(f"{name}: {p} is an .npz archive with a {suffix} suffix")
+            for k in z.files:
+                out[k] = _numeric(name, k, z[k])
+    except LvflowError:
+        raise
+    except _READ_ERRORS as e:
+        raise _unreadable(name, p, e) from None
+    if not out:
+        raise LvflowError(f"{name}: {p} holds no arrays")
+    return out
+
+
+def load_array(path, *, name: str = "file") -> np.ndarray:
+    """The single array in an `.npy`, a header-less `.csv`, or a one-key `.npz` (see `load_arrays`)."""
+    arrs = load_arrays(path, name=name)
+    if len(arrs) != 1:
+        raise LvflowError(f"{name}: expected a single array in {path}, found keys {sorted(arrs)}")
+    return next(iter(arrs.values()))
+
+
+def atomic_write_bytes(path, data: bytes) -> Path:
+    """Write `data` to `path` atomically: temp file in the same directory, fsync, `os.replace`."""
+    p = Path(os.fspath(path))
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise LvflowError(f"output: directory does not exist: {parent}")
+    # mkstemp creates the file 0600; give the result the mode a plain open() would (or keep
+    # the mode of the file it replaces).
+    try:
+        mode = p.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return p
+
+
+def atomic_write_text(path, text: str) -> Path:
+    """`atomic_write_bytes` of UTF-8 text."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, Mapping):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "__array__") and not isinstance(x, (str, bytes)):
+        a = np.asarray(x)
+        if a.ndim == 0:
+            return _jsonable(a.item())
+        return [_jsonable(v) for v in a.tolist()]
+    if isinstance(x, float):
+        # JSON has no inf/NaN; `null` marks "does not apply / never happens".
+        return x if np.isfinite(x) else None
+    if isinstance(x, (np.floating,)):
+        return _jsonable(float(x))
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.bool_,)):
+        return bool(x)
+    return x
+
+
+def to_json(obj: Mapping[str, Any]) -> str:
+    """Strict JSON (non-finite floats become `null`) of a dict of scalars, strings and arrays."""
+    return json.dumps(_jsonable(obj), indent=2, allow_nan=False) + "\n"
+
+
+def save_json(path, obj: Mapping[str, Any]) -> Path:
+    """Atomically write `to_json(obj)` to `path`."""
+    return atomic_write_text(path, to_json(obj))
+
+
+def save_npz(path, arrays: Mapping[str, Any]) -> Path:
+    """Atomically write a compressed `.npz` of numeric arrays (strings stored as unicode arrays,
+    `None` skipped), readable back with `allow_pickle=False`."""
+    buf = io.BytesIO()
+    clean = {}
+    for k, v in arrays.items():
+        if v is None:
+            continue
+        a = np.asarray(v)
+        if a.dtype.hasobject:
+            raise LvflowError(f"output: {k!r} is not a numeric or string array; cannot save without pickling")
+        clean[k] = a
+    np.savez_compressed(buf, **clean)
+    return atomic_write_bytes(path, buf.getvalue())

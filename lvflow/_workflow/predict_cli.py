@@ -1,0 +1,206 @@
+"""`lvflow predict`: the plateau table, loss curve and saved results of a training run.
+
+Exit codes: 0 success, 2 bad input (one line on stderr naming the input and the problem),
+1 a solver failure or an internal error (one line; `--debug` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+EXAMPLES = """\
+examples:
+  lvflow predict --system sys.npz --eps 1e-5 --lr 0.01          # r, C (or zeta, V) from a file
+  lvflow predict --alpha1 2 --alpha2 0.8 --modes 50 --eps 1e-6  # power-law spectrum (Thm 9)
+  lvflow predict --architecture diagonal --data xy.npz --init-std 1e-3 --width 100
+  lvflow predict --system sys.csv --eps 1e-5 --plot loss.png --save out.json --quiet
+"""
+
+# Names used by the Python API, as the flags the user typed.
+_FLAGS = {
+    "eps": "--eps", "z0": "--z0", "c": "--c", "init_std": "--init-std", "width": "--width",
+    "rho": "--rho", "t1": "--t1", "learning_rate": "--lr", "num_points": "--points",
+    "alpha1": "--alpha1", "alpha2": "--alpha2", "modes": "--modes", "beta": "--beta",
+}
+
+
+def _one_line_error(prog: str):
+    def error(message: str):
+        sys.stderr.write(f"{prog}: error: {message}\n")
+        raise SystemExit(2)
+
+    return error
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `lvflow predict`."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EXAMPLES
+    parser.error = _one_line_error(parser.prog)  # one line, not usage + message
+    src = parser.add_argument_group("the system (give one)")
+    src.add_argument("--system", metavar="FILE",
+                     help="gLV system: .npz with arrays r and C (or zeta and V: diagonal C_kk = zeta_k²/(8 V_k); "
+                          "optional y2), .npy/.csv of shape (K, K+1) = [r | C], or .csv with header 'r,C0,C1,…' or 'zeta,V'")
+    src.add_argument("--architecture", metavar="NAME",
+                     help="a built-in architecture (see --list-architectures); needs --data")
+    src.add_argument("--data", metavar="FILE",
+                     help="inputs and targets for --architecture: .npz with arrays x (m, …) and y (m,) or (m, k); "
+                          ".csv with header 'x0,x1,…,y' (or no header: last column y)")
+    src.add_argument("--kernel", type=int, nargs=2, metavar=("KH", "KW"), help="kernel shape for --architecture cnn")
+    src.add_argument("--alpha1", type=float, help="power-law spectrum: V_k = k^-alpha1 (Thm 9)")
+    src.add_argument("--alpha2", type=float, help="power-law spectrum: r_k = zeta_k = k^-alpha2")
+    src.add_argument("--modes", type=int, help="power-law spectrum: number of modes K")
+    src.add_argument("--list-architectures", action="store_true", help="list the built-in architectures and exit")
+    init = parser.add_argument_group("initial scale z_k(0) = eps c_k (give one of --eps, --z0, --init-std)")
+    init.add_argument("--eps", type=float, help="eps in (0, 1)")
+    init.add_argument("--c", metavar="FILE", help="c_k per mode (.npy/.csv/.npz); default 1")
+    init.add_argument("--beta", type=float, help="c_k = k^-beta (Thm 9's initialisation)")
+    init.add_argument("--z0", metavar="FILE", help="z_k(0) per mode; eps = max z0")
+    init.add_argument("--init-std", type=float, metavar="SIGMA",
+                      help="weights ~ N(0, sigma²) with --width d: z_k(0) ≈ d sigma² (E[W Wᵀ] = d sigma² I)")
+    init.add_argument("--width", type=int, metavar="D", help="number of neurons d, with --init-std")
+    run = parser.add_argument_group("run")
+    run.add_argument("--lr", "--learning-rate", dest="learning_rate", type=float,
+                     help="GD learning rate eta: report steps = t/eta as well as time t")
+    run.add_argument("--rho", type=float, default=0.5, help="switch-on fraction: t*_k is when z_k = rho z_k(inf) (default 0.5)")
+    run.add_argument("--t1", type=float, help="horizon in gradient-flow time (default: past the last switch-on)")
+    run.add_argument("--points", type=int, default=400, help="samples of the loss curve (default 400)")
+    run.add_argument("--force-lv", action="store_true",
+                     help="refuse non-commuting data instead of falling back to the full M-flow")
+    out = parser.add_argument_group("output")
+    out.add_argument("--plot", metavar="FILE", help="write the loss curve, linear and log time (.png/.pdf/.svg)")
+    out.add_argument("--save", metavar="FILE", help="write every result, atomically (.json or .npz)")
+    out.add_argument("--json", action="store_true", help="print JSON to stdout instead of the table")
+    out.add_argument("--quiet", action="store_true", help="no progress bar")
+    out.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def _flagged(msg: str) -> str:
+    """`eps: must lie …` → `--eps: must lie …` (the user typed flags, not API names)."""
+    m = re.match(r"([A-Za-z_0-9]+)(:.*)", msg, flags=re.S)
+    if m and m.group(1) in _FLAGS:
+        return _FLAGS[m.group(1)] + m.group(2)
+    return msg
+
+
+def _build(args):
+    """The system and the keyword arguments of `predict` from the parsed flags."""
+    import numpy as np
+
+    from .._errors import LvflowError
+    from .io import load_array, load_arrays
+    from .predict_data import nqf_from_data
+    from .predict_inputs import lv_from_arrays, power_law_lv
+
+    power = [a for a in ("alpha1", "alpha2", "modes") if getattr(args, a) is not None]
+    given = [n for n, on in (("--system", args.system), ("--architecture", args.architecture),
+                             ("--alpha1/--alpha2/--modes", power)) if on]
+    if len(given) != 1:
+        raise LvflowError("input: give exactly one of --system FILE, --architecture NAME --data FILE, "
+                          f"or --alpha1 --alpha2 --modes (got {', '.join(given) or 'none'})")
+    if args.data is not None and args.architecture is None:
+        raise LvflowError("--data: only used with --architecture")
+    kw = dict(eps=args.eps, init_std=args.init_std, width=args.width, learning_rate=args.learning_rate,
+              rho=args.rho, t1=args.t1, num_points=args.points, force_lv=args.force_lv, progress=not args.quiet)
+    if args.system is not None:
+        arrays = load_arrays(args.system, name="--system")
+        y2 = arrays.pop("y2", None)
+        system = lv_from_arrays(arrays, name="--system")
+        if y2 is not None:
+            from .._glv.lv import LotkaVolterra
+
+            system = LotkaVolterra(system.r, system.C, y2=np.reshape(y2, ()), check=False)
+        kw["source"] = f"{system.K}-mode gLV from {args.system}"
+    elif args.architecture is not None:
+        if args.data is None:
+            raise LvflowError("--data: required with --architecture (a file of inputs x and targets y)")
+        arrays = load_arrays(args.data, name="--data")
+        system = nqf_from_data(args.architecture, arrays, kernel=args.kernel, name="--data")
+        kw["source"] = f"{args.architecture} on {args.data} ({system.m} samples)"
+    else:
+        missing = [f"--{a}" for a in ("alpha1", "alpha2", "modes") if getattr(args, a) is None]
+        if missing:
+            raise LvflowError(f"{missing[0]}: required for a power-law spectrum (with --alpha1, --alpha2, --modes)")
+        system = power_law_lv(alpha1=args.alpha1, alpha2=args.alpha2, modes=args.modes)
+        kw["alpha"] = (args.alpha1, args.alpha2) if args.alpha1 > 1 else None
+        kw["source"] = f"power law alpha1 = {args.alpha1:g}, alpha2 = {args.alpha2:g}, {args.modes} modes"
+    K = getattr(system, "K", None)
+    if args.z0 is not None:
+        kw["z0"] = load_array(args.z0, name="--z0").reshape(-1)
+    if args.c is not None and args.beta is not None:
+        raise LvflowError("--c: give either --c or --beta, not both")
+    if args.c is not None:
+        kw["c"] = load_array(args.c, name="--c").reshape(-1)
+    if args.beta is not None:
+        if K is None:
+            raise LvflowError("--beta: needs a gLV system (modes); the data did not reduce to one")
+        kw["c"] = np.arange(1, K + 1, dtype=float) ** (-args.beta)
+    return system, kw
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `lvflow predict`; returns the exit code."""
+    prog = "lvflow predict"
+    try:
+        return _run(args)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted\n")
+        return 130
+    except BrokenPipeError:  # `lvflow predict … | head`: the reader left; say nothing more
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except Exception as e:  # noqa: BLE001 — one line per failure, the traceback only on request
+        if getattr(args, "debug", False):
+            raise
+        from .._errors import LvflowError, SolverError
+
+        msg = " ".join(str(e).split()) or type(e).__name__
+        if isinstance(e, LvflowError):
+            sys.stderr.write(f"{prog}: error: {_flagged(msg)}\n")
+            return 2
+        if isinstance(e, SolverError):
+            sys.stderr.write(f"{prog}: solver failed: {msg}\n")
+            return 1
+        sys.stderr.write(f"{prog}: internal error: {type(e).__name__}: {msg} (rerun with --debug for the traceback)\n")
+        return 1
+
+
+def _run(args) -> int:
+    if args.list_architectures:
+        from .predict_data import architecture_names
+
+        print("\n".join(architecture_names()))
+        return 0
+    from .._errors import LvflowError, NotCommutingError
+    from .predict import predict
+
+    for flag, path, ok in (("--save", args.save, (".json", ".npz")), ("--plot", args.plot, (".png", ".pdf", ".svg"))):
+        # Refuse a bad output name before a long solve, not after it.
+        if path is not None and not any(path.lower().endswith(s) for s in ok):
+            raise LvflowError(f"{flag}: unsupported file type for {path}; use {' or '.join(ok)}")
+    system, kw = _build(args)
+    try:
+        pred = predict(system, **kw)
+    except NotCommutingError as e:
+        raise NotCommutingError(
+            f"--data: {args.architecture} on {args.data} does not reduce to a gLV (--force-lv): {e}; "
+            "drop --force-lv to integrate the full M-flow instead"
+        ) from None
+    if args.save:
+        pred.save(args.save)
+    if args.plot:
+        pred.plot(args.plot)
+    if args.json:
+        sys.stdout.write(pred.to_json())
+    else:
+        print(pred.summary())
+        for flag, path in (("saved", args.save), ("plot", args.plot)):
+            if path:
+                print(f"{flag}: {path}")
+    return 0

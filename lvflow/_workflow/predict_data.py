@@ -1,0 +1,115 @@
+"""`nqf_from_data`: the NQF (Eq. 26) of a built-in architecture on a dataset, `A_μ = A(x_μ)` from
+the architecture's closed-form structure matrix (Table 3)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import architectures
+from .._errors import LvflowError
+from .._form.nqf import NQF
+from .._validate import as_array
+
+
+def _key():
+    # Any key: only `structure(x)` is used, and it does not depend on the weights.
+    return jax.random.PRNGKey(0)
+
+
+def _vectors(x) -> None:
+    if x.ndim != 2:
+        raise LvflowError(f"x: expected shape (m, n) (one input vector per row), got {x.shape}")
+
+
+def _scalar_output(label: str, k) -> None:
+    if k is not None:
+        raise LvflowError(f"y: {label} has a scalar output, so y must have shape (m,), got (m, {k})")
+
+
+def _mlp(x, k, kernel):
+    _vectors(x)
+    return architectures.MLP(x.shape[1], 1, k, key=_key())
+
+
+def _cnn(x, k, kernel):
+    if x.ndim != 3:
+        raise LvflowError(f"x: expected shape (m, H, W) (one single-channel image per sample), got {x.shape}")
+    if kernel is None:
+        raise LvflowError("kernel: the cnn architecture needs the kernel shape (--kernel KH KW)")
+    return architectures.CNN(tuple(x.shape[1:]), tuple(int(v) for v in kernel), 1, k, key=_key())
+
+
+def _scalar_vectors(cls):
+    def build(x, k, kernel):
+        _scalar_output(cls.__name__, k)
+        _vectors(x)
+        return cls(x.shape[1], 1, key=_key())
+
+    return build
+
+
+def _sensing(x, k, kernel):
+    _scalar_output("matrix sensing", k)
+    if x.ndim != 3 or x.shape[1] != x.shape[2]:
+        raise LvflowError(f"x: expected shape (m, n, n) (one square sensing matrix S_a per sample), got {x.shape}")
+    return architectures.MatrixSensing(x.shape[1], 1, key=_key())
+
+
+# name → builder(x, k, kernel) of a module in `lvflow.architectures` (k: the output dimension,
+# None for scalar y). The width is irrelevant: `A(x)` is the same for every neuron (Thm 1), so a
+# one-neuron module is built.
+_ARCHITECTURES = {
+    "mlp": _mlp,
+    "cnn": _cnn,
+    "diagonal": _scalar_vectors(architectures.DiagonalLinear),
+    "signed-diagonal": _scalar_vectors(architectures.SignedDiagonal),
+    "quadratic": _scalar_vectors(architectures.QuadraticNet),
+    "sensing": _sensing,
+}
+
+
+def architecture_names() -> list[str]:
+    """Built-in architectures `nqf_from_data` accepts."""
+    return list(_ARCHITECTURES)
+
+
+def _xy(arrays: Mapping[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray]:
+    keys = {k.lower(): k for k in arrays}
+    if set(keys) == {""}:
+        a = as_array(name, arrays[""], ndim=2)
+        if a.shape[1] < 2:
+            raise LvflowError(f"{name}: a header-less table needs input columns then a target column, got shape {a.shape}")
+        return a[:, :-1], a[:, -1]
+    if "x" not in keys or "y" not in keys:
+        raise LvflowError(f"{name}: expected arrays 'x' (inputs) and 'y' (targets), found {sorted(arrays)}")
+    x = as_array(f"{name}: x", arrays[keys["x"]])
+    y = as_array(f"{name}: y", arrays[keys["y"]], ndim=(1, 2))
+    if x.ndim == 1:
+        x = x[:, None]
+    if x.shape[0] != y.shape[0]:
+        raise LvflowError(f"{name}: x has {x.shape[0]} samples but y has {y.shape[0]}")
+    return x, y
+
+
+def nqf_from_data(architecture: str, arrays: Mapping[str, Any], *, kernel=None, name: str = "data") -> NQF:
+    """The NQF of a built-in architecture on a dataset: `A_μ = A(x_μ)` from the architecture's
+    closed-form `structure` (Table 3), targets `y_μ` (Eq. 26).
+
+    **Arguments:** `architecture` (see `architecture_names()`), `arrays` with `x` of shape
+    `(m, …)` and `y` of shape `(m,)` or `(m, k)` (or one unnamed table whose last column is
+    `y`), `kernel` for the CNN.
+    """
+    names = architecture_names()
+    if architecture not in names:
+        raise LvflowError(f"architecture: unknown {architecture!r}; built-in: {', '.join(names)}")
+    x, y = _xy(arrays, name)
+    if x.shape[0] == 0:
+        raise LvflowError(f"{name}: holds no samples")
+    k = None if y.ndim == 1 else y.shape[1]
+    model = _ARCHITECTURES[architecture](x, k, kernel)
+    A = jax.vmap(model.structure)(jnp.asarray(x))
+    return NQF(A, y)

@@ -1,0 +1,78 @@
+"""`plot_prediction`: the predicted loss curve of a `Prediction`, in linear and log time, with the
+switch-on times, the ε → 0 staircase (Eq. 168) and Thm 9's slope marked."""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .._errors import LvflowError
+from .io import atomic_write_bytes
+from .prediction import Prediction
+
+_MAX_MARKS = 12
+
+
+def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path:
+    """Two panels: excess loss vs time (linear) and vs time (log), switch-on times marked.
+
+    **Raises:** `LvflowError` for a file type other than `.png`, `.pdf`, `.svg`.
+    """
+    # matplotlib is imported here only: computing a prediction does not need it.
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    p = Path(path)
+    fmt = p.suffix.lower().lstrip(".")
+    if fmt not in ("png", "pdf", "svg"):
+        raise LvflowError(f"plot: unsupported file type {p.suffix or '(none)'!r} for {p}; use .png, .pdf or .svg")
+    steps = pred.learning_rate is not None
+    x = np.asarray(pred.steps if steps else pred.ts)
+    xs = np.asarray(pred.steps_star if steps else pred.t_star)
+    # The M-flow fallback has no known minimum: plot its loss, not a loss relative to t1.
+    flow = pred.method == "matrix_flow"
+    y = np.asarray(pred.loss if flow else pred.excess_loss)
+    ylabel = "loss" if flow else "excess loss"
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), constrained_layout=True)
+    for ax, logx in zip(axes, (False, True)):
+        keep = x > 0 if logx else np.ones_like(x, bool)
+        # Floor the log axis ten decades below the start: the tail's 1e-300 says nothing.
+        floor = max(float(np.nanmax(np.abs(y))) if y.size else 1.0, np.finfo(float).tiny) * 1e-8
+        ax.plot(x[keep], np.maximum(y[keep], floor), lw=1.8, label=f"predicted {ylabel}")
+        for t in xs[np.isfinite(xs)][:_MAX_MARKS]:  # more would hide the curve
+            ax.axvline(t, color="0.6", lw=0.8, ls="--")
+        fin = xs[np.isfinite(xs) & (xs > 0)]
+        if logx and np.isfinite(pred.exponent) and fin.size >= 2:
+            # Thm 9's slope −(α₁−1)/α₂, anchored on the curve midway (in log t) through the switch-ons.
+            tm = math.sqrt(fin[0] * fin[-1])
+            ym = float(np.interp(math.log(tm), np.log(x[keep]), y[keep]))
+            tt = np.geomspace(fin[0], fin[-1], 20)
+            ax.plot(tt, ym * (tt / tm) ** -pred.exponent, color="k", lw=0.9, ls="-.",
+                    label=f"slope −{pred.exponent:.3g} (Thm 9)")
+        if not flow and pred.order.shape[0]:
+            # The ε → 0 staircase (Eq. 168): plateau levels switching at τ*_k ln(1/ε).
+            tau = np.asarray(pred.tau_star) * math.log(1 / pred.eps) / (pred.learning_rate or 1.0)
+            lev = np.asarray(pred.plateau_loss)
+            ok = np.isfinite(tau) & np.isfinite(lev)
+            edges = np.concatenate([[x[keep][0]], tau[ok], [x[-1]]])
+            levels = np.concatenate([lev[ok], [floor]])
+            ax.stairs(np.maximum(levels, floor), np.maximum.accumulate(edges), color="C1", lw=1.2, ls=":",
+                      label="ε → 0 limit (Eq. 168)", baseline=None)
+        ax.legend(fontsize=8, loc="lower left")
+        ax.set_yscale("log")
+        if logx:
+            ax.set_xscale("log")
+        ax.set_xlabel("training step" if steps else "time t (gradient flow)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(("log" if logx else "linear") + " time; dashed: switch-on times t*_k"
+                     + (f" (first {_MAX_MARKS})" if np.count_nonzero(np.isfinite(xs)) > _MAX_MARKS else ""), fontsize=10)
+    fig.suptitle(title or f"{pred.source}  (eps = {pred.eps:.3g})", fontsize=10)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, dpi=120)
+    plt.close(fig)
+    return atomic_write_bytes(p, buf.getvalue())
