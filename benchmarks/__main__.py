@@ -24,16 +24,27 @@ BENCHMARKS = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks the benchmarks run, not their speed")
-    parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME",
-                        help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=sorted(BENCHMARKS),
+        metavar="NAME",
+        help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}",
+    )
     parser.add_argument("--out", default=None, help="write the rows and the environment as JSON to this file")
     parser.add_argument("--repeats", type=int, default=3, help="warm timings: best of this many runs (default 3)")
-    parser.add_argument("--rtol", type=float, default=1e-8, help="relative tolerance on ln z, lvflow and scipy (default 1e-8)")
+    parser.add_argument(
+        "--rtol", type=float, default=1e-8, help="relative tolerance on ln z, lvflow and scipy (default 1e-8)"
+    )
     parser.add_argument("--atol", type=float, default=1e-10, help="absolute tolerance on ln z (default 1e-10)")
     parser.add_argument("--no-cold", dest="cold", action="store_false", help="skip the cold (compile-included) timings")
-    parser.add_argument("--blas-threads", type=int, default=1,
-                        help="BLAS threads for numpy/scipy (default 1: multi-threaded OpenBLAS collapses under load "
-                             "on a shared machine; 0 leaves the library default)")
+    parser.add_argument(
+        "--blas-threads",
+        type=int,
+        default=1,
+        help="BLAS threads for numpy/scipy (default 1: multi-threaded OpenBLAS collapses under load "
+        "on a shared machine; 0 leaves the library default)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,8 +77,10 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         from lvflow._workflow.io import save_json
 
-        save_json(args.out, {"config": vars(args), "environment": env, "bench_seconds": seconds,
-                             "rows": [r.as_dict() for r in rows]})
+        save_json(
+            args.out,
+            {"config": vars(args), "environment": env, "bench_seconds": seconds, "rows": [r.as_dict() for r in rows]},
+        )
         print(f"wrote {args.out}")
     return 0
 

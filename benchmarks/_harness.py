@@ -85,10 +85,12 @@ def _git() -> dict[str, Any]:
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "lvflow"], cwd=root, capture_output=True,
-                               text=True, timeout=10).stdout.split("\n")
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "lvflow"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.split("\n")
     except (OSError, subprocess.SubprocessError):
         return {}
     return {"git_commit": head, "lvflow_uncommitted": [ln[3:] for ln in dirty if ln.strip()]}

@@ -32,8 +32,9 @@ TARGET_SPEEDUP = 50.0
 CHUNK = 128
 
 
-def batched_solver(probs: list[problems.Problem], cfg: Config, *, max_steps: int, method: str = "auto",
-                   chunk: int | None = None):
+def batched_solver(
+    probs: list[problems.Problem], cfg: Config, *, max_steps: int, method: str = "auto", chunk: int | None = None
+):
     """A zero-argument call solving every problem in one jitted, vmapped `solve_lv`; returns
     `(t*, steps)`. `chunk`: vmap over chunks of this many systems inside `jax.lax.map`."""
     import lvflow
@@ -45,8 +46,9 @@ def batched_solver(probs: list[problems.Problem], cfg: Config, *, max_steps: int
 
     def one(args):
         system, z0 = args
-        sol = lvflow.solve_lv(system, z0, t1, ts=ts, rho=probs[0].rho, rtol=cfg.rtol, atol=cfg.atol,
-                              max_steps=max_steps, method=method)
+        sol = lvflow.solve_lv(
+            system, z0, t1, ts=ts, rho=probs[0].rho, rtol=cfg.rtol, atol=cfg.atol, max_steps=max_steps, method=method
+        )
         return sol.switch_on_times, sol.num_steps
 
     @jax.jit
@@ -68,7 +70,8 @@ def _family(name, probs, cfg: Config, *, method: str, n_loop: int, chunk: int | 
     calls = {"vmap": batched_solver(probs, cfg, max_steps=cfg.size(2048, 1024), method=method)}
     if chunk is not None and chunk < n:
         calls[f"lax.map, vmapped chunks of {chunk}"] = batched_solver(
-            probs, cfg, max_steps=cfg.size(2048, 1024), method=method, chunk=chunk)
+            probs, cfg, max_steps=cfg.size(2048, 1024), method=method, chunk=chunk
+        )
     times, t_cold = {}, float("nan")
     for label, call in calls.items():
         if cfg.cold and label == "vmap":
@@ -86,25 +89,58 @@ def _family(name, probs, cfg: Config, *, method: str, n_loop: int, chunk: int | 
     t_loop_measured = sum(res.seconds for res in loop)
     t_loop = t_loop_measured * n / n_loop
     diff = max(max_rel_diff(t_on[i], res.switch_on_times) for i, res in enumerate(loop))
-    data = {"family": name, "lvflow_method": method, "n_systems": n, "K": K, "t1": probs[0].t1,
-            "lvflow_s": {k: v[0] for k, v in times.items()}, "lvflow_s_all": {k: v[1] for k, v in times.items()},
-            "lvflow_best": best_label, "lvflow_cold_s": t_cold,
-            "lvflow_steps_min_max": [int(np.min(steps)), int(np.max(steps))],
-            "scipy_loop_measured_systems": n_loop, "scipy_loop_measured_s": t_loop_measured,
-            "scipy_steps_mean": float(np.mean([res.n_steps for res in loop])),
-            "switch_on_max_rel_diff_vs_scipy": diff}
+    data = {
+        "family": name,
+        "lvflow_method": method,
+        "n_systems": n,
+        "K": K,
+        "t1": probs[0].t1,
+        "lvflow_s": {k: v[0] for k, v in times.items()},
+        "lvflow_s_all": {k: v[1] for k, v in times.items()},
+        "lvflow_best": best_label,
+        "lvflow_cold_s": t_cold,
+        "lvflow_steps_min_max": [int(np.min(steps)), int(np.max(steps))],
+        "scipy_loop_measured_systems": n_loop,
+        "scipy_loop_measured_s": t_loop_measured,
+        "scipy_steps_mean": float(np.mean([res.n_steps for res in loop])),
+        "switch_on_max_rel_diff_vs_scipy": diff,
+    }
     others = "; ".join(f"{k}: {v[0]:.3g} s" for k, v in times.items() if k != best_label)
     note = f"scipy timed on {n_loop} systems, ×{n / n_loop:g}; t* max rel diff {diff:.1e}"
     if method == "closed_form":
         note += "; Thm 6 closed form under vmap (no steps)"
     else:
-        note += (f"; {best_label}; {others}; steps {int(np.min(steps))}–{int(np.max(steps))} "
-                 "(lock-step: a vmapped group runs to its slowest member)")
-    rows = [Row(NAME, f"{n} {name} systems × {K} modes, warm", t_lv, "Python loop, scipy LSODA", t_loop,
-                t_loop / t_lv, TARGET_SPEEDUP, note, data)]
+        note += (
+            f"; {best_label}; {others}; steps {int(np.min(steps))}–{int(np.max(steps))} "
+            "(lock-step: a vmapped group runs to its slowest member)"
+        )
+    rows = [
+        Row(
+            NAME,
+            f"{n} {name} systems × {K} modes, warm",
+            t_lv,
+            "Python loop, scipy LSODA",
+            t_loop,
+            t_loop / t_lv,
+            TARGET_SPEEDUP,
+            note,
+            data,
+        )
+    ]
     if cfg.cold:
-        rows.append(Row(NAME, f"{n} {name} systems × {K} modes, cold (compile incl., one vmap)", t_cold,
-                        "Python loop, scipy LSODA", t_loop, t_loop / t_cold, None, "", {}))
+        rows.append(
+            Row(
+                NAME,
+                f"{n} {name} systems × {K} modes, cold (compile incl., one vmap)",
+                t_cold,
+                "Python loop, scipy LSODA",
+                t_loop,
+                t_loop / t_cold,
+                None,
+                "",
+                {},
+            )
+        )
     return rows
 
 
@@ -112,6 +148,6 @@ def run(cfg: Config) -> list[Row]:
     n = cfg.size(1024, 8)
     K = cfg.size(100, 10)
     n_loop = cfg.size(256, 4)
-    return (_family("diagonal", problems.batch_diagonal(n, K), cfg, method="closed_form", n_loop=n_loop, chunk=None)
-            + _family("coupled", problems.batch(n, K), cfg, method="auto", n_loop=n_loop,
-                      chunk=cfg.size(CHUNK, 4)))
+    return _family(
+        "diagonal", problems.batch_diagonal(n, K), cfg, method="closed_form", n_loop=n_loop, chunk=None
+    ) + _family("coupled", problems.batch(n, K), cfg, method="auto", n_loop=n_loop, chunk=cfg.size(CHUNK, 4))

@@ -89,17 +89,42 @@ def compare(p: problems.Problem, cfg: Config, *, dense_steps: int) -> list[Row]:
     t_dense, _, _ = best_of(lambda: gd(W_dense, *args, steps=dense_steps), 1)
     t_dense_full = t_dense * steps / dense_steps
 
-    data = {"K": p.K, "t1": p.t1, "lr": LR, "gd_steps": steps, "gd_mode_space_s": t_gd,
-            "gd_dense_measured_steps": dense_steps, "gd_dense_measured_s": t_dense,
-            "gd_dense_extrapolated_s": t_dense_full,
-            "switch_on_max_rel_diff_gd_vs_lvflow": gd_diff,
-            "gd_final_q_max_rel_diff_vs_z_inf": max_rel_diff(q_end, p.z_inf)}
+    data = {
+        "K": p.K,
+        "t1": p.t1,
+        "lr": LR,
+        "gd_steps": steps,
+        "gd_mode_space_s": t_gd,
+        "gd_dense_measured_steps": dense_steps,
+        "gd_dense_measured_s": t_dense,
+        "gd_dense_extrapolated_s": t_dense_full,
+        "switch_on_max_rel_diff_gd_vs_lvflow": gd_diff,
+        "gd_final_q_max_rel_diff_vs_z_inf": max_rel_diff(q_end, p.z_inf),
+    }
     note = f"{steps} GD steps (η = {LR}); GD t* vs lvflow max rel diff {gd_diff:.1e} (O(η r))"
     return [
-        Row(NAME, f"{p.name} K={p.K}, GD in mode space (diagonal W)", t_lv, "GD lax.scan, K params",
-            t_gd, t_gd / t_lv, TARGET_SPEEDUP, note, data),
-        Row(NAME, f"{p.name} K={p.K}, GD on dense W (K×K)", t_lv, f"GD lax.scan, K² params (×{steps // dense_steps} extrap.)",
-            t_dense_full, t_dense_full / t_lv, TARGET_SPEEDUP, f"measured {dense_steps} steps: {t_dense:.3g} s", {}),
+        Row(
+            NAME,
+            f"{p.name} K={p.K}, GD in mode space (diagonal W)",
+            t_lv,
+            "GD lax.scan, K params",
+            t_gd,
+            t_gd / t_lv,
+            TARGET_SPEEDUP,
+            note,
+            data,
+        ),
+        Row(
+            NAME,
+            f"{p.name} K={p.K}, GD on dense W (K×K)",
+            t_lv,
+            f"GD lax.scan, K² params (×{steps // dense_steps} extrap.)",
+            t_dense_full,
+            t_dense_full / t_lv,
+            TARGET_SPEEDUP,
+            f"measured {dense_steps} steps: {t_dense:.3g} s",
+            {},
+        ),
     ]
 
 

@@ -4,7 +4,8 @@ Problems: Fig 3 right (diagonal `C`, exact switch-on times from Thm 6 / Eq. 158)
 rates with a rank-4 PSD coupling (`problems.coupled`). Both sides integrate `u = ln z` at the
 same `rtol`/`atol` and locate every mode's first crossing of `ρ z_k(∞)` (ρ = ½); the timings
 include that. Both deliver the same thing, the switch-on times and `z(t1)` (scipy's side keeps no
-trajectory); lvflow's time with `z` also saved at 400 times is recorded beside it. lvflow is timed warm (best of `repeats`, after compilation) and cold (JAX caches
+trajectory); lvflow's time with `z` also saved at 400 times is recorded beside it. lvflow is timed
+warm (best of `repeats`, after compilation) and cold (JAX caches
 emptied: tracing and compilation included); scipy has no compilation, its first run is its time.
 """
 
@@ -75,8 +76,10 @@ def compare(p: problems.Problem, cfg: Config, *, scipy_repeats: dict[str, int] |
     scipy_repeats = scipy_repeats or {}
     ref = {}
     for method in ("LSODA", "Radau"):
-        runs = [solve_scipy(p, method=method, rtol=cfg.rtol, atol=cfg.atol)
-                for _ in range(max(1, scipy_repeats.get(method, cfg.repeats)))]
+        runs = [
+            solve_scipy(p, method=method, rtol=cfg.rtol, atol=cfg.atol)
+            for _ in range(max(1, scipy_repeats.get(method, cfg.repeats)))
+        ]
         ref[method] = min(runs, key=lambda res: res.seconds)
     # LSODA's dense LU (coupled C) may gain from every BLAS thread on an idle machine: try that
     # too and keep the faster (Radau, ~15x slower here, is run once with the default setting)
@@ -118,26 +121,52 @@ def compare(p: problems.Problem, cfg: Config, *, scipy_repeats: dict[str, int] |
     if not cfg.smoke and not p.diagonal:  # the closed form has no tolerance to trade
         data["equal_accuracy"] = equal_accuracy(p, cfg, ref["LSODA"], t_lv, t_warm)
     agree = max(data[m]["switch_on_max_rel_diff_vs_lvflow"] for m in ref)
-    note = f"t* max rel diff vs LSODA {data['LSODA']['switch_on_max_rel_diff_vs_lvflow']:.1e}, vs Radau {data['Radau']['switch_on_max_rel_diff_vs_lvflow']:.1e}"
+    diff = {m: data[m]["switch_on_max_rel_diff_vs_lvflow"] for m in ("LSODA", "Radau")}
+    note = f"t* max rel diff vs LSODA {diff['LSODA']:.1e}, vs Radau {diff['Radau']:.1e}"
     if p.diagonal:
         exact = problems.switch_on_closed_form(p)
         data["switch_on_err_vs_closed_form"] = {
             "lvflow": max_rel_diff(t_lv, exact),
             **{m: max_rel_diff(res.switch_on_times, exact) for m, res in ref.items()},
         }
-        note += f"; vs Eq. 158 exact: lvflow {data['switch_on_err_vs_closed_form']['lvflow']:.1e}, LSODA {data['switch_on_err_vs_closed_form']['LSODA']:.1e}"
+        err = data["switch_on_err_vs_closed_form"]
+        note += f"; vs Eq. 158 exact: lvflow {err['lvflow']:.1e}, LSODA {err['LSODA']:.1e}"
     data["agreement_met"] = bool(agree <= TARGET_AGREEMENT)
     other = [m for m in ref if ref[m] is not fastest][0]
     note += f"; {other} {ref[other].seconds:.3g} s; lvflow saving z at 400 times too: {t_traj * 1e3:.3g} ms"
     if "equal_accuracy" in data and data["equal_accuracy"]["lvflow_rtol"] is not None:
         ea = data["equal_accuracy"]
-        note += (f"; at equal accuracy (t* error vs a rtol-1e-12 LSODA reference ≤ LSODA's {ea['LSODA_err']:.1e}): "
-                 f"lvflow rtol {ea['lvflow_rtol']:g}, {ea['lvflow_s'] * 1e3:.3g} ms, {fastest.seconds / ea['lvflow_s']:.3g}×")
-    rows = [Row(NAME, f"{p.name} K={p.K} (C {data['lvflow_C_as']}), warm", t_warm, f"scipy {fastest.method}", fastest.seconds,
-                fastest.seconds / t_warm, TARGET_SPEEDUP, note, data)]
+        note += (
+            f"; at equal accuracy (t* error vs a rtol-1e-12 LSODA reference ≤ LSODA's {ea['LSODA_err']:.1e}): "
+            f"lvflow rtol {ea['lvflow_rtol']:g}, {ea['lvflow_s'] * 1e3:.3g} ms, {fastest.seconds / ea['lvflow_s']:.3g}×"
+        )
+    rows = [
+        Row(
+            NAME,
+            f"{p.name} K={p.K} (C {data['lvflow_C_as']}), warm",
+            t_warm,
+            f"scipy {fastest.method}",
+            fastest.seconds,
+            fastest.seconds / t_warm,
+            TARGET_SPEEDUP,
+            note,
+            data,
+        )
+    ]
     if cfg.cold:
-        rows.append(Row(NAME, f"{p.name} K={p.K}, cold (compile incl.)", t_cold, f"scipy {fastest.method}",
-                        fastest.seconds, fastest.seconds / t_cold, None, "", {}))
+        rows.append(
+            Row(
+                NAME,
+                f"{p.name} K={p.K}, cold (compile incl.)",
+                t_cold,
+                f"scipy {fastest.method}",
+                fastest.seconds,
+                fastest.seconds / t_cold,
+                None,
+                "",
+                {},
+            )
+        )
     return rows
 
 
@@ -147,8 +176,13 @@ def equal_accuracy(p: problems.Problem, cfg: Config, lsoda, t_lv, t_warm: float)
     at rtol 1e-12 (an independent reference); the loosest lvflow tolerance whose error does not
     exceed LSODA's, and its warm time. An extra view; the target row compares equal tolerances."""
     ref = solve_scipy(p, method="LSODA", rtol=1e-12, atol=1e-14).switch_on_times
-    out = {"reference": "LSODA rtol 1e-12, atol 1e-14", "LSODA_err": max_rel_diff(lsoda.switch_on_times, ref),
-           "lvflow_err_at_rtol": {cfg.rtol: max_rel_diff(t_lv, ref)}, "lvflow_rtol": None, "lvflow_s": None}
+    out = {
+        "reference": "LSODA rtol 1e-12, atol 1e-14",
+        "LSODA_err": max_rel_diff(lsoda.switch_on_times, ref),
+        "lvflow_err_at_rtol": {cfg.rtol: max_rel_diff(t_lv, ref)},
+        "lvflow_rtol": None,
+        "lvflow_s": None,
+    }
     import lvflow
 
     system, _ = p.solver_system()

@@ -58,7 +58,20 @@ def run(cfg: Config) -> list[Row]:
         "n_switch_on": int(np.isfinite(np.asarray(t_star)).sum()),
         "gradient_finite": finite,
     }
-    note = (f"gradient = {t_grad / t_fwd:.2f}× the traced forward solve, {t_grad / t_concrete:.2f}× solve_lv on the "
-            f"concrete system ({t_concrete * 1e3:.3g} ms); finite: {finite}")
-    return [Row(NAME, f"∇ of all {p.K} t* (rank {p.U.shape[1]}), reverse mode", t_grad, "forward solve × 5",
-                MAX_COST * t_fwd, MAX_COST * t_fwd / t_grad, 1.0, note, data)]
+    note = (
+        f"gradient = {t_grad / t_fwd:.2f}× the traced forward solve, {t_grad / t_concrete:.2f}× solve_lv on the "
+        f"concrete system ({t_concrete * 1e3:.3g} ms); finite: {finite}"
+    )
+    return [
+        Row(
+            NAME,
+            f"∇ of all {p.K} t* (rank {p.U.shape[1]}), reverse mode",
+            t_grad,
+            "forward solve × 5",
+            MAX_COST * t_fwd,
+            MAX_COST * t_fwd / t_grad,
+            1.0,
+            note,
+            data,
+        )
+    ]

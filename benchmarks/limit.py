@@ -2,7 +2,8 @@
 
 Work of one solve = steps taken (accepted + rejected, solver statistics) × the arithmetic of one
 RODAS5P step (`lvflow.Rodas5P`, solve_lv's integrator): 8 vector-field evaluations (one per
-stage), 8 structured linear solves and the stages' linear combinations (28 `a_ij` and 28 `c_ij` terms, 24 dense-output terms: 160 K flops).
+stage), 8 structured linear solves and the stages' linear combinations (28 `a_ij` and 28 `c_ij`
+terms, 24 dense-output terms: 160 K flops).
 `u̇ = r − C e^u` costs `2K² + 2K` flops with a dense `C` (a matrix–vector product), `(3 + 4R) K`
 as `Diag(d) + UUᵀ` of rank `R`, `3K` with a diagonal one, counting `exp` as one flop (it is
 ~10–20: generous to the ideal); a solve costs `K` (diagonal) or `(2 + 4R) K` (Woodbury, its
@@ -64,9 +65,17 @@ def bare_diffrax(p: problems.Problem, cfg: Config) -> tuple[float, int]:
             z = jnp.exp(u)
             return r - d * z - (U @ (U.T @ z) if U.shape[1] else 0.0)
 
-        out = dfx.diffeqsolve(dfx.ODETerm(field), dfx.Dopri5(), 0.0, p.t1, None, u0, saveat=dfx.SaveAt(t1=True),
-                              stepsize_controller=dfx.PIDController(rtol=cfg.rtol, atol=cfg.atol, norm=optx.max_norm),
-                              max_steps=1 << 16)
+        out = dfx.diffeqsolve(
+            dfx.ODETerm(field),
+            dfx.Dopri5(),
+            0.0,
+            p.t1,
+            None,
+            u0,
+            saveat=dfx.SaveAt(t1=True),
+            stepsize_controller=dfx.PIDController(rtol=cfg.rtol, atol=cfg.atol, norm=optx.max_norm),
+            max_steps=1 << 16,
+        )
         return out.ys, out.stats["num_steps"]
 
     solve(r, d, U, u0)
@@ -93,8 +102,9 @@ def integrated(p: problems.Problem, cfg: Config):
     system, _ = p.solver_system()
 
     def call():
-        return lvflow.solve_lv(system, p.z0, p.t1, ts=np.array([0.0, p.t1]), rho=p.rho, rtol=cfg.rtol, atol=cfg.atol,
-                               method="ode")
+        return lvflow.solve_lv(
+            system, p.z0, p.t1, ts=np.array([0.0, p.t1]), rho=p.rho, rtol=cfg.rtol, atol=cfg.atol, method="ode"
+        )
 
     call()
     t, _, sol = best_of(call, cfg.repeats)
@@ -121,16 +131,43 @@ def run(cfg: Config) -> list[Row]:
         t_bare, steps_bare = bare_diffrax(p, cfg)
         ideal_mm = flops / (mm * 1e9)
         ideal_mv = flops / (mv * 1e9)
-        data = {"K": K, "lvflow_C_as": kind, "flops_per_eval": flops_eval, "flops_per_solve": flops_solve,
-                "flops_per_step": flops_step, "steps": int(sol.num_steps), "evals": n_eval,
-                "flops": flops, "matmul_gflops": mm, "matmul_n": n_mm, "matvec_gflops": mv,
-                "ideal_s_at_matmul_rate": ideal_mm, "ideal_s_at_matvec_rate": ideal_mv, "lvflow_s": t,
-                "achieved_gflops": flops / t / 1e9,
-                "bare_diffeqsolve_s": t_bare, "bare_diffeqsolve_steps": steps_bare, "us_per_step": t / steps * 1e6}
-        note = (f"{int(sol.num_steps)} steps × {flops_step:.3g} flop (8 evals, 8 solves, stage sums) = {flops:.3g} flop; "
-                f"achieved {flops / t / 1e9:.3g} GFLOP/s of {mm:.3g} (matmul) / {mv:.3g} (matvec); "
-                f"{t / steps * 1e6:.0f} µs/step; bare diffrax Dopri5 (end state only) "
-                f"{t_bare:.3g} s, {steps_bare} steps")
-        rows.append(Row(NAME, f"{p.name} K={K}, ODE path, fraction of peak", t, "ideal at matmul rate", ideal_mm,
-                        ideal_mm / t, None, note, data))
+        data = {
+            "K": K,
+            "lvflow_C_as": kind,
+            "flops_per_eval": flops_eval,
+            "flops_per_solve": flops_solve,
+            "flops_per_step": flops_step,
+            "steps": int(sol.num_steps),
+            "evals": n_eval,
+            "flops": flops,
+            "matmul_gflops": mm,
+            "matmul_n": n_mm,
+            "matvec_gflops": mv,
+            "ideal_s_at_matmul_rate": ideal_mm,
+            "ideal_s_at_matvec_rate": ideal_mv,
+            "lvflow_s": t,
+            "achieved_gflops": flops / t / 1e9,
+            "bare_diffeqsolve_s": t_bare,
+            "bare_diffeqsolve_steps": steps_bare,
+            "us_per_step": t / steps * 1e6,
+        }
+        note = (
+            f"{int(sol.num_steps)} steps × {flops_step:.3g} flop (8 evals, 8 solves, stage sums) = {flops:.3g} flop; "
+            f"achieved {flops / t / 1e9:.3g} GFLOP/s of {mm:.3g} (matmul) / {mv:.3g} (matvec); "
+            f"{t / steps * 1e6:.0f} µs/step; bare diffrax Dopri5 (end state only) "
+            f"{t_bare:.3g} s, {steps_bare} steps"
+        )
+        rows.append(
+            Row(
+                NAME,
+                f"{p.name} K={K}, ODE path, fraction of peak",
+                t,
+                "ideal at matmul rate",
+                ideal_mm,
+                ideal_mm / t,
+                None,
+                note,
+                data,
+            )
+        )
     return rows

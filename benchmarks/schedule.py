@@ -35,7 +35,9 @@ def _sweep(build, Ks, cfg: Config):
     for K in Ks:
         p = build(K)
         system = _system(p)
-        t, _, sched = best_of(lambda: lvflow.plateau_schedule(system, EPS, z0=p.z0), max(2, cfg.repeats) if K <= 10**4 else 2)
+        t, _, sched = best_of(
+            lambda: lvflow.plateau_schedule(system, EPS, z0=p.z0), max(2, cfg.repeats) if K <= 10**4 else 2
+        )
         times.append(t)
         scheds.append((p, sched))
     return np.asarray(times), scheds
@@ -62,13 +64,33 @@ def run(cfg: Config) -> list[Row]:
     (bd, kd), (bc, kc) = _slope(Kd, td), _slope(Kc, tc)
     per_k = lambda Ks, ts: ", ".join(f"{K:g}: {t * 1e3:.3g} ms" for K, t in zip(Ks, ts))  # noqa: E731
     rows = [
-        Row(NAME, f"diagonal, K = {Kd[0]:g} … {Kd[-1]:g}", float(td[-1]), "—", float("nan"), float("nan"), None,
+        Row(
+            NAME,
+            f"diagonal, K = {Kd[0]:g} … {Kd[-1]:g}",
+            float(td[-1]),
+            "—",
+            float("nan"),
+            float("nan"),
+            None,
             f"time ∝ K^{bd:.2f} (fit K ≥ {kd:g}); τ* vs closed form max rel err {err:.1e}; {per_k(Kd, td)}",
-            {"K": Kd, "seconds": td, "fitted_exponent": bd, "tau_star_err_vs_closed_form": err,
-             "n_events_largest": int(sched.n_events)}),
-        Row(NAME, f"coupled rank 4, K = {Kc[0]:g} … {Kc[-1]:g}", float(tc[-1]), f"budget {BUDGET_S:g} s", BUDGET_S,
-            BUDGET_S / float(tc[-1]), 1.0 if not cfg.smoke else None,
+            {
+                "K": Kd,
+                "seconds": td,
+                "fitted_exponent": bd,
+                "tau_star_err_vs_closed_form": err,
+                "n_events_largest": int(sched.n_events),
+            },
+        ),
+        Row(
+            NAME,
+            f"coupled rank 4, K = {Kc[0]:g} … {Kc[-1]:g}",
+            float(tc[-1]),
+            f"budget {BUDGET_S:g} s",
+            BUDGET_S,
+            BUDGET_S / float(tc[-1]),
+            1.0 if not cfg.smoke else None,
             f"time ∝ K^{bc:.2f} (fit K ≥ {kc:g}); {per_k(Kc, tc)}",
-            {"K": Kc, "seconds": tc, "fitted_exponent": bc, "n_events_largest": int(sc[-1][1].n_events)}),
+            {"K": Kc, "seconds": tc, "fitted_exponent": bc, "n_events_largest": int(sc[-1][1].n_events)},
+        ),
     ]
     return rows

@@ -43,10 +43,12 @@ def _fun_jac(p: Problem, method: str):
     r, d, U = p.r, p.d, p.U
 
     if p.diagonal:
+
         def fun(t, u):
             return r - d * np.exp(u)
 
         if method == "LSODA":  # banded storage with lband = uband = 0: one row, the diagonal
+
             def jac(t, u):
                 return (-d * np.exp(u))[None, :]
 
@@ -147,5 +149,14 @@ def solve_scipy(p: Problem, *, method: str = "LSODA", rtol: float = 1e-8, atol: 
         a, b = lo[found], hi[found]
         t_on[found] = _illinois(f, a, b, f(a), f(b))
     end = time.perf_counter()
-    return ScipyResult(method, t_on, solver.y.copy(), end - start, end - r0, n_steps,
-                       int(solver.nfev), int(solver.njev), int(solver.nlu))
+    return ScipyResult(
+        method,
+        t_on,
+        solver.y.copy(),
+        end - start,
+        end - r0,
+        n_steps,
+        int(solver.nfev),
+        int(solver.njev),
+        int(solver.nlu),
+    )

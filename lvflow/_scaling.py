@@ -135,7 +135,9 @@ def spectrum_exponents(
     n = zs.size
     kmax = n if kmax is None else int(kmax)
     if not (1 <= int(kmin) < kmax <= n) or kmax - int(kmin) < 2:
-        raise LvflowError(f"kmin, kmax: need 1 ≤ kmin and kmin + 2 ≤ kmax ≤ {n} (the number of modes with ζ > 0), got {kmin}, {kmax}")
+        raise LvflowError(
+            f"kmin, kmax: need 1 ≤ kmin and kmin + 2 ≤ kmax ≤ {n} (the number of modes with ζ > 0), got {kmin}, {kmax}"
+        )
     if np.any(Vs[kmin - 1 : kmax] <= 0):
         raise LvflowError("V: must be positive on the fitted modes (log–log regression)")
     lk = np.log(np.arange(kmin, kmax + 1, dtype=float))
@@ -320,7 +322,9 @@ def fit_power_law(
         if x.size < 3:
             x, y = np.log(t[sel]), np.log(loss[sel])
         b, a, se = _linfit(x, y)
-        return PowerLawFit(exponent=-b, stderr=se, prefactor=math.exp(a), window=(lo, hi), n_points=int(x.size), auto=False)
+        return PowerLawFit(
+            exponent=-b, stderr=se, prefactor=math.exp(a), window=(lo, hi), n_points=int(x.size), auto=False
+        )
 
     x, y = _bin_loglog(t, loss, nbins)
     ln10 = math.log(10.0)
@@ -350,12 +354,20 @@ def fit_power_law(
                 best = (width, i, j)
                 break
     if best is None:
-        raise LvflowError(f"loss: no power-law window of at least {min_decades:g} decades found "
-                          f"(local slopes vary by more than tol={tol:g} of the fit); pass window=(t_min, t_max)")
+        raise LvflowError(
+            f"loss: no power-law window of at least {min_decades:g} decades found "
+            f"(local slopes vary by more than tol={tol:g} of the fit); pass window=(t_min, t_max)"
+        )
     _, i, j = best
     b, a, se = _linfit(x[i : j + 1], y[i : j + 1])
-    return PowerLawFit(exponent=-b, stderr=se, prefactor=math.exp(a), window=(math.exp(x[i]), math.exp(x[j])),
-                       n_points=int(j - i + 1), auto=True)
+    return PowerLawFit(
+        exponent=-b,
+        stderr=se,
+        prefactor=math.exp(a),
+        window=(math.exp(x[i]), math.exp(x[j])),
+        n_points=int(j - i + 1),
+        auto=True,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -433,5 +445,6 @@ def resolved_steps(
     bad = np.flatnonzero(~resolved)
     k_merge = int(bad[0]) + 1 if bad.size else None
     n_res = int(bad[0]) if bad.size else int(zs.size)
-    return StepResolution(t_star=t_star, gaps=gaps, widths=widths, resolved=resolved, order=order,
-                          n_resolved=n_res, k_merge=k_merge)
+    return StepResolution(
+        t_star=t_star, gaps=gaps, widths=widths, resolved=resolved, order=order, n_resolved=n_res, k_merge=k_merge
+    )

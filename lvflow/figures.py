@@ -20,7 +20,8 @@ def _make(name: str, out, quick: bool) -> dict:
 
 
 def fig2(out="figures", *, quick: bool = False) -> dict:
-    """Fig 2: network vs NQF twin (ŝ_k/s_k) for MLP, CNN, QK-only and 4-head attention × GD/momentum/Adam × σ = 0.01/0.2."""
+    """Fig 2: network vs NQF twin (ŝ_k/s_k) for MLP, CNN, QK-only and 4-head attention × GD/momentum/Adam ×
+    σ = 0.01/0.2."""
     return _make("fig2", out, quick)
 
 
@@ -78,6 +79,7 @@ def __getattr__(name: str):
     # Figures registered in `_figures.FIGURES` without a function above (added later) are still
     # reachable as `lvflow.figures.<name>(out, quick=...)`.
     if name in FIGURES:
+
         def make(out="figures", *, quick: bool = False) -> dict:
             return _make(name, out, quick)
 

@@ -4,12 +4,13 @@ sequences of updates, the Lawson–Hanson repair against scipy's NNLS, and each 
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.optimize import nnls
 
 import lvflow
-from lvflow._schedule.active_set import _backend, _DenseBackend, _LowRankBackend, _repair
 from lvflow._glv.lv import LowRankLotkaVolterra
+from lvflow._schedule.active_set import _backend, _DenseBackend, _LowRankBackend, _repair
 
 Q_RANK = 3
 

@@ -74,8 +74,17 @@ def test_network_tracks_its_nqf_at_small_init_only(name):
         models = []
         for _ in OPTS:
             models += [eqx.tree_at(lambda m: m.W, net, W), eqx.tree_at(lambda t: t.network.W, twin, W)]
-        h = train(Bundle(tuple(models)), teacher, opt, STEPS, record_every=EVERY, loss=bundle_loss,
-                  record=record, record_M=False, throw=False)
+        h = train(
+            Bundle(tuple(models)),
+            teacher,
+            opt,
+            STEPS,
+            record_every=EVERY,
+            loss=bundle_loss,
+            record=record,
+            record_M=False,
+            throw=False,
+        )
         s_hat = np.asarray(h.extras) / np.asarray(teacher.s)  # (n, 6, r)
         for j, o in enumerate(OPTS):
             gaps[sigma, o] = float(np.max(np.abs(s_hat[:, 2 * j] - s_hat[:, 2 * j + 1])))

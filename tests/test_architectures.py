@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.signal import correlate2d
 
 import lvflow
@@ -90,6 +91,7 @@ def test_nqf_error_rate(name):
     """`model(x) − Tr[W Wᵀ A(x)] = O(t³)` for `W = t W₁` (Thm 1), `O(t⁴)` with sign symmetry."""
     model, _, order = CASES[name]
     x = _inputs(name, 1, seed=4)[0]
+
     @jax.jit
     @jax.vmap
     def err(t):
@@ -112,12 +114,15 @@ def test_independent_forward_passes():
     # MLP: Σ_i v_i tanh(u_iᵀ x)
     m = CASES["mlp"][0]
     W = np.asarray(m.W)
-    np.testing.assert_allclose(jax.jit(lambda x: m(x))(x4), sum(W[4:, i] * np.tanh(W[:4, i] @ x4) for i in range(3)), rtol=1e-12)
+    np.testing.assert_allclose(
+        jax.jit(lambda x: m(x))(x4), sum(W[4:, i] * np.tanh(W[:4, i] @ x4) for i in range(3)), rtol=1e-12
+    )
     # CNN: correlation with each kernel (scipy), tanh, global sum, read out
     m = CASES["cnn"][0]
     W, X = np.asarray(m.W), np.asarray(_inputs("cnn", 1)[0])
     ref = sum(W[6:, i] * np.tanh(correlate2d(X, W[:6, i].reshape(2, 3), mode="valid")).sum() for i in range(3))
     np.testing.assert_allclose(jax.jit(lambda x: m(x))(X), ref, rtol=1e-12)
+
     # attention, with query = last token
     def softmax(s):
         e = np.exp(s - s.max())
@@ -126,7 +131,12 @@ def test_independent_forward_passes():
     m = CASES["mha"][0]
     W, ref = np.asarray(m.W), 0.0
     for h in range(2):
-        Wq, Wk, Wv, v = W[:8, h].reshape(2, 4), W[8:16, h].reshape(2, 4), W[16:28, h].reshape(3, 4), W[28:, h].reshape(3, 2)
+        Wq, Wk, Wv, v = (
+            W[:8, h].reshape(2, 4),
+            W[8:16, h].reshape(2, 4),
+            W[16:28, h].reshape(3, 4),
+            W[28:, h].reshape(3, 2),
+        )
         ref = ref + v.T @ Wv @ X45 @ softmax(X45.T @ Wk.T @ Wq @ X45[:, -1] / np.sqrt(2))
     np.testing.assert_allclose(jax.jit(lambda x: m(x))(X45), ref, rtol=1e-12)
     m = CASES["qk"][0]
@@ -139,7 +149,9 @@ def test_independent_forward_passes():
     # Fourier MLP (Fig 5): (1/√P) Σ_k W_k tanh(k^{-θ} a_k √2 cos 2πkx), summed over the 2 neurons
     m, x = CASES["fourier"][0], 0.37
     W, k = np.asarray(m.W), np.arange(1, 7)
-    ref = sum(W[6:, i] @ np.tanh(k**-0.5 * W[:6, i] * np.sqrt(2) * np.cos(2 * np.pi * k * x)) for i in range(2)) / np.sqrt(6)
+    ref = sum(
+        W[6:, i] @ np.tanh(k**-0.5 * W[:6, i] * np.sqrt(2) * np.cos(2 * np.pi * k * x)) for i in range(2)
+    ) / np.sqrt(6)
     np.testing.assert_allclose(jax.jit(lambda x: m(x))(x), ref, rtol=1e-12)
 
 

@@ -51,8 +51,9 @@ def test_scipy_coupled_matches_dense_rhs_independent_solve():
     p = problems.coupled(8)
     res = solve_scipy(p, method="LSODA", rtol=1e-10, atol=1e-12)
     C = p.C
-    ref = solve_ivp(lambda t, z: z * (p.r - C @ z), (0, p.t1), p.z0, method="DOP853", rtol=1e-12, atol=1e-300,
-                    dense_output=True)
+    ref = solve_ivp(
+        lambda t, z: z * (p.r - C @ z), (0, p.t1), p.z0, method="DOP853", rtol=1e-12, atol=1e-300, dense_output=True
+    )
     # z at lvflow-free switch-on times equals ρ z(∞) on an independent solve in z (not ln z)
     zs = np.array([ref.sol(t)[k] for k, t in enumerate(res.switch_on_times)])
     np.testing.assert_allclose(zs, p.rho * p.z_inf, rtol=1e-6)

@@ -114,7 +114,9 @@ def test_isotropic_riccati_singular_Y_and_codiagonal_modes():
     # ż = 2z(γ − 4cz): the logistic written out independently of the library.
     g, cc = 2 * gamma, 8 * c
     with np.errstate(divide="ignore", invalid="ignore"):
-        logistic = np.where(g == 0, z0 / (1 + cc * z0 * ts[:, None]), g * z0 / (cc * z0 + (g - cc * z0) * np.exp(-g * ts[:, None])))
+        logistic = np.where(
+            g == 0, z0 / (1 + cc * z0 * ts[:, None]), g * z0 / (cc * z0 + (g - cc * z0) * np.exp(-g * ts[:, None]))
+        )
     # Rotating back from the original basis costs relative accuracy only below ~1e-16 of |M|.
     np.testing.assert_allclose(z, logistic, rtol=1e-10, atol=1e-14 * np.max(logistic))
     np.testing.assert_allclose(np.asarray(isotropic_modes(gamma, c, z0, ts)), logistic, rtol=1e-12)

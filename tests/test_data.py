@@ -74,7 +74,7 @@ def test_fourier_task_projects_onto_the_power_law_coefficients():
     k = np.arange(1, 80)
     psi = np.sqrt(2) * np.cos(2 * np.pi * k[:, None] * np.asarray(D.X)[None, :])
     coeff = psi @ np.asarray(D.y) / 256  # (1/M) Σ_x ψ_k ψ_l = δ_kl on the grid, k + l < M
-    expect = np.where(k <= 64, k ** -1.5, 0.0)
+    expect = np.where(k <= 64, k**-1.5, 0.0)
     assert np.allclose(coeff, expect, atol=1e-12)
 
 

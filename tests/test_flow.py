@@ -4,7 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 from scipy.stats import ortho_group
 
@@ -64,8 +65,13 @@ def test_prop7_off_diagonals_are_slaved_and_modes_follow_the_glv():
     r = 8 / m * y @ lam
     C = 8 / m * lam.T @ lam
     ref = solve_ivp(  # in ln z, so that z ~ 1e-8 is resolved to relative accuracy
-        lambda t, u: r - C @ np.exp(u), (0, 12), np.log(np.diag(Mt0)), method="DOP853",
-        t_eval=ts, rtol=1e-12, atol=1e-12,
+        lambda t, u: r - C @ np.exp(u),
+        (0, 12),
+        np.log(np.diag(Mt0)),
+        method="DOP853",
+        t_eval=ts,
+        rtol=1e-12,
+        atol=1e-12,
     )
     Mt = np.einsum("ik,tij,jl->tkl", P, np.asarray(sol.M), P)
     z = np.diagonal(Mt, axis1=1, axis2=2)
@@ -149,7 +155,9 @@ def test_rodas5p_matches_scipy_radau_through_convergence():
         H = 4.0 / m * np.einsum("m,mij->ij", np.einsum("mij,ij->m", A, M) - y, A)
         return -(H @ M + M @ H).ravel()
 
-    ref = solve_ivp(rhs, (0, ts[-1]), M0.ravel(), method="Radau", t_eval=ts, rtol=1e-12, atol=1e-16).y.T.reshape(-1, p, p)
+    ref = solve_ivp(rhs, (0, ts[-1]), M0.ravel(), method="Radau", t_eval=ts, rtol=1e-12, atol=1e-16).y.T.reshape(
+        -1, p, p
+    )
     sol = matrix_flow(NQF(A, y), M0, ts, rtol=1e-9, atol=1e-14, solver=lvflow.Rodas5P())
     np.testing.assert_allclose(np.asarray(sol.M), ref, rtol=1e-6, atol=1e-10)
     tsit = matrix_flow(NQF(A, y), M0, ts, rtol=1e-9, atol=1e-14)

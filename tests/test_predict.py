@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 
 import lvflow
-from lvflow import LotkaVolterra, LvflowError, NQF
+from lvflow import NQF, LotkaVolterra, LvflowError
 from lvflow._workflow.eps_merge import eps_merge
 from lvflow._workflow.predict import predict
 from lvflow._workflow.predict_data import nqf_from_data
@@ -76,8 +76,15 @@ def test_coupled_system_against_scipy():
     zinf = np.linalg.solve(C, r)  # all > 0 here: the interior equilibrium is z(∞)
     assert np.all(zinf > 0.05)
     # Independent: scipy's Radau on ln z, then the ρ = ½ crossings of z_k(∞) on its dense output.
-    sol = solve_ivp(lambda t, u: r - C @ np.exp(u), (0, 1000.0), np.full(3, math.log(eps)), method="Radau",
-                    rtol=1e-11, atol=1e-12, dense_output=True)
+    sol = solve_ivp(
+        lambda t, u: r - C @ np.exp(u),
+        (0, 1000.0),
+        np.full(3, math.log(eps)),
+        method="Radau",
+        rtol=1e-11,
+        atol=1e-12,
+        dense_output=True,
+    )
     np.testing.assert_allclose(np.exp(sol.y[:, -1]), zinf, rtol=1e-6)
     tt = np.linspace(0, 100, 1_000_001)
     z = np.exp(sol.sol(tt))

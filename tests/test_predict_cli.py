@@ -55,7 +55,9 @@ def test_file_errors(capsys, tmp_path, good):
     np.savez(evilz, r=np.array([None, 1], dtype=object), C=C3)
     one_line_error(capsys, ["--system", evilz, "--eps", "1e-5"], "--system", "pickled")
     one_line_error(capsys, ["--system", good, "--eps", "1e-5", "--z0", tmp_path / "nope.npy"], "--z0", "file not found")
-    one_line_error(capsys, ["--architecture", "mlp", "--data", tmp_path / "nope.csv", "--eps", "0.1"], "--data", "not found")
+    one_line_error(
+        capsys, ["--architecture", "mlp", "--data", tmp_path / "nope.csv", "--eps", "0.1"], "--data", "not found"
+    )
 
 
 def test_shape_and_value_errors(capsys, tmp_path, good):
@@ -104,7 +106,9 @@ def test_option_errors(capsys, good, tmp_path):
     one_line_error(capsys, ["--system", good, "--alpha1", "2", "--eps", "1e-5"], "give exactly one of")
     one_line_error(capsys, ["--alpha1", "2", "--alpha2", "0.8", "--eps", "1e-5"], "--modes", "required")
     one_line_error(capsys, ["--alpha1", "2", "--alpha2", "0.8", "--modes", "0", "--eps", "1e-5"], "--modes", "positive")
-    one_line_error(capsys, ["--architecture", "resnet", "--data", good, "--eps", "0.1"], "architecture", "unknown 'resnet'")
+    one_line_error(
+        capsys, ["--architecture", "resnet", "--data", good, "--eps", "0.1"], "architecture", "unknown 'resnet'"
+    )
     one_line_error(capsys, ["--system", good, "--eps", "abc"], "--eps", "invalid float")
     one_line_error(capsys, ["--system", good, "--eps", "1e-5", "--bogus"], "unrecognized arguments")
 
@@ -114,8 +118,13 @@ def test_non_commuting_data_with_force_lv(capsys, tmp_path):
     rng = np.random.default_rng(0)
     f = tmp_path / "xy.npz"
     np.savez(f, x=rng.normal(size=(6, 3)), y=rng.normal(size=6))
-    one_line_error(capsys, ["--architecture", "mlp", "--data", f, "--eps", "1e-3", "--force-lv", "--quiet"],
-                   "--data", "--force-lv", "share no eigenbasis")
+    one_line_error(
+        capsys,
+        ["--architecture", "mlp", "--data", f, "--eps", "1e-3", "--force-lv", "--quiet"],
+        "--data",
+        "--force-lv",
+        "share no eigenbasis",
+    )
     np.savez(f, x=rng.normal(size=(6, 3)), y=rng.normal(size=5))
     one_line_error(capsys, ["--architecture", "mlp", "--data", f, "--eps", "1e-3"], "--data", "6 samples", "5")
     np.savez(f, x=np.full((6, 3), np.nan), y=rng.normal(size=6))
@@ -217,8 +226,22 @@ def test_json_quiet_and_npz(capsys, tmp_path):
 
 
 def test_power_law_and_init_std(capsys):
-    rc, out, err = cli(capsys, "--alpha1", "2", "--alpha2", "0.8", "--modes", "3", "--init-std", "1e-3",
-                       "--width", "100", "--beta", "1.2", "--json")
+    rc, out, err = cli(
+        capsys,
+        "--alpha1",
+        "2",
+        "--alpha2",
+        "0.8",
+        "--modes",
+        "3",
+        "--init-std",
+        "1e-3",
+        "--width",
+        "100",
+        "--beta",
+        "1.2",
+        "--json",
+    )
     assert rc == 0, err
     d = json.loads(out)
     assert d["exponent"] == pytest.approx(1.25)  # (α₁ − 1)/α₂, Thm 9
@@ -240,7 +263,9 @@ def test_architecture_route(capsys, tmp_path):
     y = np.linalg.solve(8 / 3 * (x / 4).T, r)  # r_k = (8/m) Σ_μ y_μ λ_μk
     csv = tmp_path / "xy.csv"
     csv.write_text("x0,x1,x2,y\n" + "\n".join(",".join(f"{v:.17g}" for v in (*x[i], y[i])) for i in range(3)) + "\n")
-    rc, out, err = cli(capsys, "--architecture", "diagonal", "--data", csv, "--eps", "1e-5", "--force-lv", "--json", "--quiet")
+    rc, out, err = cli(
+        capsys, "--architecture", "diagonal", "--data", csv, "--eps", "1e-5", "--force-lv", "--json", "--quiet"
+    )
     assert rc == 0, err
     d = json.loads(out)
     assert d["method"] == "lv"
@@ -252,10 +277,16 @@ def test_console_script(tmp_path):
     """The installed `lvflow` entry point (one real subprocess)."""
     exe = os.path.join(os.path.dirname(sys.executable), "lvflow")
     cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "lvflow._workflow.cli"]
-    p = subprocess.run([*cmd, "predict", "--system", str(tmp_path / "none.npz"), "--eps", "1e-4"],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [*cmd, "predict", "--system", str(tmp_path / "none.npz"), "--eps", "1e-4"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2
-    assert p.stderr.strip().splitlines() == [f"lvflow predict: error: --system: file not found: {tmp_path / 'none.npz'}"]
+    assert p.stderr.strip().splitlines() == [
+        f"lvflow predict: error: --system: file not found: {tmp_path / 'none.npz'}"
+    ]
 
 
 def test_help_does_not_import_jax():
@@ -266,5 +297,7 @@ def test_help_does_not_import_jax():
         "assert 'jax' not in sys.modules; "
         "import jax.numpy as jnp; assert jnp.asarray(1.0).dtype == jnp.float64; print('ok')"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "JAX_ENABLE_X64": ""})
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "JAX_ENABLE_X64": ""}
+    )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

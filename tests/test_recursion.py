@@ -6,7 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import lvflow
 from lvflow import NQF, gd_recursion
@@ -67,8 +68,16 @@ def test_matches_gradient_descent_on_W(case):
     batches = rng.integers(0, M_SAMPLES, size=(STEPS, 3)) if minibatch else None
     lr = LR * (1 - beta)  # keep the effective step η/(1−β) the same
     res = gd_recursion(
-        nqf, W0 @ W0.T, steps=STEPS, lr=lr, mu0=W0.sum(1) if mu_terms else None, d=D if mu_terms else None,
-        batches=batches, weight_decay=gamma, momentum=beta, record_every=100,
+        nqf,
+        W0 @ W0.T,
+        steps=STEPS,
+        lr=lr,
+        mu0=W0.sum(1) if mu_terms else None,
+        d=D if mu_terms else None,
+        batches=batches,
+        weight_decay=gamma,
+        momentum=beta,
+        record_every=100,
     )
     zeros = lambda *s: jnp.zeros((M_SAMPLES,) + k + s)
     g = nqf.g if mu_terms else zeros(P)
@@ -100,8 +109,10 @@ def test_momentum_state_at_beta_zero_is_thm2(seed, lr, d):
     M1, _, _, mu1, _ = _momentum_step(nqf, state, d, lr, 0.0, 0.0)
     M2, mu2 = _gd_step(nqf, M, mu, d, lr, 0.0)
     H, v = np.asarray(nqf.H(M, mu)), np.asarray(nqf.v(M, mu))
-    want_M = M - lr * (np.outer(v, mu) + np.outer(mu, v) + H @ M + M @ H) + lr**2 * (
-        d * np.outer(v, v) + np.outer(v, mu) @ H + H @ np.outer(mu, v) + H @ M @ H
+    want_M = (
+        M
+        - lr * (np.outer(v, mu) + np.outer(mu, v) + H @ M + M @ H)
+        + lr**2 * (d * np.outer(v, v) + np.outer(v, mu) @ H + H @ np.outer(mu, v) + H @ M @ H)
     )
     want_mu = mu - lr * (d * v + H @ mu)
     for got_M, got_mu in ((M1, mu1), (M2, mu2)):

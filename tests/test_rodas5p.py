@@ -119,12 +119,21 @@ def test_stiff_time_dependent_linear_vs_closed_form_and_radau():
     y0 = np.array([1.0, 2.0])
     exact = lambda t: _s(t) + scipy.linalg.expm(t * _A_STIFF) @ (y0 - _s(0.0))  # noqa: E731
     ts = np.array([1e-4, 1e-3, 0.01, 0.1, 1.0, 3.0, 7.0, 10.0])
-    sol = _solve(dfx.ODETerm(_stiff_linear), lvflow.Rodas5P(), 10.0, y0, controller=_PID,
-                 saveat=dfx.SaveAt(ts=ts, dense=True))
+    sol = _solve(
+        dfx.ODETerm(_stiff_linear), lvflow.Rodas5P(), 10.0, y0, controller=_PID, saveat=dfx.SaveAt(ts=ts, dense=True)
+    )
     assert sol.result == dfx.RESULTS.successful
     ex = np.stack([exact(t) for t in ts])
-    ref = solve_ivp(lambda t, y: _A_STIFF @ (y - _s(t)) + np.array([np.cos(t), -2 * np.sin(2 * t)]), (0, 10), y0,
-                    method="Radau", rtol=1e-12, atol=1e-14, t_eval=ts, jac=_A_STIFF).y.T
+    ref = solve_ivp(
+        lambda t, y: _A_STIFF @ (y - _s(t)) + np.array([np.cos(t), -2 * np.sin(2 * t)]),
+        (0, 10),
+        y0,
+        method="Radau",
+        rtol=1e-12,
+        atol=1e-14,
+        t_eval=ts,
+        jac=_A_STIFF,
+    ).y.T
     assert np.max(np.abs(ref - ex)) < 1e-9  # the two references agree
     err = np.max(np.abs(np.asarray(sol.ys) - ex))
     t_dense = np.linspace(0.0123, 9.987, 101)
@@ -167,8 +176,15 @@ def test_robertson_vs_radau():
 
     ts = np.array([1e-3, 0.1, 1.0, 10.0, 100.0, 1000.0])
     y0 = np.array([1.0, 0.0, 0.0])
-    sol = _solve(dfx.ODETerm(lambda t, y, args: jnp.stack(rober(y))), lvflow.Rodas5P(), 1000.0, y0,
-                 dt0=1e-6, controller=dfx.PIDController(rtol=1e-8, atol=1e-12), saveat=dfx.SaveAt(ts=ts))
+    sol = _solve(
+        dfx.ODETerm(lambda t, y, args: jnp.stack(rober(y))),
+        lvflow.Rodas5P(),
+        1000.0,
+        y0,
+        dt0=1e-6,
+        controller=dfx.PIDController(rtol=1e-8, atol=1e-12),
+        saveat=dfx.SaveAt(ts=ts),
+    )
     assert sol.result == dfx.RESULTS.successful
     ref = solve_ivp(lambda t, y: rober(y), (0, 1000), y0, method="Radau", rtol=1e-12, atol=1e-18, t_eval=ts).y.T
     ys = np.asarray(sol.ys)
@@ -204,8 +220,16 @@ _SYSTEMS = _systems()
 
 
 def _scipy_glv(C, method):
-    sol = solve_ivp(lambda t, z: z * (_R - C @ z), (0, _T_GLV), _Z0, method=method, rtol=1e-12, atol=1e-20,
-                    dense_output=True, jac=lambda t, z: np.diag(_R - C @ z) - z[:, None] * C)
+    sol = solve_ivp(
+        lambda t, z: z * (_R - C @ z),
+        (0, _T_GLV),
+        _Z0,
+        method=method,
+        rtol=1e-12,
+        atol=1e-20,
+        dense_output=True,
+        jac=lambda t, z: np.diag(_R - C @ z) - z[:, None] * C,
+    )
     assert sol.success
     return sol.sol
 
@@ -219,8 +243,11 @@ def test_glv_log_term_structures_vs_scipy(kind):
     system = _SYSTEMS[kind]
     C = np.asarray(system.C)
     term = lvflow.LogLotkaVolterraTerm.from_system(system)
-    expected_interaction = {"diagonal": "DiagonalInteraction", "lowrank": "LowRankInteraction",
-                            "dense": "DenseInteraction"}[kind]
+    expected_interaction = {
+        "diagonal": "DiagonalInteraction",
+        "lowrank": "LowRankInteraction",
+        "dense": "DenseInteraction",
+    }[kind]
     assert type(term.interaction).__name__ == expected_interaction
     saveat = dfx.SaveAt(ts=_TS_GLV, dense=True)
     sol = _solve(term, lvflow.Rodas5P(), _T_GLV, np.log(_Z0), controller=_PID, saveat=saveat)
@@ -242,13 +269,22 @@ def test_glv_log_term_structures_vs_scipy(kind):
 
     # The same log vector field as a plain ODETerm takes the jacfwd + LU path: same trajectory.
     # (C passed as args: one compilation for the three structures.)
-    sol_plain = _solve(dfx.ODETerm(_log_glv), lvflow.Rodas5P(), _T_GLV, np.log(_Z0), controller=_PID,
-                       saveat=saveat, args=jnp.asarray(C))
+    sol_plain = _solve(
+        dfx.ODETerm(_log_glv),
+        lvflow.Rodas5P(),
+        _T_GLV,
+        np.log(_Z0),
+        controller=_PID,
+        saveat=saveat,
+        args=jnp.asarray(C),
+    )
     assert sol_plain.result == dfx.RESULTS.successful
     diff = np.max(np.abs(np.asarray(sol_plain.ys) - np.asarray(sol.ys)))
     diff_dense = np.max(np.abs(np.asarray(jax.vmap(sol_plain.evaluate)(jnp.asarray(t_dense))) - dense))
-    print(f"gLV {kind}: structured vs plain ODETerm {diff:.2e} at ts, {diff_dense:.2e} dense; steps "
-          f"{int(sol.stats['num_steps'])} vs {int(sol_plain.stats['num_steps'])}")
+    print(
+        f"gLV {kind}: structured vs plain ODETerm {diff:.2e} at ts, {diff_dense:.2e} dense; steps "
+        f"{int(sol.stats['num_steps'])} vs {int(sol_plain.stats['num_steps'])}"
+    )
     assert diff < 1e-12 and diff_dense < 1e-12
 
 
@@ -273,9 +309,15 @@ def test_switch_on_tracker_thm6(solver):
     tracker = lvflow.SwitchOnTracker(solver, jnp.asarray(threshold))
     assert isinstance(tracker, dfx.AbstractAdaptiveSolver)
     term = lvflow.LogLotkaVolterraTerm.from_system(lvflow.LotkaVolterra(_R4, np.diag(_C4)))
-    sol = _solve(term, tracker, 120.0, np.log(_ZT0), dt0=None if isinstance(solver, lvflow.Rodas5P) else 1e-2,
-                 controller=dfx.PIDController(rtol=1e-10, atol=1e-10),
-                 saveat=dfx.SaveAt(t1=True, solver_state=True))
+    sol = _solve(
+        term,
+        tracker,
+        120.0,
+        np.log(_ZT0),
+        dt0=None if isinstance(solver, lvflow.Rodas5P) else 1e-2,
+        controller=dfx.PIDController(rtol=1e-10, atol=1e-10),
+        saveat=dfx.SaveAt(t1=True, solver_state=True),
+    )
     assert sol.result == dfx.RESULTS.successful
     t_star = np.asarray(tracker.crossing_times(sol.solver_state))
     expected = _thm6_crossing(_R4, _C4, _ZT0, _RHO)
@@ -304,8 +346,17 @@ def test_rodas5p_jit_vmap_over_initial_conditions():
     @jax.jit
     @jax.vmap
     def solve(u0):
-        sol = dfx.diffeqsolve(term, lvflow.Rodas5P(), 0.0, 60.0, None, u0, stepsize_controller=_PID,
-                              saveat=dfx.SaveAt(ts=ts), max_steps=10_000)
+        sol = dfx.diffeqsolve(
+            term,
+            lvflow.Rodas5P(),
+            0.0,
+            60.0,
+            None,
+            u0,
+            stepsize_controller=_PID,
+            saveat=dfx.SaveAt(ts=ts),
+            max_steps=10_000,
+        )
         return sol.ys, sol.stats["num_steps"]
 
     z0 = np.array([[1e-8, 1e-5, 1e-3], [1e-2, 1e-6, 1e-9], [0.5, 3.0, 1e-4], [1e-12, 1e-12, 1e-12]])

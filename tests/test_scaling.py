@@ -84,7 +84,7 @@ def test_effective_exponent_is_the_local_slope_of_the_continuum_law():
     lnE = lambda tt: (1 - a1) * np.log(_kt(tt, a1, a2, L))
     slope = -(lnE(t * math.exp(h)) - lnE(t * math.exp(-h))) / (2 * h)
     k = _kt(t, a1, a2, L)
-    ke = effective_exponent(k, eps, alpha1=a1, alpha2=a2, zeta=k**-a2, C=k**(a1 - 2 * a2))
+    ke = effective_exponent(k, eps, alpha1=a1, alpha2=a2, zeta=k**-a2, C=k ** (a1 - 2 * a2))
     np.testing.assert_allclose(ke, slope, rtol=1e-6)
     assert np.all(ke > 1.25)  # steeper than Thm 9 at finite ε
     # the default spectrum (ζ_k = k^{−α₂}, V_k = k^{−α₁}, C_k = ζ_k²/(8V_k)) is this one with ε × 8

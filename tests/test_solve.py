@@ -137,8 +137,15 @@ def test_singular_C_uses_the_end_state():
     s0 = z0[0] + z0[1]
     np.testing.assert_allclose(float(sol.switch_on_times[0]), np.log((1 - s0) / s0), rtol=1e-6)
     # An explicit z_inf is used as given: targets ρ z_inf = (0.2, 1.0, 0.3).
-    given = solve_lv(lvflow.LotkaVolterra(r, C), z0, 120.0, ts=np.linspace(0, 120.0, 41), rtol=1e-11, atol=1e-11,
-                     z_inf=[0.4, 2.0, 0.6])
+    given = solve_lv(
+        lvflow.LotkaVolterra(r, C),
+        z0,
+        120.0,
+        ts=np.linspace(0, 120.0, 41),
+        rtol=1e-11,
+        atol=1e-11,
+        z_inf=[0.4, 2.0, 0.6],
+    )
     np.testing.assert_array_equal(np.asarray(given.z_inf), [0.4, 2.0, 0.6])
     t2 = -2 * np.log((0.5 * z0[2] / 0.3 - z0[2]) / (0.5 - z0[2]))  # logistic, r = 0.5, C = 1
     np.testing.assert_allclose(np.asarray(given.switch_on_times)[[0, 2]], [np.log(4 * (1 - s0) / s0), t2], rtol=1e-6)
@@ -163,7 +170,9 @@ def test_vmap_over_z0_and_systems_equals_loop():
         one = solve(lvflow.LotkaVolterra(r, system.C), z0)
         np.testing.assert_allclose(np.asarray(by_system.z_inf[i]), np.asarray(one.z_inf), rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(np.asarray(by_system.zs[i]), np.asarray(one.zs), rtol=1e-10)
-        np.testing.assert_allclose(np.asarray(by_system.switch_on_times[i]), np.asarray(one.switch_on_times), rtol=1e-10)
+        np.testing.assert_allclose(
+            np.asarray(by_system.switch_on_times[i]), np.asarray(one.switch_on_times), rtol=1e-10
+        )
 
 
 def test_nonpositive_rates_never_switch_on():
@@ -333,8 +342,13 @@ def test_closed_form_under_vmap_and_jit():
         np.testing.assert_allclose(np.asarray(by_r.z_inf[i]), r / c, rtol=1e-15)
         np.testing.assert_allclose(np.asarray(by_r.switch_on_times[i]), _eq158(r, c, z0s[1], 0.5), rtol=1e-13)
     # A traced C with method="closed_form" is checked for off-diagonal entries at run time.
-    forced = jax.jit(lambda C: solve_lv(lvflow.LotkaVolterra(R5, C, check=False), z0s[1], 2000.0, ts=ts,
-                                        method="closed_form").switch_on_times)
+    forced = jax.jit(
+        lambda C: (
+            solve_lv(
+                lvflow.LotkaVolterra(R5, C, check=False), z0s[1], 2000.0, ts=ts, method="closed_form"
+            ).switch_on_times
+        )
+    )
     np.testing.assert_allclose(np.asarray(forced(np.diag(c))), _eq158(R5, c, z0s[1], 0.5), rtol=1e-13)
     with pytest.raises(Exception, match="diagonal C"):
         jax.block_until_ready(forced(np.diag(c) + 1e-3))
@@ -373,8 +387,17 @@ def test_low_rank_rodas5p_with_extinctions_vs_scipy_radau():
     target = np.log(0.5 * z_inf[~dead])
     live = np.flatnonzero(~dead)
     events = [lambda t, u, k=k, g=g: u[k] - g for k, g in zip(live, target)]
-    ref = solve_ivp(lambda t, u: r - C @ np.exp(u), (0, t1), np.log(z0), method="Radau", t_eval=ts,
-                    rtol=1e-13, atol=1e-13, jac=lambda t, u: -C * np.exp(u)[None, :], events=events)
+    ref = solve_ivp(
+        lambda t, u: r - C @ np.exp(u),
+        (0, t1),
+        np.log(z0),
+        method="Radau",
+        t_eval=ts,
+        rtol=1e-13,
+        atol=1e-13,
+        jac=lambda t, u: -C * np.exp(u)[None, :],
+        events=events,
+    )
     np.testing.assert_allclose(np.asarray(sol.zs), np.exp(ref.y.T), rtol=1e-7)
     assert np.max(np.exp(ref.y[dead])) > 1e3 * np.max(z0[dead])  # the extinct modes grew first
     t_ref = np.array([te[0] for te in ref.t_events])
@@ -431,5 +454,7 @@ def test_any_diffrax_solver_and_adjoint_through_the_tracker():
     with pytest.raises(lvflow.LvflowError, match="adjoint"):
         solve_lv(system, z0, 120.0, adjoint=dfx.BacksolveAdjoint())
     with pytest.raises(lvflow.LvflowError, match="Rodas5P solves ODEs"):
-        control = dfx.ControlTerm(lambda t, y, args: -y, dfx.LinearInterpolation(jnp.array([0.0, 1.0]), jnp.array([0.0, 1.0])))
+        control = dfx.ControlTerm(
+            lambda t, y, args: -y, dfx.LinearInterpolation(jnp.array([0.0, 1.0]), jnp.array([0.0, 1.0]))
+        )
         dfx.diffeqsolve(control, lvflow.Rodas5P(), 0.0, 1.0, 0.1, jnp.ones(()))

@@ -1,13 +1,13 @@
 """`structure_matrix` (Thm 1, Eq. 2) and `expand` (Thm 12, Eq. 196) on modules whose expansion
 is known in closed form, against finite differences and direct evaluation, and their errors."""
 
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import lvflow
 import lvflow.architectures as la
@@ -120,8 +120,16 @@ def test_structure_matrix_vector_batched_and_finite_differences():
     assert A0.shape == (2, P, P)
     h, I = 1e-4, np.eye(P)
     f = lambda w: np.asarray(unit(jnp.asarray(w), x))
-    H = np.array([[(f(h * (I[i] + I[j])) - f(h * (I[i] - I[j])) - f(h * (I[j] - I[i])) + f(-h * (I[i] + I[j]))) / (4 * h * h)
-                   for j in range(P)] for i in range(P)])  # (P, P, 2)
+    H = np.array(
+        [
+            [
+                (f(h * (I[i] + I[j])) - f(h * (I[i] - I[j])) - f(h * (I[j] - I[i])) + f(-h * (I[i] + I[j])))
+                / (4 * h * h)
+                for j in range(P)
+            ]
+            for i in range(P)
+        ]
+    )  # (P, P, 2)
     np.testing.assert_allclose(A0, np.moveaxis(H, -1, 0) / 2, atol=1e-7)
 
 

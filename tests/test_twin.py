@@ -66,7 +66,12 @@ def test_twin_trained_by_optax_equals_the_exact_recursion(small, mode):
     h = train(twin, teacher, opt, steps, record_every=10, batch_size=batch, key=key)
     W0 = twin.W
     rec = lvflow.gd_recursion(
-        nqf, W0 @ W0.T, steps=steps, lr=lr, record_every=10, momentum=0.9 if mode == "momentum" else 0.0,
+        nqf,
+        W0 @ W0.T,
+        steps=steps,
+        lr=lr,
+        record_every=10,
+        momentum=0.9 if mode == "momentum" else 0.0,
         batches=None if batch is None else minibatch_indices(key, steps=steps, m=nqf.m, batch_size=batch),
     )
     assert np.array_equal(h.steps, rec.steps)

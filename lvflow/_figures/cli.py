@@ -12,10 +12,14 @@ from . import FIGURES, load
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="figures", type=Path, help="output folder (default: figures/)")
-    parser.add_argument("--quick", action="store_true",
-                        help="reduced sizes: all figures in under 5 minutes on 2 cores (default: the paper's sizes)")
-    parser.add_argument("--only", default=None, metavar="NAMES",
-                        help=f"comma-separated subset of: {', '.join(FIGURES)} (default: all)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="reduced sizes: all figures in under 5 minutes on 2 cores (default: the paper's sizes)",
+    )
+    parser.add_argument(
+        "--only", default=None, metavar="NAMES", help=f"comma-separated subset of: {', '.join(FIGURES)} (default: all)"
+    )
 
 
 def selected(only: str | None) -> list[str]:
@@ -27,7 +31,9 @@ def selected(only: str | None) -> list[str]:
     names = [n.strip() for n in only.split(",") if n.strip()]
     bad = [n for n in names if n not in FIGURES]
     if bad or not names:
-        raise LvflowError(f"--only: unknown figure(s) {', '.join(bad) or '(none given)'}; choose from {', '.join(FIGURES)}")
+        raise LvflowError(
+            f"--only: unknown figure(s) {', '.join(bad) or '(none given)'}; choose from {', '.join(FIGURES)}"
+        )
     return [n for n in FIGURES if n in names]
 
 
@@ -52,8 +58,14 @@ def run(args: argparse.Namespace) -> int:
             failed.append(name)
             print(f"[{i}/{len(names)}] {name}: FAILED ({type(e).__name__}: {e})", file=sys.stderr, flush=True)
             continue
-        print(f"[{i}/{len(names)}] {name}: done in {time.perf_counter() - t0:.1f} s -> "
-              f"{out / (name + '.png')}, .pdf, .json", flush=True)
-    print(f"{len(names) - len(failed)}/{len(names)} figure(s) in {time.perf_counter() - t_all:.1f} s"
-          + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
+        print(
+            f"[{i}/{len(names)}] {name}: done in {time.perf_counter() - t0:.1f} s -> "
+            f"{out / (name + '.png')}, .pdf, .json",
+            flush=True,
+        )
+    print(
+        f"{len(names) - len(failed)}/{len(names)} figure(s) in {time.perf_counter() - t_all:.1f} s"
+        + (f"; failed: {', '.join(failed)}" if failed else ""),
+        flush=True,
+    )
     return 1 if failed else 0

@@ -61,12 +61,27 @@ def _archs() -> dict[str, _Arch]:
     # The quick run trains on fewer samples (the cost is linear in them), for the same steps.
     return {
         "mlp": _Arch("MLP 20→64→8", lambda s, k: arch.MLP(20, 64, 8, key=k, init_scale=s), 0.02, 5e-4, 1000),
-        "cnn": _Arch("CNN 5×7, 64 kernels 4×5", lambda s, k: arch.CNN((5, 7), (4, 5), 64, 8, key=k, init_scale=s),
-                     0.01, 5e-4, 700),
-        "qk": _Arch("QK-only attention, 4 heads", lambda s, k: arch.QKAttention(20, 8, 4, 8, key=k, init_scale=s),
-                    0.3, 5e-4, 1200),
-        "mha": _Arch("4-head attention", lambda s, k: arch.MultiHeadAttention(20, 8, 20, 4, 8, key=k, init_scale=s),
-                     0.3, 5e-4, 800),
+        "cnn": _Arch(
+            "CNN 5×7, 64 kernels 4×5",
+            lambda s, k: arch.CNN((5, 7), (4, 5), 64, 8, key=k, init_scale=s),
+            0.01,
+            5e-4,
+            700,
+        ),
+        "qk": _Arch(
+            "QK-only attention, 4 heads",
+            lambda s, k: arch.QKAttention(20, 8, 4, 8, key=k, init_scale=s),
+            0.3,
+            5e-4,
+            1200,
+        ),
+        "mha": _Arch(
+            "4-head attention",
+            lambda s, k: arch.MultiHeadAttention(20, 8, 20, 4, 8, key=k, init_scale=s),
+            0.3,
+            5e-4,
+            800,
+        ),
     }
 
 
@@ -90,8 +105,11 @@ def run_architecture(a: _Arch, *, m: int, records: int, seed: int = 0) -> dict:
     W0 = {s: a.build(s, key).W for s in SIGMAS}
     Ws = jnp.stack([W0[s] for _ in OPTIMISERS for s in SIGMAS])  # slice = optimiser × init
     bundle = Bundle((Stacked(net, Ws), Stacked(twin, Ws)))
-    opts = {"GD": optax.sgd(a.lr_gd), "momentum": optax.sgd(a.lr_gd * (1 - MOMENTUM), momentum=MOMENTUM),
-            "Adam": optax.adam(a.lr_adam)}
+    opts = {
+        "GD": optax.sgd(a.lr_gd),
+        "momentum": optax.sgd(a.lr_gd * (1 - MOMENTUM), momentum=MOMENTUM),
+        "Adam": optax.adam(a.lr_adam),
+    }
     opt = sliced([opts[o] for o in OPTIMISERS], reps=len(SIGMAS))
     X, s = teacher.X, teacher.s
 
@@ -100,15 +118,31 @@ def run_architecture(a: _Arch, *, m: int, records: int, seed: int = 0) -> dict:
         return tuple(teacher.singular_values(jnp.moveaxis(o, 0, 1)) for o in outs) + bundle_losses(b, X, teacher.y)
 
     every = max(1, a.steps // records)
-    h = train(bundle, teacher, opt, a.steps, record_every=every, loss=bundle_loss, record=record, record_M=False,
-              trainable=only_stacked_W(bundle), throw=False)
+    h = train(
+        bundle,
+        teacher,
+        opt,
+        a.steps,
+        record_every=every,
+        loss=bundle_loss,
+        record=record,
+        record_M=False,
+        trainable=only_stacked_W(bundle),
+        throw=False,
+    )
     shape = (-1, len(OPTIMISERS), len(SIGMAS))
     sn, sq, ln, lq = (np.asarray(e) for e in h.extras)
     sn = sn.reshape(shape + (len(S),)) / np.asarray(s)
     sq = sq.reshape(shape + (len(S),)) / np.asarray(s)
     gap = np.max(np.abs(sn - sq), axis=(0, 3))  # NaN if a run diverged: max propagates it
-    return dict(steps=np.asarray(h.steps), s_hat_net=sn, s_hat_nqf=sq, loss_net=ln.reshape(shape),
-                loss_nqf=lq.reshape(shape), gap=gap)
+    return dict(
+        steps=np.asarray(h.steps),
+        s_hat_net=sn,
+        s_hat_nqf=sq,
+        loss_net=ln.reshape(shape),
+        loss_nqf=lq.reshape(shape),
+        gap=gap,
+    )
 
 
 def make(out: Path, *, quick: bool = False) -> dict:
@@ -117,8 +151,7 @@ def make(out: Path, *, quick: bool = False) -> dict:
     runs = {name: run_architecture(a, m=m, records=records) for name, a in archs.items()}
     cols = _style.mode_colors(len(S))
     with _style.style():
-        fig, axs = _style.subplots(len(OPTIMISERS) * len(SIGMAS), len(archs), width=2.25, height=1.75,
-                                   sharey=True)
+        fig, axs = _style.subplots(len(OPTIMISERS) * len(SIGMAS), len(archs), width=2.25, height=1.75, sharey=True)
         for i, (name, a) in enumerate(archs.items()):
             R = runs[name]
             for j, o in enumerate(OPTIMISERS):
@@ -130,8 +163,16 @@ def make(out: Path, *, quick: bool = False) -> dict:
                     ax.axhline(1.0, color="0.85", lw=0.6, zorder=0)
                     ax.set_ylim(-0.15, 1.45)
                     ax.set_xlim(0, R["steps"][-1])
-                    ax.text(0.97, 0.05, f"gap {R['gap'][j, l]:.3f}", transform=ax.transAxes, ha="right",
-                            va="bottom", fontsize=7, color="tab:red" if R["gap"][j, l] > SMALL_INIT_BOUND else "0.2")
+                    ax.text(
+                        0.97,
+                        0.05,
+                        f"gap {R['gap'][j, l]:.3f}",
+                        transform=ax.transAxes,
+                        ha="right",
+                        va="bottom",
+                        fontsize=7,
+                        color="tab:red" if R["gap"][j, l] > SMALL_INIT_BOUND else "0.2",
+                    )
                     if i == 0:
                         ax.set_title(f"{o}, σ = {sigma:g}")
                     if i == len(archs) - 1:
@@ -157,12 +198,22 @@ def make(out: Path, *, quick: bool = False) -> dict:
         "gap_definition": "max over recorded steps t and modes k of |ŝ_k^net(t)/s_k − ŝ_k^NQF(t)/s_k|",
         "architectures": {
             name: {
-                "label": a.label, "steps": a.steps, "lr_gd": a.lr_gd, "lr_momentum": a.lr_gd * (1 - MOMENTUM),
+                "label": a.label,
+                "steps": a.steps,
+                "lr_gd": a.lr_gd,
+                "lr_momentum": a.lr_gd * (1 - MOMENTUM),
                 "lr_adam": a.lr_adam,
-                "gap": {f"{o}, sigma={sigma:g}": float(runs[name]["gap"][j, l])
-                        for j, o in enumerate(OPTIMISERS) for l, sigma in enumerate(SIGMAS)},
-                "final_s_hat_over_s_nqf_small_init": {o: runs[name]["s_hat_nqf"][-1, j, 0] for j, o in enumerate(OPTIMISERS)},
-                "final_loss_network_small_init": {o: float(runs[name]["loss_net"][-1, j, 0]) for j, o in enumerate(OPTIMISERS)},
+                "gap": {
+                    f"{o}, sigma={sigma:g}": float(runs[name]["gap"][j, l])
+                    for j, o in enumerate(OPTIMISERS)
+                    for l, sigma in enumerate(SIGMAS)
+                },
+                "final_s_hat_over_s_nqf_small_init": {
+                    o: runs[name]["s_hat_nqf"][-1, j, 0] for j, o in enumerate(OPTIMISERS)
+                },
+                "final_loss_network_small_init": {
+                    o: float(runs[name]["loss_net"][-1, j, 0]) for j, o in enumerate(OPTIMISERS)
+                },
             }
             for name, a in archs.items()
         },

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import _scaling
-from .._glv.closed_forms import ignition_time, orthogonal_features
 from .._form.nqf import NQF
+from .._glv.closed_forms import ignition_time, orthogonal_features
 from . import _style
 from ._gd import gd_trajectory
 
@@ -66,9 +66,24 @@ def _left(quick: bool) -> dict:
     # in the loss: mode k is half-way (z = z∞/2, residual share V_k/4) with the later modes untouched
     tails = np.r_[np.cumsum(V[::-1])[::-1][1:], 0.0]
     t_loss_drop = np.array([_style.crossing_time(t_loss, loss_gd, tails[k] + V[k] / 4) for k in range(m)])
-    return dict(t=t, z_gd=z_gd, eig_gd=eig_gd, z_th=z_th, t_loss=t_loss, loss_gd=loss_gd, E_th=E_th,
-                t_star=t_star, t_eig=t_eig, t_loss_drop=t_loss_drop, V=V, tails=tails, z_inf=z_inf,
-                r_check=r_check, C=C, steps=steps)
+    return dict(
+        t=t,
+        z_gd=z_gd,
+        eig_gd=eig_gd,
+        z_th=z_th,
+        t_loss=t_loss,
+        loss_gd=loss_gd,
+        E_th=E_th,
+        t_star=t_star,
+        t_eig=t_eig,
+        t_loss_drop=t_loss_drop,
+        V=V,
+        tails=tails,
+        z_inf=z_inf,
+        r_check=r_check,
+        C=C,
+        steps=steps,
+    )
 
 
 def _right(quick: bool) -> dict:
@@ -92,8 +107,21 @@ def _right(quick: bool) -> dict:
     k_eff = float(_scaling.effective_exponent(k_mid, eps, alpha1=a1, alpha2=a2, beta=beta))
     k_eff_flat = float(_scaling.effective_exponent(k_mid, eps, alpha1=a1, alpha2=a2, c=1.0))
     res = _scaling.resolved_steps(r, eps, C=Ckk, c=c)
-    return dict(t=t, E=E, fit=fit, kappa=kappa, k_eff=k_eff, k_eff_flat=k_eff_flat, spec=spec, K=K, eps=eps,
-                res=res, t_first=float(res.t_star[0]), t_last=float(res.t_star[-1]), k_mid=k_mid)
+    return dict(
+        t=t,
+        E=E,
+        fit=fit,
+        kappa=kappa,
+        k_eff=k_eff,
+        k_eff_flat=k_eff_flat,
+        spec=spec,
+        K=K,
+        eps=eps,
+        res=res,
+        t_first=float(res.t_star[0]),
+        t_last=float(res.t_star[-1]),
+        k_mid=k_mid,
+    )
 
 
 def make(out: Path, *, quick: bool = False) -> dict:
@@ -105,8 +133,9 @@ def make(out: Path, *, quick: bool = False) -> dict:
         fig, axs = _style.subplots(3, width=3.5, height=2.9)
         ax = axs[0]
         for k in range(m):
-            ax.semilogy(L["t"], L["eig_gd"][:, k], color=cols[k], lw=_style.NETWORK_WIDTH,
-                        label=f"$r_{k + 1}$ = {R_LEFT[k]:g}")
+            ax.semilogy(
+                L["t"], L["eig_gd"][:, k], color=cols[k], lw=_style.NETWORK_WIDTH, label=f"$r_{k + 1}$ = {R_LEFT[k]:g}"
+            )
             ax.semilogy(L["t"], L["z_th"][:, k], **_style.THEORY)
             ax.axvline(L["t_star"][k], color=cols[k], ls=":", lw=1.0)
         ax.plot([], [], **_style.THEORY, label="gLV (Thm 6)")
@@ -137,17 +166,31 @@ def make(out: Path, *, quick: bool = False) -> dict:
         ax.loglog(tw, fit(tw) * 1.8, **_style.FIT, label=f"fit: slope −{fit.exponent:.3f}")
         tp = np.geomspace(fit.window[0] / 3, fit.window[1] * 3, 50)
         t0 = math.sqrt(fit.window[0] * fit.window[1])
-        ax.loglog(tp, fit(t0) / 1.8 * (tp / t0) ** -R["kappa"], **_style.THEORY,
-                  label=f"Thm 9: $-(\\alpha_1-1)/\\alpha_2$ = −{R['kappa']:.3g}")
+        ax.loglog(
+            tp,
+            fit(t0) / 1.8 * (tp / t0) ** -R["kappa"],
+            **_style.THEORY,
+            label=f"Thm 9: $-(\\alpha_1-1)/\\alpha_2$ = −{R['kappa']:.3g}",
+        )
         ax.axvline(R["t_first"], **_style.PREDICTED_TIME)
         ax.axvline(R["t_last"], **_style.PREDICTED_TIME, label="$t^*_1$, $t^*_K$ (cutoff)")
-        ax.set(xlabel="time $t$", ylabel="excess loss $E(t)$",
-               title=r"$r_k = k^{-0.8}$, $V_k = k^{-2}$, $z_{k0} = 10^{-6}k^{-1.2}$")
+        ax.set(
+            xlabel="time $t$",
+            ylabel="excess loss $E(t)$",
+            title=r"$r_k = k^{-0.8}$, $V_k = k^{-2}$, $z_{k0} = 10^{-6}k^{-1.2}$",
+        )
         ax.set_ylim(1e-6, 5 * R["E"].max())
         ax.set_xlim(0.3, 2e4)
-        ax.text(0.97, 0.97, f"finite-ε $\\kappa_{{\\rm eff}}$ (Eq. 292) = {R['k_eff']:.3f}\n"
-                f"steps resolved: {R['res'].n_resolved} of {R['K']}", transform=ax.transAxes, fontsize=7.5,
-                ha="right", va="top")
+        ax.text(
+            0.97,
+            0.97,
+            f"finite-ε $\\kappa_{{\\rm eff}}$ (Eq. 292) = {R['k_eff']:.3f}\n"
+            f"steps resolved: {R['res'].n_resolved} of {R['K']}",
+            transform=ax.transAxes,
+            fontsize=7.5,
+            ha="right",
+            va="top",
+        )
         ax.legend(loc="lower left")
         _style.panel_label(ax, "c")
         _style.save(fig, out, "fig3")
@@ -157,7 +200,12 @@ def make(out: Path, *, quick: bool = False) -> dict:
         "figure": "fig3",
         "quick": quick,
         "left": {
-            "m": m, "eps": EPS_LEFT, "lr": LR, "steps": L["steps"], "r": R_LEFT, "C_diag": np.diagonal(L["C"]),
+            "m": m,
+            "eps": EPS_LEFT,
+            "lr": LR,
+            "steps": L["steps"],
+            "r": R_LEFT,
+            "C_diag": np.diagonal(L["C"]),
             "C_offdiag_max": float(np.max(np.abs(L["C"] - np.diag(np.diagonal(L["C"]))))),
             "r_from_data_max_err": float(np.max(np.abs(L["r_check"] - R_LEFT))),
             "t_star_predicted": L["t_star"],
@@ -170,17 +218,25 @@ def make(out: Path, *, quick: bool = False) -> dict:
             "max_rel_dev_gd_vs_glv_eigenvalues": float(np.max(np.abs(L["z_gd"] / L["z_th"] - 1))),
         },
         "right": {
-            "K": R["K"], "eps": R["eps"], "alpha1": 2.0, "alpha2": 0.8, "beta_init": 1.2,
-            "alpha1_from_spectrum": R["spec"].alpha1, "alpha2_from_spectrum": R["spec"].alpha2,
+            "K": R["K"],
+            "eps": R["eps"],
+            "alpha1": 2.0,
+            "alpha2": 0.8,
+            "beta_init": 1.2,
+            "alpha1_from_spectrum": R["spec"].alpha1,
+            "alpha2_from_spectrum": R["spec"].alpha2,
             "exponent_predicted": R["kappa"],
-            "exponent_fitted": fit.exponent, "exponent_fit_stderr": fit.stderr,
-            "fit_window": list(fit.window), "fit_decades": fit.decades,
+            "exponent_fitted": fit.exponent,
+            "exponent_fit_stderr": fit.stderr,
+            "fit_window": list(fit.window),
+            "fit_decades": fit.decades,
             "k_eff_eq292": R["k_eff"],
             "k_eff_eq292_if_z0_were_eps": R["k_eff_flat"],
             "k_at_window_middle": R["k_mid"],
             "rel_err_fitted_vs_predicted": float(abs(fit.exponent - R["kappa"]) / R["kappa"]),
             "steps_resolved": R["res"].n_resolved,
-            "t_star_first": R["t_first"], "t_star_last": R["t_last"],
+            "t_star_first": R["t_first"],
+            "t_star_last": R["t_last"],
         },
     }
     _style.write_summary(out, "fig3", summary)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .._glv.closed_forms import ignition_time, orthogonal_samples
 from .._form.nqf import NQF
+from .._glv.closed_forms import ignition_time, orthogonal_samples
 from . import _style
 from ._gd import gd_trajectory
 
@@ -50,8 +50,9 @@ def make(out: Path, *, quick: bool = False) -> dict:
     t_eq158 = np.asarray(ignition_time(zeta, Cl, 1.0, EPS, rho=0.5))  # Eq. 158 for each leading mode
     lr = 0.004 if quick else 0.001  # GD's growth rate per unit time is ζ(1 − lr ζ/4 + …)
     t_end = 1.4 * t_lead[-1]
-    t, M = gd_trajectory(nqf, math.sqrt(EPS) * np.eye(m * K), lr=lr, steps=int(round(t_end / lr)),
-                         every=max(1, int(round(0.02 / lr))))
+    t, M = gd_trajectory(
+        nqf, math.sqrt(EPS) * np.eye(m * K), lr=lr, steps=int(round(t_end / lr)), every=max(1, int(round(0.02 / lr)))
+    )
     z = np.diagonal(M, axis1=1, axis2=2)  # M stays diagonal
     f = np.einsum("mij,tij->tm", np.asarray(nqf.A), M)
     loss_mu = (f - Y) ** 2 / m
@@ -69,14 +70,22 @@ def make(out: Path, *, quick: bool = False) -> dict:
         fig, axs = _style.subplots(3, width=3.5, height=2.9)
         ax = axs[0]
         for mu in range(m):
-            ax.semilogy(t, loss_mu[:, mu], color=cols[mu], lw=_style.NETWORK_WIDTH,
-                        label=f"sample {mu + 1}: $y$ = {Y[mu]:g}, $\\zeta$ = {zeta[mu]:g}")
+            ax.semilogy(
+                t,
+                loss_mu[:, mu],
+                color=cols[mu],
+                lw=_style.NETWORK_WIDTH,
+                label=f"sample {mu + 1}: $y$ = {Y[mu]:g}, $\\zeta$ = {zeta[mu]:g}",
+            )
             ax.semilogy(t, loss_xi[:, mu], **_style.THEORY)
             ax.axvline(t_eq158[mu], color=cols[mu], ls=":", lw=1.0)
         ax.plot([], [], **_style.THEORY, label="ξ-ODE (Thm 5)")
         ax.plot([], [], color="0.4", ls=":", label="$t^*_\\mu$ (Eq. 158)")
-        ax.set(xlabel="time $t$ = lr × step", ylabel="per-sample loss $(f_\\mu - y_\\mu)^2/m$",
-               title="each sample's loss drops once")
+        ax.set(
+            xlabel="time $t$ = lr × step",
+            ylabel="per-sample loss $(f_\\mu - y_\\mu)^2/m$",
+            title="each sample's loss drops once",
+        )
         ax.set_ylim(1e-9, 3e2)
         ax.legend(loc="upper right", fontsize=6.5)
         _style.panel_label(ax, "a")
@@ -84,12 +93,21 @@ def make(out: Path, *, quick: bool = False) -> dict:
         ax = axs[1]
         ax.semilogy(tau, total, color="tab:blue", lw=_style.NETWORK_WIDTH, label="GD")
         ax.semilogy(tau, total_xi, **_style.THEORY, label="ξ-ODE (Thm 5)")
-        ax.semilogy(tau, np.maximum(step, 1e-30), color="tab:red", lw=1.0, alpha=0.8,
-                label=r"$\frac{1}{m}\sum_\mu y_\mu^2 \mathbb{1}(\tau < 1/\zeta_\mu)$")
+        ax.semilogy(
+            tau,
+            np.maximum(step, 1e-30),
+            color="tab:red",
+            lw=1.0,
+            alpha=0.8,
+            label=r"$\frac{1}{m}\sum_\mu y_\mu^2 \mathbb{1}(\tau < 1/\zeta_\mu)$",
+        )
         for mu in range(m):
             ax.axvline(1 / zeta[mu], color=cols[mu], ls=":", lw=1.0)
-        ax.set(xlabel=r"rescaled time $\tau = t/\ln(1/\varepsilon)$", ylabel="training loss",
-               title=f"m = {m} plateaus (ε = {EPS:g})")
+        ax.set(
+            xlabel=r"rescaled time $\tau = t/\ln(1/\varepsilon)$",
+            ylabel="training loss",
+            title=f"m = {m} plateaus (ε = {EPS:g})",
+        )
         ax.set_ylim(1e-4, 1.0)
         ax.legend(loc="upper right")
         _style.panel_label(ax, "b")
@@ -100,8 +118,11 @@ def make(out: Path, *, quick: bool = False) -> dict:
                 ax.semilogy(t, z[:, mu * K + k], color=cols[mu], ls=ls[LAM[k]], lw=1.3)
         for lam in LAM:
             ax.plot([], [], color="0.3", ls=ls[lam], label=f"$\\lambda$ = {lam:g}")
-        ax.set(xlabel="time $t$ = lr × step", ylabel="eigenvalues of $WW^T$",
-               title="only each block's top mode switches on")
+        ax.set(
+            xlabel="time $t$ = lr × step",
+            ylabel="eigenvalues of $WW^T$",
+            title="only each block's top mode switches on",
+        )
         ax.set_ylim(EPS / 3, 1.0)
         ax.legend(loc="lower right", title="colour: sample")
         _style.panel_label(ax, "c")
@@ -110,7 +131,12 @@ def make(out: Path, *, quick: bool = False) -> dict:
     summary = {
         "figure": "fig4",
         "quick": quick,
-        "m": m, "K": K, "lambda": LAM, "y": Y, "eps": EPS, "lr": lr,
+        "m": m,
+        "K": K,
+        "lambda": LAM,
+        "y": Y,
+        "eps": EPS,
+        "lr": lr,
         "zeta": zeta,
         "t_star_leading_order": t_lead,
         "t_star_eq158": t_eq158,

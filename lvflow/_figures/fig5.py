@@ -52,7 +52,7 @@ def _data():
     x = np.arange(M_GRID) / M_GRID
     k = np.arange(1, P + 1)
     psi = math.sqrt(2.0) * np.cos(2 * np.pi * k[None, :] * x[:, None])
-    return x, psi @ k ** -BETA
+    return x, psi @ k**-BETA
 
 
 def _fourier_loss(net, X, y, *, quadratic: bool):
@@ -117,7 +117,7 @@ def make(out: Path, *, quick: bool = False) -> dict:
         checks[f"nqf θ={theta:g}"] = float(jnp.max(jnp.abs(jax.vmap(twin)(jnp.asarray(x)) - f_nqf(pa, pW))))
         checks[f"nqf mode-space loss θ={theta:g}"] = abs(float(loss_modes((pa, pW)) - loss_nqf_data((pa, pW))))
         # independent inits, one GD each: GD on the sum of their losses, averaged after
-        batch = lambda loss: (lambda p: jnp.sum(jax.vmap(lambda a, W: loss((a, W)))(*p)))
+        batch = lambda loss: lambda p: jnp.sum(jax.vmap(lambda a, W: loss((a, W)))(*p))
         t, E_net, _ = gd_losses(batch(loss_net), (a0[:seeds_net], W0[:seeds_net]), lr=lr, steps=steps, every=every)
         E_net = E_net / seeds_net
         per_seed = lambda p: jax.vmap(lambda a, W: loss_modes((a, W)))(*p)
@@ -130,10 +130,22 @@ def make(out: Path, *, quick: bool = False) -> dict:
         # finite-ε exponent (Eq. 292) at the mode switching on mid-window, z_k0 = ε²
         k_mid = math.sqrt(K1 * K2)
         zk, zi = zeta(k_mid, theta), z_inf(k_mid, theta)
-        k_eff = float(_scaling.effective_exponent(k_mid, EPS**2, alpha1=2 * BETA, alpha2=theta + BETA,
-                                                  zeta=zk, C=zk / zi))
-        runs[theta] = dict(t=t, E_net=E_net, E_nqf=E_nqf, E_nqf_same=E_nqf_same, fit=fit, fit_nqf=fit_nqf,
-                           kappa=kappa, k_eff=k_eff, k_mid=k_mid, steps=steps, t_star=t_star(kk, theta))
+        k_eff = float(
+            _scaling.effective_exponent(k_mid, EPS**2, alpha1=2 * BETA, alpha2=theta + BETA, zeta=zk, C=zk / zi)
+        )
+        runs[theta] = dict(
+            t=t,
+            E_net=E_net,
+            E_nqf=E_nqf,
+            E_nqf_same=E_nqf_same,
+            fit=fit,
+            fit_nqf=fit_nqf,
+            kappa=kappa,
+            k_eff=k_eff,
+            k_mid=k_mid,
+            steps=steps,
+            t_star=t_star(kk, theta),
+        )
 
     # the plain MLP on raw x: the paper's lr 0.02 (it is unstable at the Fourier runs' lr) and an
     # init of 0.1 (from 1e-4 its single NQF mode, with rate ∝ mean(x y) ≈ 0, never grows in this time)
@@ -143,8 +155,9 @@ def make(out: Path, *, quick: bool = False) -> dict:
     X1, yj = jnp.asarray(x), jnp.asarray(y)
     f_mlp = lambda u, v: jnp.tanh(X1[:, None] * u) @ v
     checks["plain_mlp"] = float(jnp.max(jnp.abs(jax.vmap(mlp)(X1[:, None]) - f_mlp(u0, v0))))
-    t_mlp, E_mlp, _ = gd_losses(lambda p: jnp.mean((f_mlp(*p) - yj) ** 2), (u0, v0), lr=lr_mlp, steps=steps_mlp,
-                                every=steps_mlp // 1000)
+    t_mlp, E_mlp, _ = gd_losses(
+        lambda p: jnp.mean((f_mlp(*p) - yj) ** 2), (u0, v0), lr=lr_mlp, steps=steps_mlp, every=steps_mlp // 1000
+    )
     try:
         fit_mlp = _scaling.fit_power_law(t_mlp[1:], E_mlp[1:])
         mlp_fit = dict(exponent=fit_mlp.exponent, window=list(fit_mlp.window), decades=fit_mlp.decades)
@@ -158,22 +171,32 @@ def make(out: Path, *, quick: bool = False) -> dict:
         ax = axs[0]
         for theta, R in runs.items():
             c, fit = cols[theta], R["fit"]
-            ax.loglog(R["t"][1:], R["E_net"][1:], color=c, lw=_style.NETWORK_WIDTH,
-                      label=f"θ = {theta:g}: fit −{fit.exponent:.2f}, NQF −{R['fit_nqf'].exponent:.2f}, "
-                            f"theory −{R['kappa']:.2f}")
+            ax.loglog(
+                R["t"][1:],
+                R["E_net"][1:],
+                color=c,
+                lw=_style.NETWORK_WIDTH,
+                label=f"θ = {theta:g}: fit −{fit.exponent:.2f}, NQF −{R['fit_nqf'].exponent:.2f}, "
+                f"theory −{R['kappa']:.2f}",
+            )
             ax.loglog(R["t"][1:], R["E_nqf_same"][1:], color=c, ls="--", lw=1.0, alpha=0.9)
             tw = np.geomspace(*fit.window, 30)
             ax.loglog(tw, fit(tw) / 2.2, color=c, ls=(0, (1, 1)), lw=2.0)
         ax.plot([], [], color="0.3", ls="--", lw=1.0, label="its NQF (same inits)")
         ax.plot([], [], color="0.4", ls=(0, (1, 1)), lw=2.0, label="power-law fit (shifted)")
-        ax.set(xlabel="time $t$ = lr × step", ylabel="training loss",
-               title=r"Fourier MLP: $E \propto t^{-(2\beta-1)/(\theta+\beta)}$")
+        ax.set(
+            xlabel="time $t$ = lr × step",
+            ylabel="training loss",
+            title=r"Fourier MLP: $E \propto t^{-(2\beta-1)/(\theta+\beta)}$",
+        )
         ax.set_ylim(top=30)
         ax.legend(loc="upper right", fontsize=6.5)
         _style.panel_label(ax, "a")
 
         ax = axs[1]
-        ax.loglog(t_mlp[1:], E_mlp[1:], color="tab:purple", lw=_style.NETWORK_WIDTH, label="tanh MLP, 256 units, raw $x$")
+        ax.loglog(
+            t_mlp[1:], E_mlp[1:], color="tab:purple", lw=_style.NETWORK_WIDTH, label="tanh MLP, 256 units, raw $x$"
+        )
         R0 = runs[0.0]
         ax.loglog(R0["t"][1:], R0["E_net"][1:], color=cols[0.0], lw=1.0, alpha=0.6, label="Fourier MLP, θ = 0")
         ax.set(xlabel="time $t$ = lr × step", ylabel="training loss", title="plain MLP on raw $x$: no power law")
@@ -184,7 +207,13 @@ def make(out: Path, *, quick: bool = False) -> dict:
     summary = {
         "figure": "fig5",
         "quick": quick,
-        "M": M_GRID, "P": P, "beta": BETA, "eps": EPS, "lr": lr, "seeds_network": seeds_net, "seeds_nqf": seeds_nqf,
+        "M": M_GRID,
+        "P": P,
+        "beta": BETA,
+        "eps": EPS,
+        "lr": lr,
+        "seeds_network": seeds_net,
+        "seeds_nqf": seeds_nqf,
         "fit_window_modes": [K1, K2],
         "theta": {
             f"{theta:g}": {
@@ -194,8 +223,10 @@ def make(out: Path, *, quick: bool = False) -> dict:
                 "exponent_fitted_nqf": R["fit_nqf"].exponent,
                 "rel_err_nqf_vs_predicted": abs(R["fit_nqf"].exponent - R["kappa"]) / R["kappa"],
                 "rel_err_nqf_vs_k_eff": abs(R["fit_nqf"].exponent - R["k_eff"]) / R["k_eff"],
-                "fit_window": list(R["fit"].window), "fit_decades": R["fit"].decades,
-                "k_eff_eq292": R["k_eff"], "k_at_window_middle": R["k_mid"],
+                "fit_window": list(R["fit"].window),
+                "fit_decades": R["fit"].decades,
+                "k_eff_eq292": R["k_eff"],
+                "k_at_window_middle": R["k_mid"],
                 "rel_err_fitted_vs_predicted": abs(R["fit"].exponent - R["kappa"]) / R["kappa"],
                 "rel_err_fitted_vs_k_eff": abs(R["fit"].exponent - R["k_eff"]) / R["k_eff"],
                 "max_rel_dev_network_vs_nqf_loss": float(np.max(np.abs(R["E_net"] / R["E_nqf_same"] - 1))),
@@ -203,8 +234,15 @@ def make(out: Path, *, quick: bool = False) -> dict:
             for theta, R in runs.items()
         },
         "max_abs_dev_fast_loss_vs_model_outputs": checks,
-        "plain_mlp": {"lr": lr_mlp, "steps": steps_mlp, "init_scale": 0.1, "fit": mlp_fit, "loss_drop_decades": mlp_drop_decades, "final_loss": float(E_mlp[-1]),
-                      "initial_loss": float(E_mlp[0])},
+        "plain_mlp": {
+            "lr": lr_mlp,
+            "steps": steps_mlp,
+            "init_scale": 0.1,
+            "fit": mlp_fit,
+            "loss_drop_decades": mlp_drop_decades,
+            "final_loss": float(E_mlp[-1]),
+            "initial_loss": float(E_mlp[0]),
+        },
     }
     _style.write_summary(out, "fig5", summary)
     return summary

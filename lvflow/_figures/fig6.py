@@ -53,13 +53,15 @@ def _problems(steps: int):
     # run: its rate ∝ |c|²), shared by teacher and student so that the task is realisable
     c = 4.0 * jax.random.normal(jax.random.PRNGKey(5), (D_QK,)) / D_QK**0.5
     qk = arch.QKAttention(D_QK, DK_QK, HEADS_QK, None, key=key, init_scale=EPS, readout=c)
-    teacher = arch.QKAttention(D_QK, DK_QK, HEADS_QK, None, key=jax.random.PRNGKey(2), init_scale=D_QK**-0.5,
-                               readout=c)  # weights of scale 1/√D: scores O(1)
+    teacher = arch.QKAttention(
+        D_QK, DK_QK, HEADS_QK, None, key=jax.random.PRNGKey(2), init_scale=D_QK**-0.5, readout=c
+    )  # weights of scale 1/√D: scores O(1)
     qk_stream = TeacherStream(teacher, (D_QK, N_QK))
     return {
         "mlp": dict(label="tanh MLP 20→100→1", net=mlp, stream=mlp_stream, lr=0.05, steps=steps),
-        "qk": dict(label=f"QK-only attention (D = {D_QK}, N = {N_QK}, 4 heads)", net=qk, stream=qk_stream, lr=0.02,
-                   steps=steps),
+        "qk": dict(
+            label=f"QK-only attention (D = {D_QK}, N = {N_QK}, 4 heads)", net=qk, stream=qk_stream, lr=0.02, steps=steps
+        ),
     }
 
 
@@ -78,8 +80,20 @@ def _run(P: dict, *, eval_size: int, every: int) -> dict:
         preds = jax.vmap(b)(X_ev)
         return jnp.stack([jnp.mean((p - y_ev) ** 2) for p in preds])  # Eq. 26 per model
 
-    h = train(bundle, stream, optax.sgd(P["lr"]), P["steps"], batch_size=BATCH, key=key, record_every=every,
-              loss=bundle_loss, record=record, record_M=False, eval_data=(X_ev, y_ev), throw=False)
+    h = train(
+        bundle,
+        stream,
+        optax.sgd(P["lr"]),
+        P["steps"],
+        batch_size=BATCH,
+        key=key,
+        record_every=every,
+        loss=bundle_loss,
+        record=record,
+        record_M=False,
+        eval_data=(X_ev, y_ev),
+        throw=False,
+    )
     L = np.asarray(h.extras)  # (n, 2): network, NQF
     rel = np.abs(L[:, 0] - L[:, 1]) / L[:, 1]
     steps = np.asarray(h.steps)
@@ -88,8 +102,14 @@ def _run(P: dict, *, eval_size: int, every: int) -> dict:
     below = np.flatnonzero(rel <= DEPARTURE)
     last_below = below[-1] if below.size else -1
     departure = int(steps[last_below + 1]) if last_below + 1 < steps.size else None
-    return dict(steps=steps, loss_net=L[:, 0], loss_nqf=L[:, 1], rel=rel, departure=departure,
-                twin_check=twin_check(net, X_ev[:32]))
+    return dict(
+        steps=steps,
+        loss_net=L[:, 0],
+        loss_nqf=L[:, 1],
+        rel=rel,
+        departure=departure,
+        twin_check=twin_check(net, X_ev[:32]),
+    )
 
 
 def make(out: Path, *, quick: bool = False) -> dict:
@@ -123,11 +143,15 @@ def make(out: Path, *, quick: bool = False) -> dict:
         "eps": EPS,
         "batch_size": BATCH,
         "departure_threshold": DEPARTURE,
-        "departure_definition": ("the recorded step from which on |L_net - L_NQF| / L_NQF stays above the threshold "
-                                 "(losses on fixed fresh samples); null if it never departs"),
+        "departure_definition": (
+            "the recorded step from which on |L_net - L_NQF| / L_NQF stays above the threshold "
+            "(losses on fixed fresh samples); null if it never departs"
+        ),
         "models": {
             name: {
-                "label": P["label"], "lr": P["lr"], "steps": P["steps"],
+                "label": P["label"],
+                "lr": P["lr"],
+                "steps": P["steps"],
                 "departure_step": runs[name]["departure"],
                 "loss_initial": float(runs[name]["loss_net"][0]),
                 "loss_final_network": float(runs[name]["loss_net"][-1]),

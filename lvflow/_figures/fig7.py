@@ -36,8 +36,11 @@ def _models():
     return {
         "mlp": ("MLP 64→100→1", "flat", arch.MLP(64, 100, None, key=key, init_scale=EPS)),
         "cnn": ("CNN, 32 kernels 3×3", "image", arch.CNN((8, 8), (3, 3), 32, None, key=key, init_scale=EPS)),
-        "mha": ("4-head attention (rows as tokens)", "sequence",
-                arch.MultiHeadAttention(8, 8, 8, 4, None, key=key, init_scale=EPS)),
+        "mha": (
+            "4-head attention (rows as tokens)",
+            "sequence",
+            arch.MultiHeadAttention(8, 8, 8, 4, None, key=key, init_scale=EPS),
+        ),
     }
 
 
@@ -62,15 +65,33 @@ def _run(net, layout: str, *, steps: int, every: int) -> dict:
         out = []
         for X, y in ((Xtr, ytr), (Xte, yte)):
             preds = jax.vmap(b)(X)
-            out += [jnp.stack([jnp.mean((p - y) ** 2) for p in preds]),  # Eq. 26
-                    jnp.stack([jnp.mean(jnp.sign(p) == y) for p in preds])]
+            out += [
+                jnp.stack([jnp.mean((p - y) ** 2) for p in preds]),  # Eq. 26
+                jnp.stack([jnp.mean(jnp.sign(p) == y) for p in preds]),
+            ]
         return tuple(out)
 
-    h = train(bundle, (Xtr, ytr), optax.adam(LR), steps, record_every=every, loss=bundle_loss, record=record,
-              record_M=False, throw=False)
+    h = train(
+        bundle,
+        (Xtr, ytr),
+        optax.adam(LR),
+        steps,
+        record_every=every,
+        loss=bundle_loss,
+        record=record,
+        record_M=False,
+        throw=False,
+    )
     Ltr, Atr, Lte, Ate = (np.asarray(e) for e in h.extras)  # each (n, 2): network, NQF
-    return dict(steps=np.asarray(h.steps), loss_train=Ltr, acc_train=Atr, loss_test=Lte, acc_test=Ate,
-                twin_check=twin_check(net, Xtr[:16]), n_test=int(yte.shape[0]))
+    return dict(
+        steps=np.asarray(h.steps),
+        loss_train=Ltr,
+        acc_train=Atr,
+        loss_test=Lte,
+        acc_test=Ate,
+        twin_check=twin_check(net, Xtr[:16]),
+        n_test=int(yte.shape[0]),
+    )
 
 
 def make(out: Path, *, quick: bool = False) -> dict:
@@ -82,7 +103,9 @@ def make(out: Path, *, quick: bool = False) -> dict:
         for j, (name, (label, _, _)) in enumerate(models.items()):
             R = runs[name]
             ax = axs[0, j]
-            ax.semilogy(R["steps"], R["loss_train"][:, 0], color="tab:blue", lw=_style.NETWORK_WIDTH, label="network, train")
+            ax.semilogy(
+                R["steps"], R["loss_train"][:, 0], color="tab:blue", lw=_style.NETWORK_WIDTH, label="network, train"
+            )
             ax.semilogy(R["steps"], R["loss_train"][:, 1], **_style.THEORY, label="NQF, train")
             ax.semilogy(R["steps"], R["loss_test"][:, 0], color="tab:orange", lw=1.2, label="network, test")
             ax.semilogy(R["steps"], R["loss_test"][:, 1], color="tab:orange", ls="--", lw=1.0, label="NQF, test")
@@ -113,10 +136,18 @@ def make(out: Path, *, quick: bool = False) -> dict:
             name: {
                 "label": label,
                 "n_test": runs[name]["n_test"],
-                "final_train_loss": {"network": float(runs[name]["loss_train"][-1, 0]), "nqf": float(runs[name]["loss_train"][-1, 1])},
-                "final_test_accuracy": {"network": float(runs[name]["acc_test"][-1, 0]), "nqf": float(runs[name]["acc_test"][-1, 1])},
+                "final_train_loss": {
+                    "network": float(runs[name]["loss_train"][-1, 0]),
+                    "nqf": float(runs[name]["loss_train"][-1, 1]),
+                },
+                "final_test_accuracy": {
+                    "network": float(runs[name]["acc_test"][-1, 0]),
+                    "nqf": float(runs[name]["acc_test"][-1, 1]),
+                },
                 "max_train_loss_gap_rel_to_initial": gap(runs[name], "loss_train"),
-                "max_test_accuracy_gap": float(np.max(np.abs(runs[name]["acc_test"][:, 0] - runs[name]["acc_test"][:, 1]))),
+                "max_test_accuracy_gap": float(
+                    np.max(np.abs(runs[name]["acc_test"][:, 0] - runs[name]["acc_test"][:, 1]))
+                ),
                 "twin_vs_nqf_twin_rel_err": runs[name]["twin_check"],
             }
             for name, (label, _, _) in models.items()

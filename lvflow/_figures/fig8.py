@@ -39,11 +39,19 @@ def _problems():
     return {
         # the MLP from a smaller init (tanh's curvature is the departure from the NQF), with a
         # larger rate to keep its slower, degree-4 saddle escape inside the run
-        "mlp": dict(label="4-layer MLP 20→32→32→32→4", deep=DeepMLP(20, (32, 32, 32), 4, key=k1, init_scale=EPS_MLP),
-                    shallow=arch.MLP(20, 32, 4, key=k2, init_scale=EPS_MLP), lr=0.1),
-        "attention": dict(label="2-layer 4-head attention", seq=N_TOK,
-                          deep=DeepAttention(8, 4, 4, 4, 4, hidden_size=8, key=k1, init_scale=EPS),
-                          shallow=arch.MultiHeadAttention(8, 4, 4, 4, 4, key=k2, init_scale=EPS), lr=0.5),
+        "mlp": dict(
+            label="4-layer MLP 20→32→32→32→4",
+            deep=DeepMLP(20, (32, 32, 32), 4, key=k1, init_scale=EPS_MLP),
+            shallow=arch.MLP(20, 32, 4, key=k2, init_scale=EPS_MLP),
+            lr=0.1,
+        ),
+        "attention": dict(
+            label="2-layer 4-head attention",
+            seq=N_TOK,
+            deep=DeepAttention(8, 4, 4, 4, 4, hidden_size=8, key=k1, init_scale=EPS),
+            shallow=arch.MultiHeadAttention(8, 4, 4, 4, 4, key=k2, init_scale=EPS),
+            lr=0.5,
+        ),
     }
 
 
@@ -58,17 +66,29 @@ def _run(P: dict, *, m: int, steps: int, every: int) -> dict:
     ref = nqf_twin(deep, seq_len=P.get("seq"))  # the library's two-layer NQF (checks ZGZ per block)
     two = DeepNQF(blocks=tuple(BilinearTwin(b) for b in deep.blocks), chain=ref.chain, dphi0=ref.dphi0)
     X = teacher.X
-    check = float(np.max(np.abs(np.asarray(jax.vmap(two)(X[:8]) - jax.vmap(ref)(X[:8])))) /
-                  np.max(np.abs(np.asarray(jax.vmap(ref)(X[:8])))))
+    check = float(
+        np.max(np.abs(np.asarray(jax.vmap(two)(X[:8]) - jax.vmap(ref)(X[:8]))))
+        / np.max(np.abs(np.asarray(jax.vmap(ref)(X[:8]))))
+    )
     bundle = Bundle((deep, two, BilinearTwin(shallow)))
 
     def record(b):
         preds = jax.vmap(b)(X)
         return tuple(teacher.singular_values(p) for p in preds) + tuple(
-            ((p - teacher.y) ** 2).sum() / X.shape[0] for p in preds)
+            ((p - teacher.y) ** 2).sum() / X.shape[0] for p in preds
+        )
 
-    h = train(bundle, teacher, optax.sgd(P["lr"]), steps, record_every=every, loss=bundle_loss, record=record,
-              record_M=False, throw=False)
+    h = train(
+        bundle,
+        teacher,
+        optax.sgd(P["lr"]),
+        steps,
+        record_every=every,
+        loss=bundle_loss,
+        record=record,
+        record_M=False,
+        throw=False,
+    )
     ex = [np.asarray(e) for e in h.extras]
     s_hat = np.stack(ex[:3], axis=1) / np.asarray(S)  # (n, 3 models, r)
     L = np.stack(ex[3:], axis=1)  # (n, 3)
@@ -117,7 +137,9 @@ def make(out: Path, *, quick: bool = False) -> dict:
         "discrepancy_definition": "max over recorded steps of |L_net - L_NQF| / L_net(0)",
         "models": {
             name: {
-                "label": P["label"], "lr": P["lr"], "steps": steps[name],
+                "label": P["label"],
+                "lr": P["lr"],
+                "steps": steps[name],
                 "discrepancy_two_layer_nqf": disc(runs[name], 1),
                 "discrepancy_one_layer_nqf": disc(runs[name], 2),
                 "s_hat_gap_two_layer_nqf": float(np.max(np.abs(runs[name]["s_hat"][:, 0] - runs[name]["s_hat"][:, 1]))),

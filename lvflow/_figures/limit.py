@@ -55,8 +55,8 @@ def _s_limit(sched, tau):
 
 
 def make(out: Path, *, quick: bool = False) -> dict:
-    from .._schedule.schedule import plateau_schedule
     from .._glv.solve import solve_lv
+    from .._schedule.schedule import plateau_schedule
 
     lv = system()
     lim = plateau_schedule(lv, 1e-8)
@@ -93,10 +93,12 @@ def make(out: Path, *, quick: bool = False) -> dict:
         for c, eps in zip(cols, shown):
             ax.semilogy(tau_grid, runs[eps]["loss"], color=c, label=f"ε = 1e{round(math.log10(eps))}")
         step = np.asarray(lim.loss_at(tau_grid)) - L_inf
-        ax.semilogy(tau_grid, np.maximum(step, 1e-30), color="black", ls="--", lw=1.3,
-                    label="ε → 0 (plateau_schedule)")
-        ax.set(xlabel=r"rescaled time $\tau = t/\ln(1/\varepsilon)$", ylabel="excess loss $L - L_\infty$",
-               title="gLV at finite ε vs its ε → 0 limit")
+        ax.semilogy(tau_grid, np.maximum(step, 1e-30), color="black", ls="--", lw=1.3, label="ε → 0 (plateau_schedule)")
+        ax.set(
+            xlabel=r"rescaled time $\tau = t/\ln(1/\varepsilon)$",
+            ylabel=r"excess loss $L - L_\infty$",
+            title="gLV at finite ε vs its ε → 0 limit",
+        )
         ax.set_ylim(1e-4, 1.0)
         ax.legend(loc="lower left")
         _style.panel_label(ax, "a")
@@ -112,10 +114,18 @@ def make(out: Path, *, quick: bool = False) -> dict:
         ax.plot([], [], color="black", ls="--", lw=1.0, label="ε → 0 limit")
         for t_, m_, ig in zip(ev_tau, ev_mode, ev_ign):
             if not ig:
-                ax.annotate(f"mode {m_ + 1} switches off", xy=(t_, 0.0), xytext=(t_ - 2.6, -0.6),
-                            arrowprops=dict(arrowstyle="->", lw=0.8), fontsize=7.5)
-        ax.set(xlabel=r"rescaled time $\tau = t/\ln(1/\varepsilon)$",
-               ylabel=r"$s_k = \ln z_k / \ln(1/\varepsilon)$", title=f"modes at ε = 1e{round(math.log10(eps))}")
+                ax.annotate(
+                    f"mode {m_ + 1} switches off",
+                    xy=(t_, 0.0),
+                    xytext=(t_ - 2.6, -0.6),
+                    arrowprops=dict(arrowstyle="->", lw=0.8),
+                    fontsize=7.5,
+                )
+        ax.set(
+            xlabel=r"rescaled time $\tau = t/\ln(1/\varepsilon)$",
+            ylabel=r"$s_k = \ln z_k / \ln(1/\varepsilon)$",
+            title=f"modes at ε = 1e{round(math.log10(eps))}",
+        )
         ax.set_ylim(-1.1, 0.15)
         ax.legend(loc="lower right")
         _style.panel_label(ax, "b")
@@ -131,8 +141,11 @@ def make(out: Path, *, quick: bool = False) -> dict:
         ax.loglog(x, 3.0 / x, **_style.THEORY, label=r"$\propto 1/\ln(1/\varepsilon)$")
         ax.plot([], [], "o-", color="0.5", ms=3.5, label="vs the ε → 0 limit")
         ax.plot([], [], "s:", color="0.5", ms=3.0, mfc="none", label="vs the corrected schedule")
-        ax.set(xlabel=r"$\ln(1/\varepsilon)$", ylabel=r"$|\tau^*_{\rm gLV} - \tau^*_{\rm predicted}|$",
-               title="ignition times converge like 1/ln(1/ε)")
+        ax.set(
+            xlabel=r"$\ln(1/\varepsilon)$",
+            ylabel=r"$|\tau^*_{\rm gLV} - \tau^*_{\rm predicted}|$",
+            title="ignition times converge like 1/ln(1/ε)",
+        )
         ax.set_xticks([5, 10, 20, 50] + ([] if quick else [100, 200]))
         ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
@@ -143,8 +156,11 @@ def make(out: Path, *, quick: bool = False) -> dict:
     summary = {
         "figure": "limit",
         "quick": quick,
-        "r": np.asarray(lv.r), "C": np.asarray(lv.C),
-        "limit_event_tau": ev_tau, "limit_event_mode": ev_mode, "limit_event_ignites": ev_ign,
+        "r": np.asarray(lv.r),
+        "C": np.asarray(lv.C),
+        "limit_event_tau": ev_tau,
+        "limit_event_mode": ev_mode,
+        "limit_event_ignites": ev_ign,
         "limit_plateau_loss": np.asarray(lim.loss),
         "switch_offs": [int(m) for m, ig in zip(ev_mode, ev_ign) if not ig],
         "eps": conv,
@@ -153,8 +169,9 @@ def make(out: Path, *, quick: bool = False) -> dict:
         "tau_measured": {f"{e:g}": runs[e]["tau_meas"] for e in conv},
         "tau_predicted_corrected": {f"{e:g}": runs[e]["tau_corr"] for e in conv},
         "max_abs_err_limit": {f"{e:g}": float(np.max(np.abs(runs[e]["tau_meas"] - tau_lim))) for e in conv},
-        "max_abs_err_corrected": {f"{e:g}": float(np.max(np.abs(runs[e]["tau_meas"] - runs[e]["tau_corr"])))
-                                  for e in conv},
+        "max_abs_err_corrected": {
+            f"{e:g}": float(np.max(np.abs(runs[e]["tau_meas"] - runs[e]["tau_corr"]))) for e in conv
+        },
     }
     _style.write_summary(out, "limit", summary)
     return summary

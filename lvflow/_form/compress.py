@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._validate import check_positive, check_positive_int
 from .flow import check_state
 from .nqf import NQF
-from .._validate import check_positive, check_positive_int
 
 
 class Compressed(eqx.Module):

@@ -10,8 +10,8 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from .._errors import LvflowError, SolverError
-from .nqf import NQF
 from .._validate import _is_concrete, as_array, check_positive, check_positive_int, check_psd
+from .nqf import NQF
 
 
 class FlowSolution(eqx.Module):
@@ -202,8 +202,13 @@ def matrix_flow(
         if _is_concrete(M0) and (mu0 is None or _is_concrete(mu0)):
             atol = 1e-3 * rtol * _smallest_scale(np.asarray(M0), None if mu0 is None else np.asarray(mu0))
         else:
-            atol = 1e-3 * rtol * _smallest_scale_jax(
-                jax.lax.stop_gradient(jnp.asarray(M0)), None if mu0 is None else jax.lax.stop_gradient(jnp.asarray(mu0))
+            atol = (
+                1e-3
+                * rtol
+                * _smallest_scale_jax(
+                    jax.lax.stop_gradient(jnp.asarray(M0)),
+                    None if mu0 is None else jax.lax.stop_gradient(jnp.asarray(mu0)),
+                )
             )
     else:
         atol = check_positive("atol", atol)

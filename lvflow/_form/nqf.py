@@ -31,8 +31,8 @@ class NQF(eqx.Module):
     """
 
     A: Float[Array, "m *k p p"]
-    y: Float[Array, "m *k"]
-    f0: Float[Array, "m *k"]
+    y: Float[Array, "m *k"]  # noqa: F821 (jaxtyping's variadic dims)
+    f0: Float[Array, "m *k"]  # noqa: F821 (jaxtyping's variadic dims)
     g: Float[Array, "m *k p"] | None
     B: Float[Array, "m *k p p"] | None
 
@@ -82,7 +82,7 @@ class NQF(eqx.Module):
         """Whether the module breaks ZGZ (Thm 12), so that `μ = W 1` enters the dynamics."""
         return self.g is not None or self.B is not None
 
-    def predict(self, M: Float[Array, "p p"], mu: Float[Array, " p"] | None = None) -> Float[Array, "m *k"]:
+    def predict(self, M: Float[Array, "p p"], mu: Float[Array, " p"] | None = None) -> Float[Array, "m *k"]:  # noqa: F821 (jaxtyping's variadic dims)
         """`f_μ = f0_μ + g_μᵀμ + Tr[M A_μ] + μᵀ B_μ μ` for every sample (Eq. 2, Eq. 196)."""
         self._need_mu(mu)
         out = self.f0 + jnp.einsum("...ij,ij->...", self.A, M)
@@ -93,7 +93,7 @@ class NQF(eqx.Module):
                 out = out + jnp.einsum("...ij,i,j->...", self.B, mu, mu)
         return out
 
-    def residual(self, M, mu=None) -> Float[Array, "m *k"]:
+    def residual(self, M, mu=None) -> Float[Array, "m *k"]:  # noqa: F821 (jaxtyping's variadic dims)
         """`Δ_μ = f_μ − y_μ`."""
         return self.predict(M, mu) - self.y
 

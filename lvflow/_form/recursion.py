@@ -9,9 +9,9 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from .._errors import LvflowError, SolverError
+from .._validate import check_in_open_interval, check_positive, check_positive_int
 from .flow import check_state, gradient_terms
 from .nqf import NQF
-from .._validate import check_in_open_interval, check_positive, check_positive_int
 
 
 class RecursionResult(eqx.Module):
@@ -171,14 +171,21 @@ def gd_recursion(
     mu_init = jnp.zeros(nqf.p) if mu0 is None else jnp.asarray(mu0, dtype=jnp.float64)
     f = lambda x: jnp.asarray(x, dtype=jnp.float64)
     M, mu, loss = _run(
-        nqf, f(M0), mu_init, f(d), f(lr), f(gamma), f(beta), batches,
-        steps // record_every, int(record_every), beta != 0.0,
+        nqf,
+        f(M0),
+        mu_init,
+        f(d),
+        f(lr),
+        f(gamma),
+        f(beta),
+        batches,
+        steps // record_every,
+        int(record_every),
+        beta != 0.0,
     )
     if not bool(jnp.all(jnp.isfinite(M))):
         bad = int(np.argmin(np.all(np.isfinite(np.asarray(M)), axis=(1, 2))))
         raise SolverError(
             f"gd_recursion: the iterates diverged (non-finite M by step {bad * record_every}); lr={lr:g} is too large"
         )
-    return RecursionResult(
-        steps=jnp.arange(0, steps + 1, record_every), M=M, mu=None if mu0 is None else mu, loss=loss
-    )
+    return RecursionResult(steps=jnp.arange(0, steps + 1, record_every), M=M, mu=None if mu0 is None else mu, loss=loss)

@@ -155,9 +155,7 @@ def expand(
             which = ["gradient columns", "diagonal Hessian blocks H_ii", "off-diagonal blocks H_ij"][
                 int(np.argmax([dev_g, dev_ii, dev_ij]))
             ]
-            raise SymmetryError(
-                f"module: not permutation-symmetric: its {which} differ across neurons by {dev:.3g}"
-            )
+            raise SymmetryError(f"module: not permutation-symmetric: its {which} differ across neurons by {dev:.3g}")
     g = G[..., 0]
     Hii, Hij = Hii[0], Hij[0]
     sym = lambda a: 0.5 * (a + jnp.swapaxes(a, -1, -2))

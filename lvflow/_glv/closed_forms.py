@@ -52,7 +52,9 @@ def log_orthogonal_features(r: ArrayLike, c_diag: ArrayLike, log_z0: ArrayLike, 
     """`ln z_k(t)` of Thm 6 from `ln z_k0`: `ln z0 − ln(e^{−rt} + C z0 (1 − e^{−rt})/r)` (`r > 0`), else
     `ln z0 + rt − ln(1 + C z0 (e^{rt} − 1)/r)`. For initial values below the float64 range
     (`z0 < 1e-308`) and for derivatives, which stay well scaled in the logarithm."""
-    r, c, lz0 = (jnp.asarray(as_array(n, v), dtype=float) for n, v in (("r", r), ("c_diag", c_diag), ("log_z0", log_z0)))
+    r, c, lz0 = (
+        jnp.asarray(as_array(n, v), dtype=float) for n, v in (("r", r), ("c_diag", c_diag), ("log_z0", log_z0))
+    )
     t = jnp.asarray(as_array("t", t, ndim=(0, 1)), dtype=float)
     if _is_concrete(c) and np.any(np.asarray(c) < 0):
         raise LvflowError("c_diag: must be >= 0 (C is PSD)")
@@ -160,7 +162,7 @@ class XiSolution(eqx.Module):
     per-sample squared residuals `Δ_μ²`, and `loss` their mean (Eq. 26)."""
 
     ts: Float[Array, " n"]
-    xi: Float[Array, "n *m"]
+    xi: Float[Array, "n *m"]  # noqa: F821 (jaxtyping's variadic dims)
     zs: Float[Array, "n K"]
     W: Float[Array, "n p d"] | None
     losses: Float[Array, "n m"]

@@ -112,7 +112,9 @@ class LowRankLotkaVolterra(eqx.Module):
             raise LvflowError(f"d, U: shapes {np.shape(d)}, {np.shape(U)} do not match r of shape {np.shape(r)}")
         if _is_concrete(d):
             if np.size(d) and float(np.min(d)) <= 0:
-                raise LvflowError(f"d: must be positive (C = diag(d) + UUᵀ positive definite), min is {float(np.min(d)):g}")
+                raise LvflowError(
+                    f"d: must be positive (C = diag(d) + UUᵀ positive definite), min is {float(np.min(d)):g}"
+                )
         else:  # built under jit/vmap: checked when the values are known
             d = eqx.error_if(d, jnp.any(d <= 0), "d: must be positive (C = diag(d) + UUᵀ positive definite)")
         self.r = jnp.asarray(r, dtype=float)

@@ -8,8 +8,8 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from .._errors import LvflowError, NotCommutingError
-from .lv import LotkaVolterra
 from .._form.nqf import NQF
+from .lv import LotkaVolterra
 
 # Eigenvalues of a random combination closer than this (relative) are refined by a second
 # random combination restricted to their span: eigenvectors of nearly equal eigenvalues are
@@ -177,9 +177,7 @@ class ProjectorForm(eqx.Module):
         if bool(jnp.all(self.rank == 1)):
             w, V = np.linalg.eigh(np.asarray(self.Pi))
             P = _canonical_signs(V[:, :, -1].T)
-        return LotkaVolterra(
-            2 * self.gamma, jnp.diag(2 * self.kappa / self.rank), y2=self.y2, P=P, check=False
-        )
+        return LotkaVolterra(2 * self.gamma, jnp.diag(2 * self.kappa / self.rank), y2=self.y2, P=P, check=False)
 
 
 def reduce_to_projectors(nqf: NQF, *, atol: float = 1e-8) -> ProjectorForm:
@@ -215,13 +213,20 @@ def reduce_to_projectors(nqf: NQF, *, atol: float = 1e-8) -> ProjectorForm:
     sym = lambda X, Q: X @ Q + Q @ X
     y_res = np.array([np.linalg.norm(sym(Y, Pi[a]) - 2 * gamma[a] * Pi[a]) for a in range(len(groups))])
     k_res = np.array(
-        [[np.linalg.norm(sym(KPi[b], Pi[a]) - 2 * kappa[a] * eye[a, b] * Pi[a]) for b in range(len(groups))]
-         for a in range(len(groups))]
+        [
+            [np.linalg.norm(sym(KPi[b], Pi[a]) - 2 * kappa[a] * eye[a, b] * Pi[a]) for b in range(len(groups))]
+            for a in range(len(groups))
+        ]
     ).reshape(len(groups), len(groups))
     kscale = max(float(np.max(np.abs(KPi))) if KPi.size else 0.0, np.finfo(float).tiny)
     holds = bool(np.all(y_res <= atol * yscale * np.sqrt(p)) and np.all(k_res <= atol * kscale * np.sqrt(p)))
     return ProjectorForm(
-        Pi=jnp.asarray(Pi), rank=jnp.asarray(rank), gamma=jnp.asarray(gamma), kappa=jnp.asarray(kappa),
-        y_residual=jnp.asarray(y_res), k_residual=jnp.asarray(k_res), y2=jnp.asarray(float(t @ t) / m),
+        Pi=jnp.asarray(Pi),
+        rank=jnp.asarray(rank),
+        gamma=jnp.asarray(gamma),
+        kappa=jnp.asarray(kappa),
+        y_residual=jnp.asarray(y_res),
+        k_residual=jnp.asarray(k_res),
+        y2=jnp.asarray(float(t @ t) / m),
         holds=holds,
     )

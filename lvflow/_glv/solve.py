@@ -11,13 +11,19 @@ import optimistix as optx
 from jaxtyping import Array, Bool, Float
 
 from .._errors import LvflowError, SolverError
-from .lv import LotkaVolterra, LowRankLotkaVolterra, equilibrium_is_unique, saturated_equilibrium, saturated_equilibrium_jax
+from .._validate import _is_concrete, as_array, check_in_open_interval, check_positive
 from .interaction import DenseInteraction
+from .lv import (
+    LotkaVolterra,
+    LowRankLotkaVolterra,
+    equilibrium_is_unique,
+    saturated_equilibrium,
+    saturated_equilibrium_jax,
+)
 from .rodas5p import Rodas5P
+from .solution import LVSolution, finish_solution, switch_on_target
 from .switch_on import SwitchOnTracker
 from .term import LogLotkaVolterraTerm, is_diagonal
-from .solution import LVSolution, finish_solution, switch_on_target
-from .._validate import _is_concrete, as_array, check_in_open_interval, check_positive
 
 _DEFAULT_MAX_STEPS = 16384
 _ADJOINTS = (dfx.RecursiveCheckpointAdjoint, dfx.DirectAdjoint, dfx.ForwardMode)
@@ -159,11 +165,14 @@ def solve_lv(
     if solver_given and not isinstance(solver, dfx.AbstractSolver):
         raise LvflowError(f"solver: expected a diffrax solver, got {type(solver).__name__}")
     if stepsize_controller is not None and not isinstance(stepsize_controller, dfx.AbstractStepSizeController):
-        raise LvflowError(f"stepsize_controller: expected a diffrax step-size controller, got {type(stepsize_controller).__name__}")
+        raise LvflowError(
+            f"stepsize_controller: expected a diffrax step-size controller, got {type(stepsize_controller).__name__}"
+        )
     if adjoint is not None and not isinstance(adjoint, _ADJOINTS):
         raise LvflowError(
             "adjoint: expected diffrax.RecursiveCheckpointAdjoint, DirectAdjoint or ForwardMode "
-            f"(the solve saves the tracker's state, which the others cannot differentiate), got {type(adjoint).__name__}"
+            "(the solve saves the tracker's state, which the others cannot differentiate), "
+            f"got {type(adjoint).__name__}"
         )
 
     if method not in ("auto", "closed_form", "ode"):

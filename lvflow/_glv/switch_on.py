@@ -86,7 +86,9 @@ class SwitchOnTracker(dfx.AbstractWrappedSolver):
 
     def init(self, terms, t0, t1, y0, args) -> SwitchOnState:
         if jnp.shape(y0) != jnp.shape(self.threshold):
-            raise LvflowError(f"y0: shape {jnp.shape(y0)} does not match SwitchOnTracker's threshold {jnp.shape(self.threshold)}")
+            raise LvflowError(
+                f"y0: shape {jnp.shape(y0)} does not match SwitchOnTracker's threshold {jnp.shape(self.threshold)}"
+            )
         inner = self.solver.init(terms, t0, t1, y0, args)
         shapes = eqx.filter_eval_shape(self.solver.step, terms, t0, t1, y0, args, inner, False)[2]
         info = jtu.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)

@@ -8,6 +8,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._errors import LvflowError
+from .._validate import _is_concrete
 from .interaction import (
     AbstractInteraction,
     DenseInteraction,
@@ -16,7 +17,6 @@ from .interaction import (
     exp_clipped,
 )
 from .lv import LotkaVolterra, LowRankLotkaVolterra
-from .._validate import _is_concrete
 
 
 class LogLotkaVolterraTerm(dfx.AbstractTerm):
@@ -44,7 +44,10 @@ class LogLotkaVolterraTerm(dfx.AbstractTerm):
         if jnp.ndim(self.r) != 1:
             raise LvflowError(f"r: expected shape (K,), got {jnp.shape(self.r)}")
         if not isinstance(self.interaction, AbstractInteraction):
-            raise LvflowError(f"interaction: expected C in its structure, got {type(self.interaction).__name__} (build the term with from_system)")
+            raise LvflowError(
+                f"interaction: expected C in its structure, got {type(self.interaction).__name__} "
+                "(build the term with from_system)"
+            )
 
     @classmethod
     def from_system(cls, system: LotkaVolterra | LowRankLotkaVolterra) -> "LogLotkaVolterraTerm":

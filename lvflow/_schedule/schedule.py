@@ -34,11 +34,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from .active_set import _backend, _repair
 from .._errors import LvflowError, SolverError
 from .._glv.lv import LotkaVolterra, LowRankLotkaVolterra
-from .orbit import transient
 from .._validate import as_array, check_in_open_interval, check_psd
+from .active_set import _backend, _repair
+from .orbit import transient
 
 # σ_k = r_k − (Cz*)_k counts as positive (zero) above (below) this fraction of max|r|.
 _RTOL = 1e-10
@@ -122,9 +122,7 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
         if cols is not None:
             o = orbits.pop(k)
             if set(ext.tolist()) != set(o.leaving.tolist()):
-                raise LvflowError(
-                    f"transients: mode {k}'s ignition leaves modes at z* = 0 still active; not supported"
-                )
+                raise LvflowError(f"transients: mode {k}'s ignition leaves modes at z* = 0 still active; not supported")
             w += o.Cm
             w[o.leaving] = -o.u_off
             orbits.clear()
@@ -240,7 +238,9 @@ class PlateauSchedule(eqx.Module):
             eps = self.eps
         eps = check_in_open_interval("eps", eps, 0.0, 1.0)
         if (self.corrected or self.explicit_z0) and not math.isclose(eps, self.eps, rel_tol=1e-12):
-            raise LvflowError(f"eps: this schedule was built for eps = {self.eps:g} (corrected or explicit z0), got {eps:g}")
+            raise LvflowError(
+                f"eps: this schedule was built for eps = {self.eps:g} (corrected or explicit z0), got {eps:g}"
+            )
         return self.tau * math.log(1 / eps)
 
     def loss_at(self, tau: Float[Array, "*b"]) -> Float[Array, "*b"]:
@@ -401,20 +401,12 @@ def plateau_schedule(
     `x = e_k − C_SS⁻¹ C_Sk` (the support re-equilibrating adiabatically), which is added. An
     adiabatic logistic rise is symmetric about its half time, so ignitions placed there need no
     such term. Event times are reported as `τ = t / ln(1/ε)`; switch-offs are recorded at the
-    time of the ignition that causes them. Measured at ε = 1e-4 on a four-mode coupled system
-    (tests/test_schedule.py), the summed ignition-time error against a stiff integration drops
-    from 0.87 (limit) to 0.46 (corrected), and from 0.40 to 0.095 on a two-mode one; it is
-    exact for diagonal `C`.
+    time of the ignition that causes them. It is exact for diagonal `C`.
 
     *Validity.* The correction assumes that the support relaxes fast compared with the entering
     mode (`σ_k` well below the eigenvalues of `Diag(z*_S) C_SS`) and that an ignition does not
-    switch modes off. Where either fails it can be worse than the limit: on the three-mode
-    system of the `limit` figure, mode 1 ignites slowly (`σ = 0.12` against relaxation rates
-    0.14 and 1.16) while switching mode 2 off, and its corrected time is 7.85 time units early
-    at every ε (the limit: 0.38); measured against a resolved finite-ε integration, the error
-    splits into −8.10 (the target `½ z(∞) = 0.4` rather than half of `σ/γ = 1.47`), +13.72 (the
-    non-adiabatic rise) and +2.23 (the lag left by mode 0's slow rise). `transients=True`
-    removes all three.
+    switch modes off; where either fails it can be worse than the limit, and `transients=True`
+    is the remedy (measurements in `docs/devdocs/schedule.md`).
 
     **Transients** (`transients=True`, with `corrected=True`). Each ignition of a mode `k` from a
     plateau `z_old` into `z_new` is integrated once on its local unstable orbit (`_orbit.py`):
@@ -425,16 +417,10 @@ def plateau_schedule(
     `−(C m)_j`, `m = ∫ (z − z_step) dt` over the transition (a step at `t_c`, plus the decay
     tail of the modes it switches off), in place of the linger term; and a switched-off mode
     restarts from `lim [ln z_j(t) − σ_j (t − t_c)]`, not from its last plateau level. Neither
-    adiabatic relaxation nor non-swap ignitions are assumed. Measured against resolved
-    integrations (tests/test_schedule.py): on the `limit` figure's system at ε = 1e-32 the
-    errors of the three ignitions are 1e-5, 8e-5, 1e-6 time units (`corrected` alone: 1e-5,
-    0.52, 7.85; at ε = 1e-16, 0.0015, 0.041, 1e-4, where the modes still at `O(ε^s)` are ~1e-3);
-    at ε = 1e-4 the summed `|Δτ|` drops to 0.038 on the two-mode and 0.27 on the four-mode system.
-    What remains is the other modes' finite size during a transition, which the orbit leaves
-    out: it is `O(ε^s)`, not `O(1/ln(1/ε))`. Cost: one small stiff ODE (scipy LSODA, `2|M|`
-    unknowns, `O(|M|³)` per step, ~10 ms) per ignition, plus one per candidate that the
-    logistic `θ_k` ranked first but whose orbit does not come first, each with an `O(K²)` copy
-    of the backend — for systems of up to a few hundred modes. For diagonal `C` the orbit is the
+    adiabatic relaxation nor non-swap ignitions are assumed; what remains is the other modes'
+    finite size during a transition, `O(ε^s)` rather than `O(1/ln(1/ε))`. Cost: one small stiff
+    ODE (`2|M|` unknowns) per ignition and per candidate the logistic `θ_k` ranked first but
+    whose orbit does not come first — for systems of up to a few hundred modes. For diagonal `C` the orbit is the
     logistic and the closed form above is used. Overlapping ignitions (a mode already past its
     threshold when the previous ignition's plateau is reached: close growth rates at moderate
     ε), simultaneous ones, and ignitions that bring a mode at `z* = 0` back into the support
@@ -473,7 +459,14 @@ def plateau_schedule(
         N = 4 * K + 16 if max_events is None else int(max_events)
         with _one_blas_thread():
             (ev_t, ev_mode, ev_ign, ev_loss), loss0, tstar, z_final = _run(
-                _backend(system, corrected), r, y2, u0, active0, _tol(r), corrected, N,
+                _backend(system, corrected),
+                r,
+                y2,
+                u0,
+                active0,
+                _tol(r),
+                corrected,
+                N,
                 _columns(system) if transients else None,
             )
         # ignitions are recorded before the switch-offs they cause; keep time order stable

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
@@ -31,7 +30,9 @@ def recovered_singular_values(teacher, source) -> Float[Array, "*n r"]:
     out = jnp.asarray(source)
     want = tuple(teacher.y.shape)
     if tuple(out.shape[-len(want) :]) != want:
-        raise LvflowError(f"source: outputs of shape {tuple(out.shape)} do not end with the teacher's label shape {want}")
+        raise LvflowError(
+            f"source: outputs of shape {tuple(out.shape)} do not end with the teacher's label shape {want}"
+        )
     return teacher.singular_values(out)
 
 

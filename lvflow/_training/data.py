@@ -379,8 +379,14 @@ def teacher_student_stream(
         readout_scale = 1 / math.sqrt(width)
     else:
         readout_scale = check_positive("readout_scale", readout_scale)
-    teacher = MLP(in_size, width, out_size, key=jax.random.PRNGKey(_rng(seed).integers(2**31)), init_scale=1.0,
-                  activation=activation)
+    teacher = MLP(
+        in_size,
+        width,
+        out_size,
+        key=jax.random.PRNGKey(_rng(seed).integers(2**31)),
+        init_scale=1.0,
+        activation=activation,
+    )
     k = 1 if out_size is None else out_size
     W = teacher.W
     scale = jnp.concatenate([jnp.full(in_size, 1 / math.sqrt(in_size)), jnp.full(k, readout_scale)])

@@ -64,8 +64,16 @@ class DeepMLP(eqx.Module):
     chain: str = eqx.field(static=True, default="mlp")
     twin_blocks: bool = eqx.field(static=True, default=True)
 
-    def __init__(self, in_size: int, hidden: tuple[int, int, int], out_size=None, *, key: PRNGKeyArray,
-                 init_scale=0.01, activation=jnp.tanh):
+    def __init__(
+        self,
+        in_size: int,
+        hidden: tuple[int, int, int],
+        out_size=None,
+        *,
+        key: PRNGKeyArray,
+        init_scale=0.01,
+        activation=jnp.tanh,
+    ):
         from ..architectures import MLP
 
         if len(tuple(hidden)) != 3:
@@ -104,8 +112,18 @@ class DeepAttention(eqx.Module):
     chain: str = eqx.field(static=True, default="attention")
     twin_blocks: bool = eqx.field(static=True, default=True)
 
-    def __init__(self, in_size: int, key_size: int, value_size: int, num_heads: int, out_size=None, *,
-                 hidden_size: int | None = None, key: PRNGKeyArray, init_scale=0.01):
+    def __init__(
+        self,
+        in_size: int,
+        key_size: int,
+        value_size: int,
+        num_heads: int,
+        out_size=None,
+        *,
+        hidden_size: int | None = None,
+        key: PRNGKeyArray,
+        init_scale=0.01,
+    ):
         from ..architectures import MultiHeadAttention
 
         hidden_size = in_size if hidden_size is None else hidden_size

@@ -100,9 +100,7 @@ def default_trainable(model):
     if not neuron_arrays(model):
         return jax.tree_util.tree_map(eqx.is_inexact_array, model)
     leaves, treedef = jax.tree_util.tree_flatten_with_path(model)
-    return jax.tree_util.tree_unflatten(
-        treedef, [_is_W(path) and eqx.is_inexact_array(leaf) for path, leaf in leaves]
-    )
+    return jax.tree_util.tree_unflatten(treedef, [_is_W(path) and eqx.is_inexact_array(leaf) for path, leaf in leaves])
 
 
 def order_parameters(model):
@@ -300,14 +298,18 @@ def train(
     t = 0
     try:
         for n in plan:
-            params, opt_state, rec = _run_group(params, opt_state, static, data_arrays, ev, key, jnp.asarray(t), cfg(every, n))
+            params, opt_state, rec = _run_group(
+                params, opt_state, static, data_arrays, ev, key, jnp.asarray(t), cfg(every, n)
+            )
             records.append(rec)
             step_list.extend(t + every * (i + 1) for i in range(n))
             t += every * n
             if bar is not None:
                 bar.update(every * n)
         if rem:
-            params, opt_state, rec = _run_group(params, opt_state, static, data_arrays, ev, key, jnp.asarray(t), cfg(rem, 1))
+            params, opt_state, rec = _run_group(
+                params, opt_state, static, data_arrays, ev, key, jnp.asarray(t), cfg(rem, 1)
+            )
             records.append(rec)
             t += rem
             step_list.append(t)

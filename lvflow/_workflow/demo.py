@@ -10,8 +10,12 @@ import numpy as np
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eps", type=float, default=1e-5, help="initial scale ε, z_k(0) = ε (default 1e-5)")
-    parser.add_argument("--plot", type=Path, default=Path("lvflow-demo.png"),
-                        help="where to write the predicted loss curve (default lvflow-demo.png)")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        default=Path("lvflow-demo.png"),
+        help="where to write the predicted loss curve (default lvflow-demo.png)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -34,7 +34,9 @@ def _check_file(path, name: str) -> Path:
     if not os.access(p, os.R_OK):
         raise LvflowError(f"{name}: file is not readable (permission denied): {p}")
     if p.suffix.lower() not in SUFFIXES:
-        raise LvflowError(f"{name}: unsupported file type {p.suffix or '(none)'!r} for {p}; use one of {', '.join(SUFFIXES)}")
+        raise LvflowError(
+            f"{name}: unsupported file type {p.suffix or '(none)'!r} for {p}; use one of {', '.join(SUFFIXES)}"
+        )
     return p
 
 
@@ -50,8 +52,10 @@ def _numeric(name: str, key: str, a: np.ndarray) -> np.ndarray:
 
 
 def _pickle_refused(name: str, p: Path) -> LvflowError:
-    return LvflowError(f"{name}: {p} contains pickled (object) data, which lvflow refuses to load for safety; "
-                       "save plain numeric arrays with numpy.save / numpy.savez")
+    return LvflowError(
+        f"{name}: {p} contains pickled (object) data, which lvflow refuses to load for safety; "
+        "save plain numeric arrays with numpy.save / numpy.savez"
+    )
 
 
 _READ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile)

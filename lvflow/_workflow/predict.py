@@ -23,18 +23,18 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from .eps_merge import eps_merge
 from .._errors import LvflowError, NotCommutingError
 from .._form.flow import matrix_flow
-from .._glv.lv import LotkaVolterra
 from .._form.nqf import NQF
-from .predict_inputs import initial_scale
-from .prediction import Prediction
+from .._glv.lv import LotkaVolterra
 from .._glv.reduce import reduce_to_lv
+from .._glv.solve import solve_lv
 from .._scaling import predicted_exponent
 from .._schedule.schedule import plateau_schedule
-from .._glv.solve import solve_lv
 from .._validate import check_in_open_interval, check_positive
+from .eps_merge import eps_merge
+from .predict_inputs import initial_scale
+from .prediction import Prediction
 
 
 def predict(
@@ -109,8 +109,19 @@ def predict(
             if force_lv:
                 raise
             return _predict_matrix_flow(
-                system, eps=eps, c=c, z0=z0, init_std=init_std, width=width, lr=lr, rho=rho, t1=t1,
-                num_points=num_points, exponent=exponent, source=source or "NQF", reason=str(e),
+                system,
+                eps=eps,
+                c=c,
+                z0=z0,
+                init_std=init_std,
+                width=width,
+                lr=lr,
+                rho=rho,
+                t1=t1,
+                num_points=num_points,
+                exponent=exponent,
+                source=source or "NQF",
+                reason=str(e),
             )
         y2_known = True
         source = source or f"NQF reduced to a {lv.K}-mode gLV"
@@ -132,7 +143,8 @@ def predict(
     if np.any((r > 0) & (Ckk * z0 >= r)):
         k = int(np.flatnonzero((r > 0) & (Ckk * z0 >= r))[0])
         raise LvflowError(
-            f"eps: too large, mode {k + 1} starts at or above its plateau (C_kk z_k0 = {Ckk[k] * z0[k]:.3g} ≥ r_k = {r[k]:.3g}); "
+            f"eps: too large, mode {k + 1} starts at or above its plateau "
+            f"(C_kk z_k0 = {Ckk[k] * z0[k]:.3g} ≥ r_k = {r[k]:.3g}); "
             "the theory describes small initialisation"
         )
 
@@ -161,13 +173,27 @@ def predict(
     em = eps_merge(zo, C=Co, c=co, rho=rho)
     em = np.where(on[:-1] & on[1:], em, np.nan)
     return Prediction(
-        method="lv", source=source, eps=float(eps), rho=float(rho), learning_rate=lr, t1=float(t1),
-        exponent=float(exponent), notes=tuple(notes),
-        c=jnp.asarray(c), order=jnp.asarray(order), r=jnp.asarray(zo), C_diag=jnp.asarray(Co),
+        method="lv",
+        source=source,
+        eps=float(eps),
+        rho=float(rho),
+        learning_rate=lr,
+        t1=float(t1),
+        exponent=float(exponent),
+        notes=tuple(notes),
+        c=jnp.asarray(c),
+        order=jnp.asarray(order),
+        r=jnp.asarray(zo),
+        C_diag=jnp.asarray(Co),
         V=jnp.asarray(np.where(zo > 0, zo**2 / (8 * Co), 0.0)),
-        t_star=jnp.asarray(t_star[order]), tau_star=jnp.asarray(tau_star[order]),
-        plateau_loss=jnp.asarray(plateau_k[order]), eps_merge=jnp.asarray(em), z_inf=jnp.asarray(z_inf),
-        ts=jnp.asarray(ts), loss=jnp.asarray(loss), excess_loss=jnp.asarray(excess),
+        t_star=jnp.asarray(t_star[order]),
+        tau_star=jnp.asarray(tau_star[order]),
+        plateau_loss=jnp.asarray(plateau_k[order]),
+        eps_merge=jnp.asarray(em),
+        z_inf=jnp.asarray(z_inf),
+        ts=jnp.asarray(ts),
+        loss=jnp.asarray(loss),
+        excess_loss=jnp.asarray(excess),
     )
 
 
@@ -202,13 +228,30 @@ def _predict_matrix_flow(nqf: NQF, *, eps, c, z0, init_std, width, lr, rho, t1, 
     loss = np.asarray(sol.loss)
     empty = jnp.zeros((0,))
     return Prediction(
-        method="matrix_flow", source=source, eps=float(eps), rho=float(rho), learning_rate=lr, t1=float(t1),
+        method="matrix_flow",
+        source=source,
+        eps=float(eps),
+        rho=float(rho),
+        learning_rate=lr,
+        t1=float(t1),
         exponent=float(exponent),
-        notes=(f"structure matrices do not commute ({reason}); used the full M-flow (Eq. 28) from M0 = eps·I, "
-               "no per-mode table; excess_loss is relative to the loss at t1",),
-        c=jnp.asarray(cvec), order=jnp.zeros((0,), dtype=int), r=empty, C_diag=empty, V=empty, t_star=empty,
-        tau_star=empty, plateau_loss=empty, eps_merge=empty, z_inf=empty,
-        ts=jnp.asarray(ts), loss=jnp.asarray(loss), excess_loss=jnp.asarray(loss - loss[-1]),
+        notes=(
+            f"structure matrices do not commute ({reason}); used the full M-flow (Eq. 28) from M0 = eps·I, "
+            "no per-mode table; excess_loss is relative to the loss at t1",
+        ),
+        c=jnp.asarray(cvec),
+        order=jnp.zeros((0,), dtype=int),
+        r=empty,
+        C_diag=empty,
+        V=empty,
+        t_star=empty,
+        tau_star=empty,
+        plateau_loss=empty,
+        eps_merge=empty,
+        z_inf=empty,
+        ts=jnp.asarray(ts),
+        loss=jnp.asarray(loss),
+        excess_loss=jnp.asarray(loss - loss[-1]),
     )
 
 

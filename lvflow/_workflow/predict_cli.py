@@ -20,9 +20,19 @@ examples:
 
 # Names used by the Python API, as the flags the user typed.
 _FLAGS = {
-    "eps": "--eps", "z0": "--z0", "c": "--c", "init_std": "--init-std", "width": "--width",
-    "rho": "--rho", "t1": "--t1", "learning_rate": "--lr", "num_points": "--points",
-    "alpha1": "--alpha1", "alpha2": "--alpha2", "modes": "--modes", "beta": "--beta",
+    "eps": "--eps",
+    "z0": "--z0",
+    "c": "--c",
+    "init_std": "--init-std",
+    "width": "--width",
+    "rho": "--rho",
+    "t1": "--t1",
+    "learning_rate": "--lr",
+    "num_points": "--points",
+    "alpha1": "--alpha1",
+    "alpha2": "--alpha2",
+    "modes": "--modes",
+    "beta": "--beta",
 }
 
 
@@ -40,14 +50,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EXAMPLES
     parser.error = _one_line_error(parser.prog)  # one line, not usage + message
     src = parser.add_argument_group("the system (give one)")
-    src.add_argument("--system", metavar="FILE",
-                     help="gLV system: .npz with arrays r and C (or zeta and V: diagonal C_kk = zeta_k²/(8 V_k); "
-                          "optional y2), .npy/.csv of shape (K, K+1) = [r | C], or .csv with header 'r,C0,C1,…' or 'zeta,V'")
-    src.add_argument("--architecture", metavar="NAME",
-                     help="a built-in architecture (see --list-architectures); needs --data")
-    src.add_argument("--data", metavar="FILE",
-                     help="inputs and targets for --architecture: .npz with arrays x (m, …) and y (m,) or (m, k); "
-                          ".csv with header 'x0,x1,…,y' (or no header: last column y)")
+    src.add_argument(
+        "--system",
+        metavar="FILE",
+        help="gLV system: .npz with arrays r and C (or zeta and V: diagonal C_kk = zeta_k²/(8 V_k); "
+        "optional y2), .npy/.csv of shape (K, K+1) = [r | C], or .csv with header 'r,C0,C1,…' or 'zeta,V'",
+    )
+    src.add_argument(
+        "--architecture", metavar="NAME", help="a built-in architecture (see --list-architectures); needs --data"
+    )
+    src.add_argument(
+        "--data",
+        metavar="FILE",
+        help="inputs and targets for --architecture: .npz with arrays x (m, …) and y (m,) or (m, k); "
+        ".csv with header 'x0,x1,…,y' (or no header: last column y)",
+    )
     src.add_argument("--kernel", type=int, nargs=2, metavar=("KH", "KW"), help="kernel shape for --architecture cnn")
     src.add_argument("--alpha1", type=float, help="power-law spectrum: V_k = k^-alpha1 (Thm 9)")
     src.add_argument("--alpha2", type=float, help="power-law spectrum: r_k = zeta_k = k^-alpha2")
@@ -58,17 +75,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     init.add_argument("--c", metavar="FILE", help="c_k per mode (.npy/.csv/.npz); default 1")
     init.add_argument("--beta", type=float, help="c_k = k^-beta (Thm 9's initialisation)")
     init.add_argument("--z0", metavar="FILE", help="z_k(0) per mode; eps = max z0")
-    init.add_argument("--init-std", type=float, metavar="SIGMA",
-                      help="weights ~ N(0, sigma²) with --width d: z_k(0) ≈ d sigma² (E[W Wᵀ] = d sigma² I)")
+    init.add_argument(
+        "--init-std",
+        type=float,
+        metavar="SIGMA",
+        help="weights ~ N(0, sigma²) with --width d: z_k(0) ≈ d sigma² (E[W Wᵀ] = d sigma² I)",
+    )
     init.add_argument("--width", type=int, metavar="D", help="number of neurons d, with --init-std")
     run = parser.add_argument_group("run")
-    run.add_argument("--lr", "--learning-rate", dest="learning_rate", type=float,
-                     help="GD learning rate eta: report steps = t/eta as well as time t")
-    run.add_argument("--rho", type=float, default=0.5, help="switch-on fraction: t*_k is when z_k = rho z_k(inf) (default 0.5)")
+    run.add_argument(
+        "--lr",
+        "--learning-rate",
+        dest="learning_rate",
+        type=float,
+        help="GD learning rate eta: report steps = t/eta as well as time t",
+    )
+    run.add_argument(
+        "--rho", type=float, default=0.5, help="switch-on fraction: t*_k is when z_k = rho z_k(inf) (default 0.5)"
+    )
     run.add_argument("--t1", type=float, help="horizon in gradient-flow time (default: past the last switch-on)")
     run.add_argument("--points", type=int, default=400, help="samples of the loss curve (default 400)")
-    run.add_argument("--force-lv", action="store_true",
-                     help="refuse non-commuting data instead of falling back to the full M-flow")
+    run.add_argument(
+        "--force-lv", action="store_true", help="refuse non-commuting data instead of falling back to the full M-flow"
+    )
     out = parser.add_argument_group("output")
     out.add_argument("--plot", metavar="FILE", help="write the loss curve, linear and log time (.png/.pdf/.svg)")
     out.add_argument("--save", metavar="FILE", help="write every result, atomically (.json or .npz)")
@@ -95,15 +124,33 @@ def _build(args):
     from .predict_inputs import lv_from_arrays, power_law_lv
 
     power = [a for a in ("alpha1", "alpha2", "modes") if getattr(args, a) is not None]
-    given = [n for n, on in (("--system", args.system), ("--architecture", args.architecture),
-                             ("--alpha1/--alpha2/--modes", power)) if on]
+    given = [
+        n
+        for n, on in (
+            ("--system", args.system),
+            ("--architecture", args.architecture),
+            ("--alpha1/--alpha2/--modes", power),
+        )
+        if on
+    ]
     if len(given) != 1:
-        raise LvflowError("input: give exactly one of --system FILE, --architecture NAME --data FILE, "
-                          f"or --alpha1 --alpha2 --modes (got {', '.join(given) or 'none'})")
+        raise LvflowError(
+            "input: give exactly one of --system FILE, --architecture NAME --data FILE, "
+            f"or --alpha1 --alpha2 --modes (got {', '.join(given) or 'none'})"
+        )
     if args.data is not None and args.architecture is None:
         raise LvflowError("--data: only used with --architecture")
-    kw = dict(eps=args.eps, init_std=args.init_std, width=args.width, learning_rate=args.learning_rate,
-              rho=args.rho, t1=args.t1, num_points=args.points, force_lv=args.force_lv, progress=not args.quiet)
+    kw = dict(
+        eps=args.eps,
+        init_std=args.init_std,
+        width=args.width,
+        learning_rate=args.learning_rate,
+        rho=args.rho,
+        t1=args.t1,
+        num_points=args.points,
+        force_lv=args.force_lv,
+        progress=not args.quiet,
+    )
     if args.system is not None:
         arrays = load_arrays(args.system, name="--system")
         y2 = arrays.pop("y2", None)

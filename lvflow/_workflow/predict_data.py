@@ -82,7 +82,9 @@ def _xy(arrays: Mapping[str, np.ndarray], name: str) -> tuple[np.ndarray, np.nda
     if set(keys) == {""}:
         a = as_array(name, arrays[""], ndim=2)
         if a.shape[1] < 2:
-            raise LvflowError(f"{name}: a header-less table needs input columns then a target column, got shape {a.shape}")
+            raise LvflowError(
+                f"{name}: a header-less table needs input columns then a target column, got shape {a.shape}"
+            )
         return a[:, :-1], a[:, -1]
     if "x" not in keys or "y" not in keys:
         raise LvflowError(f"{name}: expected arrays 'x' (inputs) and 'y' (targets), found {sorted(arrays)}")

@@ -11,7 +11,6 @@ from .._errors import LvflowError, NotPSDError, SymmetryError
 from .._glv.lv import LotkaVolterra
 from .._validate import as_array, check_in_open_interval, check_positive, check_positive_int, check_psd
 
-
 _positive_int = check_positive_int
 
 
@@ -39,7 +38,9 @@ def lv_from_arrays(arrays: Mapping[str, Any], *, name: str = "system") -> LotkaV
         r = as_array(f"{name}: r", arrays[keys["r"]], ndim=1)
         C = as_array(f"{name}: C", arrays[keys["c"]], ndim=2)
         if C.shape != (r.shape[0],) * 2:
-            raise LvflowError(f"{name}: C has shape {C.shape}, expected {(r.shape[0],) * 2} to match r of shape {r.shape}")
+            raise LvflowError(
+                f"{name}: C has shape {C.shape}, expected {(r.shape[0],) * 2} to match r of shape {r.shape}"
+            )
         _check_C(name, C)
         return LotkaVolterra(r, C, check=False)
     if "zeta" in keys and "v" in keys:
@@ -115,7 +116,9 @@ def initial_scale(
             raise LvflowError("width: required with init_std (the number of neurons d; ε = d σ²)")
         eps = _positive_int("width", width) * s**2
         if not eps < 1:
-            raise LvflowError(f"init_std: ε = width·σ² = {eps:g} must lie in (0, 1): the theory needs a small initialisation")
+            raise LvflowError(
+                f"init_std: ε = width·σ² = {eps:g} must lie in (0, 1): the theory needs a small initialisation"
+            )
     if eps is None:
         raise LvflowError("eps: required (or give z0, or init_std with width)")
     eps = check_in_open_interval("eps", eps, 0.0, 1.0)

@@ -172,11 +172,15 @@ class Prediction(eqx.Module):
         if self.order.shape[0]:
             n, K = self.n_resolved(), int(self.order.shape[0])
             if n == 0:
-                lines.append("at this eps no switch-on stands apart: the drops merge into one smooth decay "
-                             "(eps merge: the eps above which a step merges with the next)")
+                lines.append(
+                    "at this eps no switch-on stands apart: the drops merge into one smooth decay "
+                    "(eps merge: the eps above which a step merges with the next)"
+                )
             elif n < K:
-                lines.append(f"at this eps the first {n} switch-ons stand apart; from #{n + 1} on they merge "
-                             "into a smooth decay (eps merge: the eps above which a step merges with the next)")
+                lines.append(
+                    f"at this eps the first {n} switch-ons stand apart; from #{n + 1} on they merge "
+                    "into a smooth decay (eps merge: the eps above which a step merges with the next)"
+                )
             lines.append(self.table(max_rows=max_rows))
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)

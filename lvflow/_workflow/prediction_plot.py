@@ -52,8 +52,14 @@ def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path
             tm = math.sqrt(fin[0] * fin[-1])
             ym = float(np.interp(math.log(tm), np.log(x[keep]), y[keep]))
             tt = np.geomspace(fin[0], fin[-1], 20)
-            ax.plot(tt, ym * (tt / tm) ** -pred.exponent, color="k", lw=0.9, ls="-.",
-                    label=f"slope −{pred.exponent:.3g} (Thm 9)")
+            ax.plot(
+                tt,
+                ym * (tt / tm) ** -pred.exponent,
+                color="k",
+                lw=0.9,
+                ls="-.",
+                label=f"slope −{pred.exponent:.3g} (Thm 9)",
+            )
         if not flow and pred.order.shape[0]:
             # The ε → 0 staircase (Eq. 168): plateau levels switching at τ*_k ln(1/ε).
             tau = np.asarray(pred.tau_star) * math.log(1 / pred.eps) / (pred.learning_rate or 1.0)
@@ -61,16 +67,27 @@ def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path
             ok = np.isfinite(tau) & np.isfinite(lev)
             edges = np.concatenate([[x[keep][0]], tau[ok], [x[-1]]])
             levels = np.concatenate([lev[ok], [floor]])
-            ax.stairs(np.maximum(levels, floor), np.maximum.accumulate(edges), color="C1", lw=1.2, ls=":",
-                      label="ε → 0 limit (Eq. 168)", baseline=None)
+            ax.stairs(
+                np.maximum(levels, floor),
+                np.maximum.accumulate(edges),
+                color="C1",
+                lw=1.2,
+                ls=":",
+                label="ε → 0 limit (Eq. 168)",
+                baseline=None,
+            )
         ax.legend(fontsize=8, loc="lower left")
         ax.set_yscale("log")
         if logx:
             ax.set_xscale("log")
         ax.set_xlabel("training step" if steps else "time t (gradient flow)")
         ax.set_ylabel(ylabel)
-        ax.set_title(("log" if logx else "linear") + " time; dashed: switch-on times t*_k"
-                     + (f" (first {_MAX_MARKS})" if np.count_nonzero(np.isfinite(xs)) > _MAX_MARKS else ""), fontsize=10)
+        ax.set_title(
+            ("log" if logx else "linear")
+            + " time; dashed: switch-on times t*_k"
+            + (f" (first {_MAX_MARKS})" if np.count_nonzero(np.isfinite(xs)) > _MAX_MARKS else ""),
+            fontsize=10,
+        )
     fig.suptitle(title or f"{pred.source}  (eps = {pred.eps:.3g})", fontsize=10)
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=120)

@@ -16,10 +16,20 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._validate import as_array
 from .._errors import LvflowError
-from ._base import AbstractArchitecture, AbstractVectorOutput, bilinear, check_out_size, check_sequence, check_size, init_W, normal
-from ._base import per_output, unpack
+from .._validate import as_array
+from ._base import (
+    AbstractArchitecture,
+    AbstractVectorOutput,
+    bilinear,
+    check_out_size,
+    check_sequence,
+    check_size,
+    init_W,
+    normal,
+    per_output,
+    unpack,
+)
 
 
 def centered_softmax(s: Float[Array, " N"]) -> Float[Array, " N"]:
@@ -94,7 +104,9 @@ class MultiHeadAttention(AbstractVectorOutput):
         xbar = jnp.mean(X, axis=1)
         C = per_output(jnp.kron(jnp.eye(self.value_size, dtype=X.dtype), xbar[:, None]), self._out_size)
         start = 2 * self.key_size * self.in_size  # after Wᑫ, Wᴷ
-        return bilinear(self.p, (start, start + self.value_size * self.in_size), (start + self.value_size * self.in_size, self.p), C)
+        return bilinear(
+            self.p, (start, start + self.value_size * self.in_size), (start + self.value_size * self.in_size, self.p), C
+        )
 
 
 class QKAttention(AbstractVectorOutput):
@@ -123,12 +135,14 @@ class QKAttention(AbstractVectorOutput):
     """
 
     W: Float[Array, "p d"]
-    readout: Float[Array, "D *k"]
+    readout: Float[Array, "D *k"]  # noqa: F821 (jaxtyping's variadic dims)
     in_size: int = eqx.field(static=True)
     key_size: int = eqx.field(static=True)
     _out_size: int | None = eqx.field(static=True)
 
-    def __init__(self, in_size, key_size, num_heads, out_size=None, *, readout=None, key: PRNGKeyArray, init_scale=0.01):
+    def __init__(
+        self, in_size, key_size, num_heads, out_size=None, *, readout=None, key: PRNGKeyArray, init_scale=0.01
+    ):
         self.in_size = check_size("in_size", in_size)
         self.key_size = check_size("key_size", key_size)
         heads = check_size("num_heads", num_heads)
@@ -140,7 +154,10 @@ class QKAttention(AbstractVectorOutput):
         else:
             readout = as_array("readout", readout)
             if tuple(readout.shape) != shape:
-                raise LvflowError(f"readout: expected shape {shape} (D{'' if self._out_size is None else ', k'}), got {tuple(readout.shape)}")
+                raise LvflowError(
+                    f"readout: expected shape {shape} (D{'' if self._out_size is None else ', k'}), "
+                    f"got {tuple(readout.shape)}"
+                )
         self.readout = jnp.asarray(readout, dtype=float)
         self.W = init_W(wkey, 2 * self.key_size * self.in_size, heads, init_scale)
 

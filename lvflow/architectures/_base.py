@@ -149,7 +149,7 @@ def sizes_of(shapes: Sequence[tuple[int, ...]]) -> list[int]:
     return [int(np.prod(s, dtype=int)) for s in shapes]
 
 
-def unpack(w: Float[Array, "p *d"], shapes: Sequence[tuple[int, ...]]) -> list[Array]:
+def unpack(w: Float[Array, "p *d"], shapes: Sequence[tuple[int, ...]]) -> list[Array]:  # noqa: F821 (jaxtyping's variadic dims)
     """Split the leading axis of `w` into row-major tensors of the given shapes.
 
     For one neuron `w` of shape `(p,)` the pieces have shapes `shapes`; for the whole array

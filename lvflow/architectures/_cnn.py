@@ -8,8 +8,18 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._errors import LvflowError
-from ._base import AbstractVectorOutput, Activation, bilinear, check_activation, check_input, check_out_size
-from ._base import check_size, init_W, per_output, unpack
+from ._base import (
+    AbstractVectorOutput,
+    Activation,
+    bilinear,
+    check_activation,
+    check_input,
+    check_out_size,
+    check_size,
+    init_W,
+    per_output,
+    unpack,
+)
 
 
 def _patch_index(input_shape, kernel_shape) -> tuple[np.ndarray, np.ndarray]:
@@ -54,7 +64,14 @@ class CNN(AbstractVectorOutput):
     dphi0: float = eqx.field(static=True)
 
     def __init__(
-        self, input_shape, kernel_shape, channels, out_size=None, *, activation=jnp.tanh, key: PRNGKeyArray,
+        self,
+        input_shape,
+        kernel_shape,
+        channels,
+        out_size=None,
+        *,
+        activation=jnp.tanh,
+        key: PRNGKeyArray,
         init_scale=0.01,
     ):
         if len(tuple(input_shape)) != 2 or len(tuple(kernel_shape)) != 2:

@@ -6,8 +6,18 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ._base import AbstractVectorOutput, Activation, bilinear, check_activation, check_input, check_out_size
-from ._base import check_size, init_W, per_output, unpack
+from ._base import (
+    AbstractVectorOutput,
+    Activation,
+    bilinear,
+    check_activation,
+    check_input,
+    check_out_size,
+    check_size,
+    init_W,
+    per_output,
+    unpack,
+)
 
 
 class MLP(AbstractVectorOutput):
