@@ -41,6 +41,7 @@ _EXPORTS = {
     "Compressed": "._form.compress",
     "compress": "._form.compress",
     # The Lotka–Volterra reduction (§3), its solution and the ε → 0 schedule (§4).
+    "AbstractLotkaVolterra": "._glv.lv",
     "LotkaVolterra": "._glv.lv",
     "LowRankLotkaVolterra": "._glv.lv",
     "ProjectorForm": "._glv.reduce",

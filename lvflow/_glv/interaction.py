@@ -9,6 +9,7 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 _U_CLIP = 300.0  # ln z: far above any saturated z (r/C), far below float64 overflow of C e^u
@@ -106,3 +107,10 @@ class DenseInteraction(AbstractInteraction):
     def shifted_solver(self, alpha, z):
         lu = jax.scipy.linalg.lu_factor(alpha * jnp.eye(z.shape[-1], dtype=z.dtype) + self.C * z)
         return lambda b: jax.scipy.linalg.lu_solve(lu, b)
+
+
+def is_diagonal(C: np.ndarray) -> bool:
+    """Whether the concrete square matrix `C` has no non-zero off-diagonal entry."""
+    K = C.shape[0]
+    # The off-diagonal entries, as a strided view: flat[1:] in rows of K + 1, minus the last column.
+    return K < 2 or not np.any(np.ascontiguousarray(C).ravel()[1:].reshape(K - 1, K + 1)[:, :-1])

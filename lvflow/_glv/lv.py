@@ -1,18 +1,91 @@
 """The generalized Lotka–Volterra system of the NQF in a shared eigenbasis (Eq. 31–32)."""
 
-from __future__ import annotations
+import abc
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from equinox import AbstractVar
 from jaxtyping import Array, Bool, Float
 
 from .._errors import LvflowError
 from .._validate import _is_concrete, as_array, check_psd
+from .interaction import AbstractInteraction, DenseInteraction, DiagonalInteraction, LowRankInteraction, is_diagonal
 
 
-class LotkaVolterra(eqx.Module):
+class AbstractLotkaVolterra(eqx.Module):
+    """A gLV `ż_k = z_k (r_k − Σ_j C_kj z_j)` (Eq. 32) with `C` held in some structure.
+
+    Final subclasses: `LotkaVolterra` (a dense PSD `C`) and `LowRankLotkaVolterra`
+    (`C = Diag(d) + UUᵀ`). Everything that takes a system takes either. Subclasses provide `r`,
+    `y2`, `Cz`, `C_diagonal`, `interaction` (`C` as the solvers apply it) and `C`, the dense
+    `(K, K)` matrix (a field of `LotkaVolterra`; formed on demand, for small systems, by the others).
+    """
+
+    r: AbstractVar[Float[Array, " K"]]
+    y2: AbstractVar[Float[Array, ""]]
+
+    @property
+    def K(self) -> int:
+        """Number of modes."""
+        return self.r.shape[-1]
+
+    @abc.abstractmethod
+    def Cz(self, z: Float[Array, "*b K"]) -> Float[Array, "*b K"]:
+        """`C z` in the structure's cost."""
+
+    @property
+    @abc.abstractmethod
+    def C_diagonal(self) -> Float[Array, " K"]:
+        """The diagonal `C_kk`."""
+
+    @abc.abstractmethod
+    def interaction(self) -> AbstractInteraction:
+        """`C` as `solve_lv`'s solvers apply it (diagonal when it is concretely diagonal)."""
+
+    def vector_field(self, t, z: Float[Array, " K"], args=None) -> Float[Array, " K"]:
+        """`ż = z ⊙ (r − C z)` (Eq. 32), in diffrax's `(t, y, args)` signature."""
+        return z * (self.r - self.Cz(z))
+
+    def log_vector_field(self, t, u: Float[Array, " K"], args=None) -> Float[Array, " K"]:
+        """The same flow in `u = ln z`: `u̇ = r − C e^u`. Removes the stiffness of tiny `z`."""
+        return self.r - self.Cz(jnp.exp(u))
+
+    def loss(self, z: Float[Array, "*b K"]) -> Float[Array, "*b"]:
+        """`L(z) = zᵀCz/8 − rᵀz/4 + y2`, the paper's loss (Eq. 26) in modes."""
+        return jnp.sum(z * self.Cz(z), axis=-1) / 8 - z @ self.r / 4 + self.y2
+
+    def excess_loss(self, z: Float[Array, "*b K"]) -> Float[Array, "*b"]:
+        """`L(z) − L(z*)`, with `z*` the saturated equilibrium."""
+        return self.loss(z) - self.loss(self.equilibrium())
+
+    @property
+    def is_diagonal(self) -> bool:
+        """Whether `C` is (concretely) diagonal: the modes do not interact (Thm 6)."""
+        return isinstance(self.interaction(), DiagonalInteraction)
+
+    @property
+    def zeta(self) -> Float[Array, " K"]:
+        """Ignition rates `ζ_k = r_k` (Thm 8 with `a = 1`)."""
+        return self.r
+
+    @property
+    def V(self) -> Float[Array, " K"]:
+        """Loss drop of each isolated mode, `V_k = r_k² / (8 C_kk)` (Thm 6, §4)."""
+        return jnp.where(self.r > 0, self.r**2 / (8 * self.C_diagonal), 0.0)
+
+    def equilibrium(self, active=None, *, tol: float = 1e-12) -> Float[Array, " K"]:
+        """The saturated equilibrium `z* ≥ 0`: `r − C z* ≤ 0`, with equality where `z* > 0`.
+
+        For PSD `C` it minimises `½ zᵀCz − rᵀz` over `z ≥ 0` (a convex QP, solved by
+        Lawson–Hanson active sets); it is the limit of the flow from any positive `z0` when unique.
+        With `active` (a boolean mask), modes outside it are held at 0.
+        """
+        return jnp.asarray(saturated_equilibrium(np.asarray(self.C), np.asarray(self.r), active, tol=tol))
+
+
+class LotkaVolterra(AbstractLotkaVolterra):
     """`ż_k = z_k (r_k − Σ_j C_kj z_j)` (Eq. 32), with `r_k = (8/m) Σ_μ y_μ λ_{μ,k}` and
     `C_kj = (8/m) Σ_μ λ_{μ,k} λ_{μ,j}` a Gram matrix (PSD; positive entries are competition).
 
@@ -43,49 +116,21 @@ class LotkaVolterra(eqx.Module):
         self.y2 = jnp.asarray(as_array("y2", y2, ndim=0), dtype=self.r.dtype)
         self.P = None if P is None else jnp.asarray(P)
 
-    @property
-    def K(self) -> int:
-        """Number of modes."""
-        return self.r.shape[-1]
-
-    def vector_field(self, t, z: Float[Array, " K"], args=None) -> Float[Array, " K"]:
-        """`ż = z ⊙ (r − C z)` (Eq. 32), in diffrax's `(t, y, args)` signature."""
-        return z * (self.r - self.C @ z)
-
-    def log_vector_field(self, t, u: Float[Array, " K"], args=None) -> Float[Array, " K"]:
-        """The same flow in `u = ln z`: `u̇ = r − C e^u`. Removes the stiffness of tiny `z`."""
-        return self.r - self.C @ jnp.exp(u)
-
-    def loss(self, z: Float[Array, "*b K"]) -> Float[Array, "*b"]:
-        """`L(z) = zᵀCz/8 − rᵀz/4 + y2`, the paper's loss (Eq. 26) in modes."""
-        return jnp.einsum("...i,ij,...j->...", z, self.C, z) / 8 - z @ self.r / 4 + self.y2
-
-    def excess_loss(self, z: Float[Array, "*b K"]) -> Float[Array, "*b"]:
-        """`L(z) − L(z*)`, with `z*` the saturated equilibrium."""
-        zs = self.equilibrium()
-        return self.loss(z) - self.loss(zs)
+    def Cz(self, z):
+        return z @ self.C.T
 
     @property
-    def zeta(self) -> Float[Array, " K"]:
-        """Ignition rates `ζ_k = r_k` (Thm 8 with `a = 1`)."""
-        return self.r
+    def C_diagonal(self):
+        return jnp.diagonal(self.C)
 
-    @property
-    def V(self) -> Float[Array, " K"]:
-        """Loss drop of each isolated mode, `V_k = r_k² / (8 C_kk)` (Thm 6, §4)."""
-        return jnp.where(self.r > 0, self.r**2 / (8 * jnp.diagonal(self.C)), 0.0)
-
-    def equilibrium(self, active=None, *, tol: float = 1e-12) -> Float[Array, " K"]:
-        """The saturated equilibrium `z* ≥ 0`: `r − C z* ≤ 0`, with equality where `z* > 0`.
-
-        For PSD `C` it minimises `½ zᵀCz − rᵀz` over `z ≥ 0` (a convex QP, solved by
-        Lawson–Hanson active sets); it is the limit of the flow from any positive `z0` when unique.
-        With `active` (a boolean mask), modes outside it are held at 0.
-        """
-        return jnp.asarray(saturated_equilibrium(np.asarray(self.C), np.asarray(self.r), active, tol=tol))
+    def interaction(self) -> AbstractInteraction:
+        C = self.C
+        if _is_concrete(C) and is_diagonal(np.asarray(C)):
+            return DiagonalInteraction(jnp.diagonal(C))
+        return DenseInteraction(C)
 
 
-class LowRankLotkaVolterra(eqx.Module):
+class LowRankLotkaVolterra(AbstractLotkaVolterra):
     """A gLV `ż = z ⊙ (r − C z)` (Eq. 32) with `C = diag(d) + U Uᵀ`, never formed densely.
 
     This is the structure of many modes weakly coupled through a few shared directions; it lets
@@ -123,10 +168,6 @@ class LowRankLotkaVolterra(eqx.Module):
         self.y2 = jnp.asarray(as_array("y2", y2, ndim=0), dtype=float)
 
     @property
-    def K(self) -> int:
-        return self.r.shape[0]
-
-    @property
     def C(self) -> Float[Array, "K K"]:
         """The dense interaction matrix (`K²` memory: for small systems and tests)."""
         return jnp.diag(self.d) + self.U @ self.U.T
@@ -135,17 +176,27 @@ class LowRankLotkaVolterra(eqx.Module):
         """`C z` in `O(K q)`."""
         return self.d * z + (z @ self.U) @ self.U.T
 
-    def vector_field(self, t, z, args=None):
-        """`ż = z ⊙ (r − C z)` (Eq. 32)."""
-        return z * (self.r - self.Cz(z))
+    @property
+    def C_diagonal(self):
+        return self.d + jnp.sum(self.U**2, axis=-1)
 
-    def log_vector_field(self, t, u, args=None):
-        """`u̇ = r − C e^u` in `u = ln z`."""
-        return self.r - self.Cz(jnp.exp(u))
+    def interaction(self) -> AbstractInteraction:
+        U = self.U
+        if U.shape[1] == 0 or (_is_concrete(U) and not np.any(np.asarray(U))):
+            return DiagonalInteraction(self.d)
+        return LowRankInteraction(self.d, U)
 
-    def loss(self, z: Float[Array, "*b K"]) -> Float[Array, "*b"]:
-        """`L(z) = zᵀCz/8 − rᵀz/4 + y2` (Eq. 26 in modes)."""
-        return (z * self.Cz(z)).sum(-1) / 8 - z @ self.r / 4 + self.y2
+    def equilibrium(self, active=None, *, tol: float = 1e-12) -> Float[Array, " K"]:
+        """The saturated equilibrium (as `AbstractLotkaVolterra.equilibrium`): the interior point
+        `C⁻¹r` by Woodbury in `O(K q²)` when it is positive and no `active` mask is given, else
+        the dense active-set solve."""
+        if active is None:
+            r, d, U = (np.asarray(x, dtype=float) for x in (self.r, self.d, self.U))
+            Dr, DU = r / d, U / d[:, None]
+            z = Dr - DU @ np.linalg.solve(np.eye(U.shape[1]) + U.T @ DU, U.T @ Dr)
+            if np.all(z > 0):
+                return jnp.asarray(z)
+        return super().equilibrium(active, tol=tol)
 
     def to_dense(self) -> LotkaVolterra:
         """The same system with `C` formed densely."""

@@ -12,9 +12,9 @@ from jaxtyping import Array, Bool, Float
 
 from .._errors import LvflowError, SolverError
 from .._validate import _is_concrete, as_array, check_in_open_interval, check_positive
-from .interaction import DenseInteraction
+from .interaction import DenseInteraction, is_diagonal
 from .lv import (
-    LotkaVolterra,
+    AbstractLotkaVolterra,
     LowRankLotkaVolterra,
     equilibrium_is_unique,
     saturated_equilibrium,
@@ -23,7 +23,7 @@ from .lv import (
 from .rodas5p import Rodas5P
 from .solution import LVSolution, finish_solution, switch_on_target
 from .switch_on import SwitchOnTracker
-from .term import LogLotkaVolterraTerm, is_diagonal
+from .term import LogLotkaVolterraTerm
 
 _DEFAULT_MAX_STEPS = 16384
 _ADJOINTS = (dfx.RecursiveCheckpointAdjoint, dfx.DirectAdjoint, dfx.ForwardMode)
@@ -47,7 +47,7 @@ def _default_ts_np(t1: float) -> np.ndarray:
 
 
 def solve_lv(
-    system: LotkaVolterra | LowRankLotkaVolterra,
+    system: AbstractLotkaVolterra,
     z0,
     t1,
     *,
@@ -122,7 +122,7 @@ def solve_lv(
 
     Works under `jax.jit`/`jax.vmap` over `z0`, `t1` and the system's arrays.
     """
-    if not (isinstance(system, LotkaVolterra) or _is_low_rank(system)):
+    if not isinstance(system, AbstractLotkaVolterra):
         raise LvflowError(f"system: expected a LotkaVolterra or LowRankLotkaVolterra, got {type(system).__name__}")
     K = system.K
     z0 = as_array("z0", z0, ndim=1)

@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import diffrax as dfx
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Float
 
 from .._errors import LvflowError
-from .._validate import _is_concrete
-from .interaction import (
-    AbstractInteraction,
-    DenseInteraction,
-    DiagonalInteraction,
-    LowRankInteraction,
-    exp_clipped,
-)
-from .lv import LotkaVolterra, LowRankLotkaVolterra
+from .interaction import AbstractInteraction, exp_clipped
+from .lv import AbstractLotkaVolterra
 
 
 class LogLotkaVolterraTerm(dfx.AbstractTerm):
@@ -50,24 +42,16 @@ class LogLotkaVolterraTerm(dfx.AbstractTerm):
             )
 
     @classmethod
-    def from_system(cls, system: LotkaVolterra | LowRankLotkaVolterra) -> "LogLotkaVolterraTerm":
-        """The term of `system`: a `LowRankLotkaVolterra` keeps `Diag(d) + UUᵀ` (`Diag(d)` if
-        `U` has no columns or is zero); a `LotkaVolterra` whose `C` is concrete and diagonal gets
-        `Diag(C_kk)`; any other `C` (a traced one included) is dense.
+    def from_system(cls, system: AbstractLotkaVolterra) -> "LogLotkaVolterraTerm":
+        """The term of `system`, with `C` in the structure `system.interaction()` gives: a
+        `LowRankLotkaVolterra` keeps `Diag(d) + UUᵀ` (`Diag(d)` if `U` is empty or zero); a
+        `LotkaVolterra` whose `C` is concrete and diagonal gets `Diag(C_kk)`, any other is dense.
 
-        **Raises:** `LvflowError` if `system` is neither.
+        **Raises:** `LvflowError` if `system` is not an `AbstractLotkaVolterra`.
         """
-        if isinstance(system, LowRankLotkaVolterra):
-            U = system.U
-            if U.shape[1] == 0 or (_is_concrete(U) and not np.any(np.asarray(U))):
-                return cls(system.r, DiagonalInteraction(system.d))
-            return cls(system.r, LowRankInteraction(system.d, U))
-        if isinstance(system, LotkaVolterra):
-            C = system.C
-            if _is_concrete(C) and is_diagonal(np.asarray(C)):
-                return cls(system.r, DiagonalInteraction(jnp.diagonal(C)))
-            return cls(system.r, DenseInteraction(C))
-        raise LvflowError(f"system: expected a LotkaVolterra or LowRankLotkaVolterra, got {type(system).__name__}")
+        if not isinstance(system, AbstractLotkaVolterra):
+            raise LvflowError(f"system: expected a LotkaVolterra or LowRankLotkaVolterra, got {type(system).__name__}")
+        return cls(system.r, system.interaction())
 
     def vf(self, t, y: Float[Array, " K"], args) -> Float[Array, " K"]:
         """`u̇ = r − C e^u` (Eq. 32 divided by `z`)."""
@@ -82,10 +66,3 @@ class LogLotkaVolterraTerm(dfx.AbstractTerm):
     def shifted_solver(self, alpha, y: Float[Array, " K"]):
         """`b ↦ (α I − J)⁻¹ b` with `J = −C Diag(e^y)` the Jacobian of `vf` at `y`."""
         return self.interaction.shifted_solver(alpha, exp_clipped(y))
-
-
-def is_diagonal(C: np.ndarray) -> bool:
-    """Whether the concrete square matrix `C` has no non-zero off-diagonal entry."""
-    K = C.shape[0]
-    # The off-diagonal entries, as a strided view: flat[1:] in rows of K + 1, minus the last column.
-    return K < 2 or not np.any(np.ascontiguousarray(C).ravel()[1:].reshape(K - 1, K + 1)[:, :-1])

@@ -35,7 +35,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from .._errors import LvflowError, SolverError
-from .._glv.lv import LotkaVolterra, LowRankLotkaVolterra
+from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .._validate import as_array, check_in_open_interval, check_psd
 from .active_set import _backend, _repair
 from .orbit import transient
@@ -435,7 +435,7 @@ def plateau_schedule(
     (or an orbit fails).
     """
     eps = check_in_open_interval("eps", eps, 0.0, 1.0)
-    if not isinstance(system, (LotkaVolterra, LowRankLotkaVolterra)):
+    if not isinstance(system, AbstractLotkaVolterra):
         raise LvflowError(f"system: expected a LotkaVolterra or LowRankLotkaVolterra, got {type(system).__name__}")
     if transients and not corrected:
         raise LvflowError("transients: needs corrected=True (it refines the finite-ε schedule)")

@@ -26,7 +26,7 @@ import numpy as np
 from .._errors import LvflowError, NotCommutingError
 from .._form.flow import matrix_flow
 from .._form.nqf import NQF
-from .._glv.lv import LotkaVolterra
+from .._glv.lv import AbstractLotkaVolterra
 from .._glv.reduce import reduce_to_lv
 from .._glv.solve import solve_lv
 from .._scaling import predicted_exponent
@@ -38,7 +38,7 @@ from .prediction import Prediction
 
 
 def predict(
-    system: LotkaVolterra | NQF,
+    system: AbstractLotkaVolterra | NQF,
     *,
     eps: float | None = None,
     c=None,
@@ -70,7 +70,7 @@ def predict(
 
     **Arguments:**
 
-    - `system`: a `LotkaVolterra`, or an `NQF` (reduced with `reduce_to_lv` when its `A_μ`
+    - `system`: a `LotkaVolterra` or `LowRankLotkaVolterra`, or an `NQF` (reduced with `reduce_to_lv` when its `A_μ`
       commute, Assumption 1; otherwise integrated with the full M-flow `matrix_flow`, Eq. 28,
       from `M0 = ε I`, and the result says so).
     - `eps`, `c`, `z0`, `init_std`, `width`: the initial scale, one of: `eps` with `c`
@@ -125,18 +125,19 @@ def predict(
             )
         y2_known = True
         source = source or f"NQF reduced to a {lv.K}-mode gLV"
-    elif isinstance(system, LotkaVolterra):
+    elif isinstance(system, AbstractLotkaVolterra):
         lv = system
         y2_known = bool(np.asarray(lv.y2) != 0)
         source = source or f"{lv.K}-mode gLV"
     else:
-        raise LvflowError(f"system: expected a LotkaVolterra or an NQF, got {type(system).__name__}")
+        raise LvflowError(
+            f"system: expected a LotkaVolterra, LowRankLotkaVolterra or an NQF, got {type(system).__name__}"
+        )
     K = lv.K
     eps, c = initial_scale(K, eps=eps, c=c, z0=z0, init_std=init_std, width=width)
     z0 = eps * c
     r = np.asarray(lv.r)
-    Cm = np.asarray(lv.C)
-    Ckk = np.diagonal(Cm).copy()
+    Ckk = np.asarray(lv.C_diagonal).copy()
     if np.any(Ckk <= 0):
         bad = np.flatnonzero(Ckk <= 0)
         raise LvflowError(f"C: diagonal entries C_kk must be positive (modes {(bad + 1).tolist()[:5]} have C_kk ≤ 0)")
@@ -166,7 +167,7 @@ def predict(
     never = [int(k) + 1 for k in order if not np.isfinite(t_star[k])]
     if never:
         notes.append(f"modes {never[:10]}{' …' if len(never) > 10 else ''} do not switch on before t1 = {t1:.4g}")
-    if np.any(np.abs(Cm - np.diag(Ckk)) > 0):
+    if not lv.is_diagonal:
         notes.append("C is not diagonal: modes interact; eps_merge uses the isolated-mode rates r_k, C_kk")
     zo, Co, co = r[order], Ckk[order], c[order]
     on = np.isfinite(t_star[order])
@@ -197,7 +198,7 @@ def predict(
     )
 
 
-def _schedule_per_mode(sched, lv: LotkaVolterra) -> tuple[np.ndarray, np.ndarray]:
+def _schedule_per_mode(sched, lv: AbstractLotkaVolterra) -> tuple[np.ndarray, np.ndarray]:
     """Per mode: the ε → 0 ignition time `τ*_k` (inf if never) and the excess loss of the
     plateau just before it (Eq. 168), read off a `plateau_schedule` result."""
     tau_star = np.asarray(sched.tau_star, dtype=np.float64)
@@ -255,10 +256,10 @@ def _predict_matrix_flow(nqf: NQF, *, eps, c, z0, init_std, width, lr, rho, t1, 
     )
 
 
-def _default_horizon(lv: LotkaVolterra, eps: float, c: np.ndarray, tau_star: np.ndarray) -> float:
+def _default_horizon(lv: AbstractLotkaVolterra, eps: float, c: np.ndarray, tau_star: np.ndarray) -> float:
     """Long enough to see every switch-on: 1.2× the latest estimated ignition plus eight
     e-folding times of the slowest growing mode (it is then within 0.1 % of saturation)."""
-    r, Ckk = np.asarray(lv.r), np.diagonal(np.asarray(lv.C))
+    r, Ckk = np.asarray(lv.r), np.asarray(lv.C_diagonal)
     grow = (r > 0) & (Ckk > 0)
     if not np.any(r > 0):
         raise LvflowError("system: no mode has r_k > 0, so nothing is ever learned (the loss stays flat)")
