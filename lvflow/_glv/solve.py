@@ -274,18 +274,12 @@ def _is_low_rank(system) -> bool:
 
 
 def _concrete_equilibrium(system, low_rank: bool, diagonal=None):
-    """`(z*, unique)` in numpy. Low rank `C = Diag(d) + UUᵀ` (`d > 0`, so `C` is positive definite
-    and `z*` unique): try the interior point `C⁻¹r` by Woodbury in `O(K q²)` first."""
+    """`(z*, unique)` in numpy (`LowRankLotkaVolterra.equilibrium` tries Woodbury first)."""
     rn = np.asarray(system.r, dtype=float)
     if diagonal is not None:
         return _diagonal_equilibrium(rn, np.asarray(diagonal, dtype=float))
-    if low_rank:
-        d, U = np.asarray(system.d, dtype=float), np.asarray(system.U, dtype=float)
-        Dr, DU = rn / d, U / d[:, None]
-        z = Dr - DU @ np.linalg.solve(np.eye(U.shape[1]) + U.T @ DU, U.T @ Dr)
-        if np.all(z > 0):
-            return jnp.asarray(z), jnp.asarray(True)
-        return jnp.asarray(saturated_equilibrium(np.asarray(system.C), rn)), jnp.asarray(True)
+    if low_rank:  # C positive definite: z* unique
+        return system.equilibrium(), jnp.asarray(True)
     Cn = np.asarray(system.C, dtype=float)
     d = np.diagonal(Cn)
     _check_bounded(rn, d)
