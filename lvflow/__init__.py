@@ -9,20 +9,43 @@ The public names below are loaded on first use (PEP 562), so that `import lvflow
 """
 
 import importlib as _importlib
+import importlib.abc as _importlib_abc
+import importlib.util as _importlib_util
 import os as _os
 import sys as _sys
+
+
+class _X64WhenJaxLoads(_importlib_abc.MetaPathFinder):
+    """Switches JAX to float64 right after `jax` is first imported, without importing it now (and
+    without an environment variable that child processes would inherit)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "jax":
+            return None
+        _sys.meta_path.remove(self)
+        spec = _importlib_util.find_spec("jax")
+        exec_module = spec.loader.exec_module
+
+        def exec_and_switch(module):
+            exec_module(module)
+            module.config.update("jax_enable_x64", True)
+
+        spec.loader.exec_module = exec_and_switch
+        return spec
+
 
 if not _os.environ.get("LVFLOW_KEEP_X64"):
     if "jax" in _sys.modules:
         _sys.modules["jax"].config.update("jax_enable_x64", True)
-    else:  # read by JAX when it is imported
-        _os.environ["JAX_ENABLE_X64"] = "1"
+    else:
+        _sys.meta_path.insert(0, _X64WhenJaxLoads())
 
 __version__ = "0.1.0"
 
 #: public name → the private module that defines it
 _EXPORTS = {
     "architectures": ".architectures",
+    "figures": ".figures",
     "LvflowError": "._errors",
     "NotCommutingError": "._errors",
     "NotPSDError": "._errors",
@@ -110,7 +133,7 @@ def __getattr__(name: str):
     except KeyError:
         raise AttributeError(f"module 'lvflow' has no attribute {name!r}") from None
     mod = _importlib.import_module(module, __name__)
-    value = mod if name == "architectures" else getattr(mod, name)
+    value = mod if module == "." + name else getattr(mod, name)
     globals()[name] = value  # later lookups skip __getattr__
     return value
 

@@ -1,4 +1,4 @@
-"""Safe loading (no unpickling) and atomic writing, `lvflow/_io.py`."""
+"""Safe loading (no unpickling) and atomic writing, `lvflow/_workflow/io.py`."""
 
 import json
 import os

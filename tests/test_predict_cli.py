@@ -295,9 +295,30 @@ def test_help_does_not_import_jax():
     code = (
         "import sys; import lvflow; from lvflow._workflow.cli import main; "
         "assert 'jax' not in sys.modules; "
+        "import os; assert 'JAX_ENABLE_X64' not in os.environ; "
         "import jax.numpy as jnp; assert jnp.asarray(1.0).dtype == jnp.float64; print('ok')"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "JAX_ENABLE_X64": ""}
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"},
     )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_persistent_compilation_cache(tmp_path):
+    # A command fills the cache directory it is given; LVFLOW_CACHE_DIR=off leaves it alone.
+    system = tmp_path / "sys.csv"
+    system.write_text("r,C0,C1\n1.0,1,0.2\n0.5,0.2,1\n")
+    cache = tmp_path / "cache"
+    cmd = [sys.executable, "-m", "lvflow._workflow.cli", "predict", "--system", str(system), "--eps", "1e-4", "--quiet"]
+
+    def run(setting):
+        out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "LVFLOW_CACHE_DIR": setting})
+        assert out.returncode == 0, out.stderr
+        return len(list(cache.glob("*"))) if cache.exists() else 0
+
+    filled = run(str(cache))
+    assert filled > 0
+    assert run("off") == filled

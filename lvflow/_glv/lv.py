@@ -18,12 +18,14 @@ class AbstractLotkaVolterra(eqx.Module):
     """A gLV `ż_k = z_k (r_k − Σ_j C_kj z_j)` (Eq. 32) with `C` held in some structure.
 
     Final subclasses: `LotkaVolterra` (a dense PSD `C`) and `LowRankLotkaVolterra`
-    (`C = Diag(d) + UUᵀ`). Everything that takes a system takes either. Subclasses provide `r`,
+    (`C = Diag(d) + UUᵀ`); everything that takes a system takes either. Not meant to be subclassed
+    outside lvflow: the solvers know these two structures. Subclasses provide `r`,
     `y2`, `Cz`, `C_diagonal`, `interaction` (`C` as the solvers apply it) and `C`, the dense
     `(K, K)` matrix (a field of `LotkaVolterra`; formed on demand, for small systems, by the others).
     """
 
     r: AbstractVar[Float[Array, " K"]]
+    C: AbstractVar[Float[Array, "K K"]]
     y2: AbstractVar[Float[Array, ""]]
 
     @property

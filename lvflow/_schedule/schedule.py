@@ -7,7 +7,7 @@ events (a mode reaches `s = 0` and ignites; a mode's equilibrium value drops to 
 switches off), and between events the loss sits on a plateau.
 
 The restricted equilibrium is kept up to date incrementally (Lawson–Hanson, warm-started; the
-linear algebra is in `_active_set`):
+linear algebra is in `active_set`):
 
 - dense `C` (`LotkaVolterra`): rank-one updates of `C_SS⁻¹`, `O(K²)` per event;
 - `C = diag(d) + U Uᵀ` (`LowRankLotkaVolterra`, `U` of shape `(K, q)`): Sherman–Morrison on
@@ -51,7 +51,7 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
     time corrected). A mode off the active set ignites when `u_k` reaches `θ_k` (0, or
     `ln(σ_k/γ_k)` corrected) growing at its rate `σ_k`. With `cols` (`M ↦ C[:, M]`; corrected only)
     the next ignition's threshold and its effect on the other modes come from its orbit
-    (`_orbit.transient`) instead."""
+    (`orbit.transient`) instead."""
     K = r.shape[0]
     max_iter = 3 * K + 10
     ev = []  # (t, modes, ignites, loss) per batch
@@ -167,7 +167,7 @@ class _Ignition(NamedTuple):
 
 
 def _ignition(be, pend, k, r, cols, tol, max_iter) -> _Ignition:
-    """Mode `k`'s ignition on its orbit (`_orbit.transient`), from a copy of the backend (the
+    """Mode `k`'s ignition on its orbit (`orbit.transient`), from a copy of the backend (the
     ignition may lose to another candidate)."""
     new, new_pend = copy.deepcopy(be), set(pend) | {k}
     _repair(new, new_pend, tol, max_iter)
@@ -409,7 +409,7 @@ def plateau_schedule(
     is the remedy (measurements in `docs/devdocs/schedule.md`).
 
     **Transients** (`transients=True`, with `corrected=True`). Each ignition of a mode `k` from a
-    plateau `z_old` into `z_new` is integrated once on its local unstable orbit (`_orbit.py`):
+    plateau `z_old` into `z_new` is integrated once on its local unstable orbit (`orbit.py`):
     the gLV restricted to `supp z_old ∪ {k} ∪ supp z_new`, from `z_old + A v` (`v` the unstable
     eigenvector, `v_k = 1`, `v_S = −(σ_k I + D C_SS)⁻¹ D C_Sk`, `D = Diag(z_old,S)`, small `A`),
     until it settles. The mode then ignites at `θ_k = ln A + σ_k t_c`, `t_c` the time its

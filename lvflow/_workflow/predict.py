@@ -12,8 +12,8 @@ dataset (Assumption 1, `nqf_from_data`) — plus an initial scale ε, gives
 - for a power-law spectrum, the loss exponent `(α₁ − 1)/α₂` (Thm 9) and, for each pair of
   consecutive modes, the ε above which their two drops merge into one (`eps_merge`).
 
-The result is a `Prediction` (`_prediction.py`); the inputs are built in `_predict_inputs.py`
-and `_predict_data.py`.
+The result is a `Prediction` (`prediction.py`); the inputs are built in `predict_inputs.py`
+and `predict_data.py`.
 """
 
 from __future__ import annotations
