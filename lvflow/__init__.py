@@ -13,6 +13,7 @@ import importlib.abc as _importlib_abc
 import importlib.util as _importlib_util
 import os as _os
 import sys as _sys
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 
 class _X64WhenJaxLoads(_importlib_abc.MetaPathFinder):
@@ -125,6 +126,84 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
+
+if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers (tests/test_exports.py)
+    from . import architectures as architectures, figures as figures
+    from ._errors import (
+        LvflowError as LvflowError,
+        NotCommutingError as NotCommutingError,
+        NotPSDError as NotPSDError,
+        SolverError as SolverError,
+        SymmetryError as SymmetryError,
+        ZGZError as ZGZError,
+    )
+    from ._form.compress import Compressed as Compressed, compress as compress
+    from ._form.flow import FlowSolution as FlowSolution, matrix_flow as matrix_flow
+    from ._form.nqf import NQF as NQF
+    from ._form.recursion import RecursionResult as RecursionResult, gd_recursion as gd_recursion
+    from ._form.structure import Expansion as Expansion, expand as expand, structure_matrix as structure_matrix
+    from ._glv.closed_forms import (
+        XiSolution as XiSolution,
+        ignition_time as ignition_time,
+        isotropic_modes as isotropic_modes,
+        isotropic_riccati as isotropic_riccati,
+        log_orthogonal_features as log_orthogonal_features,
+        orthogonal_features as orthogonal_features,
+        orthogonal_samples as orthogonal_samples,
+        projector_modes as projector_modes,
+        proportional_samples as proportional_samples,
+    )
+    from ._glv.lv import (
+        AbstractLotkaVolterra as AbstractLotkaVolterra,
+        LotkaVolterra as LotkaVolterra,
+        LowRankLotkaVolterra as LowRankLotkaVolterra,
+    )
+    from ._glv.reduce import (
+        ProjectorForm as ProjectorForm,
+        reduce_to_lv as reduce_to_lv,
+        reduce_to_projectors as reduce_to_projectors,
+    )
+    from ._glv.rodas5p import Rodas5P as Rodas5P, Rodas5PInterpolation as Rodas5PInterpolation
+    from ._glv.solution import LVSolution as LVSolution
+    from ._glv.solve import solve_lv as solve_lv
+    from ._glv.switch_on import SwitchOnState as SwitchOnState, SwitchOnTracker as SwitchOnTracker
+    from ._glv.term import LogLotkaVolterraTerm as LogLotkaVolterraTerm
+    from ._scaling import (
+        PowerLawFit as PowerLawFit,
+        SpectrumExponents as SpectrumExponents,
+        StepResolution as StepResolution,
+        effective_exponent as effective_exponent,
+        effective_exponent_time as effective_exponent_time,
+        fit_power_law as fit_power_law,
+        predicted_exponent as predicted_exponent,
+        resolved_steps as resolved_steps,
+        spectrum_exponents as spectrum_exponents,
+    )
+    from ._schedule.schedule import PlateauSchedule as PlateauSchedule, plateau_schedule as plateau_schedule
+    from ._training.agreement import (
+        Agreement as Agreement,
+        compare_histories as compare_histories,
+        recovered_singular_values as recovered_singular_values,
+    )
+    from ._training.data import (
+        Dataset as Dataset,
+        LowRankTeacher as LowRankTeacher,
+        TeacherStream as TeacherStream,
+        digits_parity as digits_parity,
+        fourier_task as fourier_task,
+        gaussian_inputs as gaussian_inputs,
+        low_rank_teacher as low_rank_teacher,
+        teacher_student_stream as teacher_student_stream,
+    )
+    from ._training.deep import DeepAttention as DeepAttention, DeepMLP as DeepMLP, DeepNQF as DeepNQF
+    from ._training.train import (
+        TrainHistory as TrainHistory,
+        minibatch_indices as minibatch_indices,
+        mse_loss as mse_loss,
+        train as train,
+    )
+    from ._training.twin import NQFModel as NQFModel, nqf_twin as nqf_twin
+    from ._workflow.predict import Prediction as Prediction, predict as predict
 
 
 def __getattr__(name: str):

@@ -4,8 +4,7 @@ sequences of updates, the Lawson–Hanson repair against scipy's NNLS, and each 
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from scipy.optimize import nnls
 
 import lvflow

@@ -3,8 +3,7 @@ evaluation of the matrix flow Ṁ = −HM − MH (Eq. 27–28) and the loss (Eq.
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import lvflow
 from lvflow._glv.reduce import ProjectorForm, reduce_to_lv, reduce_to_projectors

@@ -7,11 +7,7 @@ interchangeable neurons). `model(x) = Σ_i model.unit(W[:, i], x)`, and near `W 
 
 from ._attention import (
     AttentionLogits as AttentionLogits,
-)
-from ._attention import (
     MultiHeadAttention as MultiHeadAttention,
-)
-from ._attention import (
     QKAttention as QKAttention,
 )
 from ._base import AbstractArchitecture as AbstractArchitecture
@@ -21,16 +17,8 @@ from ._mlp import MLP as MLP
 from ._moe import MixtureOfExperts as MixtureOfExperts
 from ._simple import (
     DiagonalLinear as DiagonalLinear,
-)
-from ._simple import (
     MatrixSensing as MatrixSensing,
-)
-from ._simple import (
     QuadraticNet as QuadraticNet,
-)
-from ._simple import (
     RectangularSensing as RectangularSensing,
-)
-from ._simple import (
     SignedDiagonal as SignedDiagonal,
 )
