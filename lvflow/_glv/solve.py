@@ -81,19 +81,18 @@ def solve_lv(
     root-found on that step's dense output. `rtol`/`atol` are tolerances on `ln z`: relative
     errors in `z` for every mode, whatever its size.
 
-    **`z(∞)`** is the saturated equilibrium (`LotkaVolterra.equilibrium`), the flow's limit when it
+    **`z(∞)`** is the saturated equilibrium (`system.equilibrium()`), the flow's limit when it
     is unique. When it is not (a singular `C`), `z(t1)` from a first solve is used: choose `t1`
     past the last transition. `z_inf=` overrides both.
 
     **Derivatives.** Everything returned is differentiable with respect to `z0` and the system's
-    arrays (`r`, `C` or `d`, `U`): the closed form exactly with respect to `r`, `diag(C)` and `z0`
-    (it sees only `C`'s diagonal, so a derivative along an off-diagonal entry of `C` comes out 0:
-    `method="auto"` takes the ODE path for a traced `C`, use it or `"ode"` for those); the ODE
-    path through diffrax's
-    `adjoint` (discretise-then-optimise), with `t*_k` differentiated by the implicit-function
-    theorem at the crossing (`lvflow.SwitchOnTracker.crossing_times`). The default adjoint,
-    `diffrax.RecursiveCheckpointAdjoint()`, serves `jax.grad`/`jax.vjp`; pass
-    `adjoint=diffrax.ForwardMode()` for `jax.jvp`/`jax.jacfwd`.
+    arrays (`r`, `C` or `d`, `U`). The ODE path goes through diffrax's `adjoint`
+    (discretise-then-optimise), with `t*_k` differentiated by the implicit-function theorem at the
+    crossing (`lvflow.SwitchOnTracker.crossing_times`); the default adjoint,
+    `diffrax.RecursiveCheckpointAdjoint()`, serves `jax.grad`/`jax.vjp`, and
+    `adjoint=diffrax.ForwardMode()` serves `jax.jvp`/`jax.jacfwd`. The closed form is exact with
+    respect to `r`, `diag(C)` and `z0`; it sees only `C`'s diagonal, so its derivative along an
+    off-diagonal entry of `C` is 0 (`method="auto"` takes the ODE path for a traced `C`).
 
     **Arguments:**
 
