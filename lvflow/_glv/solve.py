@@ -17,6 +17,7 @@ from .lv import (
     AbstractLotkaVolterra,
     LowRankLotkaVolterra,
     equilibrium_is_unique,
+    interior_point,
     saturated_equilibrium,
     saturated_equilibrium_jax,
 )
@@ -279,8 +280,7 @@ def _low_rank_equilibrium_jax(r, d, U):
     """`(z*, unique)` in JAX for `C = Diag(d) + UUᵀ`: the interior point `C⁻¹r` by Woodbury in
     `O(K q²)` where it is positive (then it is the equilibrium, unique as `C` is positive definite),
     else block principal pivoting on the dense `C`. Differentiable (implicit-function derivative)."""
-    Dr, DU = r / d, U / d[:, None]
-    z = Dr - DU @ jnp.linalg.solve(jnp.eye(U.shape[1], dtype=U.dtype) + U.T @ DU, U.T @ Dr)
+    z = interior_point(r, d, U)
     return jax.lax.cond(
         jnp.all(z > 0),
         lambda: (z, jnp.asarray(True)),
