@@ -81,27 +81,17 @@ def _vector_field(t, y, args):
     return -(X + X.T), -(d * v + H @ mu)
 
 
-def _smallest_scale(M0, mu0) -> float:
+def _smallest_scale(M0, mu0, xp=np):
     """The smallest significant eigenvalue of `M0` (above 1e-13 of the largest, i.e. above rounding).
 
     A mode starting at 1e-10 beside one at 1 must be resolved to relative accuracy: its
-    ignition time depends on it. Falls back to `max μ0²`, then 1, when `M0 = 0`.
+    ignition time depends on it. Falls back to `max μ0²`, then 1, when `M0 = 0`. `xp`: `numpy`
+    for concrete inputs, `jax.numpy` for traced ones (the same operations in both).
     """
-    eig = np.linalg.eigvalsh(M0)
-    top = float(eig.max(initial=0.0))
-    if top > 0:
-        return float(eig[eig > 1e-13 * top].min())
-    if mu0 is not None and np.any(mu0 != 0):
-        return float(np.max(mu0**2))
-    return 1.0
-
-
-def _smallest_scale_jax(M0, mu0):
-    """`_smallest_scale` for traced inputs."""
-    eig = jnp.linalg.eigvalsh(M0)
-    top = jnp.max(eig)
-    fallback = 1.0 if mu0 is None else jnp.where(jnp.any(mu0 != 0), jnp.max(mu0**2), 1.0)
-    return jnp.where(top > 0, jnp.min(jnp.where(eig > 1e-13 * top, eig, jnp.inf)), fallback)
+    eig = xp.linalg.eigvalsh(M0)
+    top = xp.max(eig)
+    fallback = 1.0 if mu0 is None else xp.where(xp.any(mu0 != 0), xp.max(mu0**2), 1.0)
+    return xp.where(top > 0, xp.min(xp.where(eig > 1e-13 * top, eig, xp.inf)), fallback)
 
 
 @eqx.filter_jit
@@ -200,16 +190,10 @@ def matrix_flow(
     rtol = check_positive("rtol", rtol)
     if atol is None:
         if _is_concrete(M0) and (mu0 is None or _is_concrete(mu0)):
-            atol = 1e-3 * rtol * _smallest_scale(np.asarray(M0), None if mu0 is None else np.asarray(mu0))
+            atol = 1e-3 * rtol * float(_smallest_scale(np.asarray(M0), None if mu0 is None else np.asarray(mu0)))
         else:
-            atol = (
-                1e-3
-                * rtol
-                * _smallest_scale_jax(
-                    jax.lax.stop_gradient(jnp.asarray(M0)),
-                    None if mu0 is None else jax.lax.stop_gradient(jnp.asarray(mu0)),
-                )
-            )
+            sg = lambda x: None if x is None else jax.lax.stop_gradient(jnp.asarray(x))  # noqa: E731
+            atol = 1e-3 * rtol * _smallest_scale(sg(M0), sg(mu0), jnp)
     else:
         atol = check_positive("atol", atol)
     check_positive_int("max_steps", max_steps)
