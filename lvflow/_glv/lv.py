@@ -193,9 +193,9 @@ class LowRankLotkaVolterra(AbstractLotkaVolterra):
         `C⁻¹r` by Woodbury in `O(K q²)` when it is positive and no `active` mask is given, else
         the dense active-set solve."""
         if active is None:
-            z = interior_point(self.r, self.d, self.U)
-            if np.all(np.asarray(z) > 0):
-                return z
+            z = interior_point(*(np.asarray(x, dtype=float) for x in (self.r, self.d, self.U)), xp=np)
+            if np.all(z > 0):
+                return jnp.asarray(z)
         return super().equilibrium(active, tol=tol)
 
     def to_dense(self) -> LotkaVolterra:
@@ -203,11 +203,12 @@ class LowRankLotkaVolterra(AbstractLotkaVolterra):
         return LotkaVolterra(self.r, self.C, y2=self.y2, check=False)
 
 
-def interior_point(r: Float[Array, " K"], d: Float[Array, " K"], U: Float[Array, "K q"]) -> Float[Array, " K"]:
+def interior_point(r: Float[Array, " K"], d: Float[Array, " K"], U: Float[Array, "K q"], xp=jnp) -> Float[Array, " K"]:
     """`C⁻¹r` for `C = Diag(d) + UUᵀ` by Woodbury in `O(K q²)`: the saturated equilibrium when all
-    its entries are positive. Plain JAX operations: concrete or traced, and differentiable."""
+    its entries are positive. `xp`: `jax.numpy` (traced or not, differentiable) or `numpy` (concrete
+    inputs, no device dispatch); the same operations in both."""
     Dr, DU = r / d, U / d[:, None]
-    return Dr - DU @ jnp.linalg.solve(jnp.eye(U.shape[1], dtype=U.dtype) + U.T @ DU, U.T @ Dr)
+    return Dr - DU @ xp.linalg.solve(xp.eye(U.shape[1], dtype=U.dtype) + U.T @ DU, U.T @ Dr)
 
 
 def saturated_equilibrium(C: np.ndarray, r: np.ndarray, active=None, *, tol: float = 1e-12) -> np.ndarray:
