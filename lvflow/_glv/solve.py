@@ -12,7 +12,7 @@ from jaxtyping import Array, Bool, Float
 
 from .._errors import LvflowError, SolverError
 from .._validate import _is_concrete, as_array, check_in_open_interval, check_positive
-from .interaction import DenseInteraction, DiagonalInteraction
+from .interaction import DenseInteraction, is_diagonal
 from .lv import (
     AbstractLotkaVolterra,
     LowRankLotkaVolterra,
@@ -179,11 +179,9 @@ def solve_lv(
         raise LvflowError(f"method: must be 'auto', 'closed_form' or 'ode', got {method!r}")
 
     r = system.r
-    low_rank = isinstance(system, LowRankLotkaVolterra)
+    low_rank = _is_low_rank(system)
     concrete_system = all(_is_concrete(x) for x in ((r, system.d, system.U) if low_rank else (r, system.C)))
-    op = system.interaction()  # C in the structure the solvers use, decided once
-    # C's diagonal when C is concrete and diagonal (Thm 6 applies), else None
-    diagonal = op.d if isinstance(op, DiagonalInteraction) and _is_concrete(op.d) else None
+    diagonal = _diagonal_part(system, low_rank)  # C's diagonal if C is concrete and diagonal, else None
     if method == "closed_form" and diagonal is None:
         if _is_concrete(system.U if low_rank else system.C):
             raise LvflowError("method: 'closed_form' needs a diagonal C (Thm 6); use method='ode' for a coupled C")
@@ -221,9 +219,9 @@ def solve_lv(
             system.y2,
         )
     else:
-        term = LogLotkaVolterraTerm(r, op)
+        term = LogLotkaVolterraTerm.from_system(system)
         if solver is None:
-            dense_large = isinstance(op, DenseInteraction) and K > _DENSE_RODAS_MAX_K
+            dense_large = isinstance(term.interaction, DenseInteraction) and K > _DENSE_RODAS_MAX_K
             solver = dfx.Dopri5() if dense_large else Rodas5P()
         if stepsize_controller is None:
             # tolerances as arrays: a new value is then not a new compilation
@@ -258,6 +256,21 @@ def _host(x):
     """`x` as a float64 numpy array when concrete (a jitted call takes it without an eager device
     dispatch per argument), else as a JAX array."""
     return np.asarray(x, dtype=float) if _is_concrete(x) else jnp.asarray(x, dtype=float)
+
+
+def _diagonal_part(system, low_rank: bool):
+    """`C`'s diagonal when `C` is concrete and diagonal (Thm 6 applies), else `None`."""
+    if low_rank:
+        if not (_is_concrete(system.U) and _is_concrete(system.d)):
+            return None
+        return system.d if not np.any(np.asarray(system.U)) else None
+    if not _is_concrete(system.C) or not is_diagonal(np.asarray(system.C)):
+        return None
+    return np.diagonal(np.asarray(system.C))
+
+
+def _is_low_rank(system) -> bool:
+    return isinstance(system, LowRankLotkaVolterra)
 
 
 def _concrete_equilibrium(system, low_rank: bool, diagonal=None):
