@@ -127,8 +127,10 @@ class LotkaVolterra(AbstractLotkaVolterra):
 
     def interaction(self) -> AbstractInteraction:
         C = self.C
-        if _is_concrete(C) and is_diagonal(np.asarray(C)):
-            return DiagonalInteraction(jnp.diagonal(C))
+        if _is_concrete(C):
+            Cn = np.asarray(C)  # host view: no device dispatch for the check and the diagonal
+            if is_diagonal(Cn):
+                return DiagonalInteraction(jnp.asarray(np.diagonal(Cn)))
         return DenseInteraction(C)
 
 
