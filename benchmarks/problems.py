@@ -11,8 +11,6 @@ import dataclasses
 
 import numpy as np
 
-from lvflow._glv.lv import saturated_equilibrium
-
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
@@ -50,17 +48,10 @@ class Problem:
 
     @property
     def z_inf(self) -> np.ndarray:
-        """The saturated equilibrium `z(∞)`: `C⁻¹ r` when it is positive (all modes survive;
-        Woodbury solve, O(K R²)), else the Lawson–Hanson non-negative solution."""
-        if self.diagonal:
-            return np.where(self.r > 0, self.r / self.d, 0.0)
-        Dinv_r = self.r / self.d
-        Dinv_U = self.U / self.d[:, None]
-        cap = np.eye(self.U.shape[1]) + self.U.T @ Dinv_U
-        z = Dinv_r - Dinv_U @ np.linalg.solve(cap, self.U.T @ Dinv_r)
-        if np.all(z > 0):
-            return z
-        return saturated_equilibrium(self.C, self.r)
+        """The saturated equilibrium `z(∞)` (lvflow's, in `C`'s low-rank structure)."""
+        import lvflow
+
+        return np.asarray(lvflow.LowRankLotkaVolterra(self.r, self.d, self.U).equilibrium())
 
     def system(self, *, check: bool = False):
         """The `lvflow.LotkaVolterra(r, C)` of this problem (dense `C`; PSD by construction)."""

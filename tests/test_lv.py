@@ -8,9 +8,19 @@ from hypothesis import given, settings, strategies as st
 from scipy.optimize import nnls
 
 import lvflow
-from lvflow._glv.lv import equilibrium_is_unique, saturated_equilibrium, saturated_equilibrium_jax
 
-_bpp = jax.jit(saturated_equilibrium_jax)
+# The uniqueness flag is internal (solve_lv's second pass for non-unique z∞): tested here on purpose.
+from lvflow._glv.equilibrium import saturated_equilibrium
+
+
+@jax.jit
+def _traced_dense(r, C):  # the JAX face: the same system, traced
+    return lvflow.LotkaVolterra(r, C, check=False).equilibrium()
+
+
+@jax.jit
+def _traced_low_rank(r, d, U):
+    return lvflow.LowRankLotkaVolterra(r, d, U).equilibrium()
 
 
 def _random_problem(seed, K, rank=None):
@@ -28,41 +38,81 @@ def _nnls_equilibrium(C, r):
 
 
 @settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), K=st.sampled_from([6]))
-def test_equilibrium_vs_scipy_nnls(seed, K):
-    C, r = _random_problem(seed, K)
+@given(seed=st.integers(0, 2**32 - 1), K=st.sampled_from([1, 6, 9]), q=st.sampled_from([0, 1, 3]))
+def test_equilibrium_vs_scipy_nnls(seed, K, q):
+    """Both faces (numpy for a concrete system, JAX under jit) and every structure of C (dense,
+    Diag(d) + UUᵀ, diagonal) agree with scipy's NNLS and satisfy the KKT conditions."""
+    rng = np.random.default_rng(seed)
+    d, U, r = rng.uniform(0.1, 2.0, K), rng.normal(size=(K, q)) / np.sqrt(K), rng.normal(size=K)
+    C = np.diag(d) + U @ U.T
     ref = _nnls_equilibrium(C, r)
-    np.testing.assert_allclose(saturated_equilibrium(C, r), ref, atol=1e-9)
-    z, ok = _bpp(jnp.asarray(r), jnp.asarray(C))
-    assert bool(ok)
-    np.testing.assert_allclose(np.asarray(z), ref, atol=1e-9)
-    system = lvflow.LotkaVolterra(r, C)
-    np.testing.assert_allclose(np.asarray(system.equilibrium()), ref, atol=1e-9)
-    assert equilibrium_is_unique(C, r, ref)
+    dense, low_rank = lvflow.LotkaVolterra(r, C), lvflow.LowRankLotkaVolterra(r, d, U)
+    for z in (
+        dense.equilibrium(),
+        low_rank.equilibrium(),
+        _traced_dense(jnp.asarray(r), jnp.asarray(C)),
+        _traced_low_rank(jnp.asarray(r), jnp.asarray(d), jnp.asarray(U)),
+    ):
+        z = np.asarray(z)
+        np.testing.assert_allclose(z, ref, atol=1e-9)
+        w = r - C @ z
+        assert np.all(z >= 0) and np.all(w <= 1e-10) and abs(z @ w) < 1e-10
+    for face in (saturated_equilibrium, jax.jit(saturated_equilibrium)):  # C positive definite: unique
+        assert bool(face(r, C=C)[1])
 
 
-def test_equilibrium_fast_paths_and_active_mask():
+def test_equilibrium_diagonal_interior_and_active_mask():
     c = np.array([2.0, 1.0, 0.5])
     r = np.array([1.0, -1.0, 0.0])
-    np.testing.assert_array_equal(saturated_equilibrium(np.diag(c), r), [0.5, 0.0, 0.0])
+    np.testing.assert_array_equal(lvflow.LotkaVolterra(r, np.diag(c)).equilibrium(), [0.5, 0.0, 0.0])  # Thm 6
     C, r = _random_problem(1, 5)
     z_true = np.array([0.5, 1.0, 2.0, 0.1, 0.3])
     r = C @ z_true  # interior: every mode survives
-    np.testing.assert_allclose(saturated_equilibrium(C, r), z_true, rtol=1e-10)
+    np.testing.assert_allclose(lvflow.LotkaVolterra(r, C).equilibrium(), z_true, rtol=1e-10)
     active = np.array([True, False, True, True, False])
-    z = saturated_equilibrium(C, r, active)
-    assert np.all(z[~active] == 0)
     idx = np.flatnonzero(active)
-    np.testing.assert_allclose(z[idx], _nnls_equilibrium(C[np.ix_(idx, idx)], r[idx]), atol=1e-10)
+    ref = _nnls_equilibrium(C[np.ix_(idx, idx)], r[idx])
+    for z in (
+        lvflow.LotkaVolterra(r, C).equilibrium(active),
+        saturated_equilibrium(jnp.asarray(r), C=C, active=active)[0],
+    ):
+        z = np.asarray(z)
+        assert np.all(z[~active] == 0)
+        np.testing.assert_allclose(z[idx], ref, atol=1e-10)
 
 
-def test_equilibrium_uniqueness():
-    twins = np.ones((2, 2))
-    assert not equilibrium_is_unique(twins, np.ones(2), saturated_equilibrium(twins, np.ones(2)))
-    C, r = _random_problem(2, 6, rank=3)  # singular C, generic r: a unique active face or not
-    z = saturated_equilibrium(C, r)
+def test_equilibrium_derivative_matches_finite_differences():
+    """The JAX face's derivative is the implicit-function one: central differences agree."""
+    C, r = _random_problem(4, 6)
+    r = r + 0.3  # some modes on, some off
+    f = jax.jit(lambda r, C: jnp.sum(jnp.sin(jnp.arange(1.0, 7.0)) * _traced_dense(r, C)))
+    g_r, g_C = jax.grad(f, argnums=(0, 1))(jnp.asarray(r), jnp.asarray(C))
+    h = 1e-6
+    for k in range(6):
+        e = np.zeros(6)
+        e[k] = h
+        fd = (f(r + e, C) - f(r - e, C)) / (2 * h)
+        assert float(g_r[k]) == pytest.approx(float(fd), rel=1e-6, abs=1e-9)
+    E = np.zeros((6, 6))
+    E[1, 2] = E[2, 1] = h
+    fd = (f(r, C + E) - f(r, C - E)) / (2 * h)
+    assert float(g_C[1, 2] + g_C[2, 1]) == pytest.approx(float(fd), rel=1e-6, abs=1e-9)
+
+
+def test_equilibrium_uniqueness_and_unbounded_modes():
+    twins = np.ones((2, 2))  # two identical features: a line of minimisers
+    for face in (lambda r, C: saturated_equilibrium(r, C=C), jax.jit(lambda r, C: saturated_equilibrium(r, C=C))):
+        z, unique = face(np.ones(2), twins)
+        assert not bool(unique)
+        np.testing.assert_allclose(twins @ np.asarray(z), [1.0, 1.0], rtol=1e-12)
+    C, r = _random_problem(2, 6, rank=3)  # singular C, generic r
+    z = np.asarray(lvflow.LotkaVolterra(r, C).equilibrium())
     w = r - C @ z
     assert np.all(z >= 0) and np.all(w <= 1e-9) and abs(z @ w) < 1e-9
+    with pytest.raises(lvflow.LvflowError, match="mode 1 has r_k = 1 > 0 but C_kk = 0"):
+        lvflow.LotkaVolterra([1.0, 1.0], np.diag([1.0, 0.0])).equilibrium()
+    traced = jax.jit(lambda r, d: saturated_equilibrium(r, d=d))  # under jit: reported, not raised
+    assert not bool(traced(jnp.asarray([1.0, 1.0]), jnp.asarray([1.0, 0.0]))[1])
 
 
 @settings(max_examples=15, deadline=None)

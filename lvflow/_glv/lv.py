@@ -3,14 +3,14 @@
 import abc
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from equinox import AbstractVar
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Float
 
 from .._errors import LvflowError
 from .._validate import _is_concrete, as_array, check_psd
+from .equilibrium import saturated_equilibrium
 from .interaction import AbstractInteraction, DenseInteraction, DiagonalInteraction, LowRankInteraction, is_diagonal
 
 
@@ -80,11 +80,19 @@ class AbstractLotkaVolterra(eqx.Module):
     def equilibrium(self, active=None, *, tol: float = 1e-12) -> Float[Array, " K"]:
         """The saturated equilibrium `z* ≥ 0`: `r − C z* ≤ 0`, with equality where `z* > 0`.
 
-        For PSD `C` it minimises `½ zᵀCz − rᵀz` over `z ≥ 0` (a convex QP, solved by
-        Lawson–Hanson active sets); it is the limit of the flow from any positive `z0` when unique.
-        With `active` (a boolean mask), modes outside it are held at 0.
+        For PSD `C` it minimises `½ zᵀCz − rᵀz` over `z ≥ 0`; it is the limit of the flow from any
+        positive `z0` when unique. Block principal pivoting in `C`'s structure (diagonal: Thm 6;
+        `Diag(d) + UUᵀ`: Woodbury solves), in numpy for a concrete system and in JAX (differentiable)
+        under `jit`. With `active` (a boolean mask), modes outside it are held at 0.
+
+        **Raises:** `LvflowError` if a mode with `r_k > 0` has `C_kk ≤ 0` (unbounded growth).
         """
-        return jnp.asarray(saturated_equilibrium(np.asarray(self.C), np.asarray(self.r), active, tol=tol))
+        z, _ = saturated_equilibrium(self.r, active=active, tol=tol, **self._factors())
+        return jnp.asarray(z)
+
+    @abc.abstractmethod
+    def _factors(self) -> dict:
+        """`C` as `saturated_equilibrium` takes it: `{"C": C}`, or `{"d": d, "U": U}`."""
 
 
 class LotkaVolterra(AbstractLotkaVolterra):
@@ -132,6 +140,12 @@ class LotkaVolterra(AbstractLotkaVolterra):
             if is_diagonal(Cn):
                 return DiagonalInteraction(jnp.asarray(np.diagonal(Cn)))
         return DenseInteraction(C)
+
+    def _factors(self) -> dict:
+        interaction = self.interaction()
+        if isinstance(interaction, DiagonalInteraction):
+            return {"d": interaction.d}
+        return {"C": self.C}
 
 
 class LowRankLotkaVolterra(AbstractLotkaVolterra):
@@ -190,177 +204,9 @@ class LowRankLotkaVolterra(AbstractLotkaVolterra):
             return DiagonalInteraction(self.d)
         return LowRankInteraction(self.d, U)
 
-    def equilibrium(self, active=None, *, tol: float = 1e-12) -> Float[Array, " K"]:
-        """The saturated equilibrium (as `AbstractLotkaVolterra.equilibrium`): the interior point
-        `C⁻¹r` by Woodbury in `O(K q²)` when it is positive and no `active` mask is given, else
-        the dense active-set solve."""
-        if active is None:
-            z = interior_point(*(np.asarray(x, dtype=float) for x in (self.r, self.d, self.U)), xp=np)
-            if np.all(z > 0):
-                return jnp.asarray(z)
-        return super().equilibrium(active, tol=tol)
+    def _factors(self) -> dict:
+        return {"d": self.d, "U": self.U}
 
     def to_dense(self) -> LotkaVolterra:
         """The same system with `C` formed densely."""
         return LotkaVolterra(self.r, self.C, y2=self.y2, check=False)
-
-
-def interior_point(r: Float[Array, " K"], d: Float[Array, " K"], U: Float[Array, "K q"], xp=jnp) -> Float[Array, " K"]:
-    """`C⁻¹r` for `C = Diag(d) + UUᵀ` by Woodbury in `O(K q²)`: the saturated equilibrium when all
-    its entries are positive. `xp`: `jax.numpy` (traced or not, differentiable) or `numpy` (concrete
-    inputs, no device dispatch); the same operations in both."""
-    Dr, DU = r / d, U / d[:, None]
-    return Dr - DU @ xp.linalg.solve(xp.eye(U.shape[1], dtype=U.dtype) + U.T @ DU, U.T @ Dr)
-
-
-def saturated_equilibrium(C: np.ndarray, r: np.ndarray, active=None, *, tol: float = 1e-12) -> np.ndarray:
-    """Lawson–Hanson active-set solution of `min ½zᵀCz − rᵀz, z ≥ 0` (numpy; `C` PSD).
-
-    The KKT conditions are the gLV's saturation conditions: `z ≥ 0`, `w = r − Cz ≤ 0`, `z·w = 0`.
-    """
-    C = np.asarray(C, dtype=float)
-    r = np.asarray(r, dtype=float)
-    K = r.shape[0]
-    allowed = np.ones(K, bool) if active is None else np.asarray(active, bool)
-    scale = max(float(np.max(np.abs(r))) if K else 1.0, np.finfo(float).tiny)
-    fast = _equilibrium_fast_path(C, r, allowed, tol * scale)
-    if fast is not None:
-        return fast
-    z = np.zeros(K)
-    P = np.zeros(K, bool)
-    for _ in range(3 * K + 10):
-        w = r - C @ z
-        cand = np.where(allowed & ~P, w, -np.inf)
-        k = int(np.argmax(cand)) if K else 0
-        if K == 0 or cand[k] <= tol * scale:
-            break
-        P[k] = True
-        while True:
-            idx = np.flatnonzero(P)
-            s = np.zeros(K)
-            s[idx] = np.linalg.lstsq(C[np.ix_(idx, idx)], r[idx], rcond=None)[0]
-            if np.all(s[idx] > 0):
-                z = s
-                break
-            neg = idx[s[idx] <= 0]
-            alpha = np.min(z[neg] / (z[neg] - s[neg] + 1e-300))
-            z = z + alpha * (s - z)
-            P &= z > tol * scale
-            z[~P] = 0.0
-    return z
-
-
-def _equilibrium_fast_path(C: np.ndarray, r: np.ndarray, allowed: np.ndarray, tol: float) -> np.ndarray | None:
-    """Closed forms that skip the O(K⁴) active-set loop: diagonal `C` (`z*_k = max(r_k, 0)/C_kk`,
-    Thm 6), or an interior solution `C z = r` with every `z_k > 0` (checked against KKT)."""
-    K = r.shape[0]
-    if K == 0:
-        return np.zeros(0)
-    d = np.diagonal(C)
-    if np.count_nonzero(C - np.diag(d)) == 0:
-        if np.any(allowed & (d <= 0) & (r > tol)):
-            return None  # unbounded growth: let the general path report what it finds
-        return np.where(allowed & (r > 0) & (d > 0), np.maximum(r, 0) / np.where(d > 0, d, 1.0), 0.0)
-    idx = np.flatnonzero(allowed)
-    try:
-        zi = np.linalg.solve(C[np.ix_(idx, idx)], r[idx])
-    except np.linalg.LinAlgError:
-        return None
-    if not np.all(np.isfinite(zi)) or np.any(zi <= 0):
-        return None
-    z = np.zeros(K)
-    z[idx] = zi
-    w = r - C @ z
-    if np.max(np.abs(w[idx])) > 1e3 * tol or np.any(w[~allowed] > tol):
-        return None
-    return z
-
-
-def equilibrium_is_unique(C, r, z, *, rtol: float = 1e-10) -> bool:
-    """Whether the saturated equilibrium `z` is the only minimiser of `½zᵀCz − rᵀz` on `z ≥ 0`.
-
-    Sufficient test: `C` is positive definite on every mode that is active (`z_k > 0`) or
-    marginal (`r_k − (Cz)_k ≈ 0`), so no direction within the constraints leaves the loss flat.
-    When it fails (a singular `C`, e.g. two identical features) the limit of the flow depends on
-    `z0` (the flow conserves `ln z` along the null space of `C`).
-    """
-    C = np.asarray(C, dtype=float)
-    r = np.asarray(r, dtype=float)
-    z = np.asarray(z, dtype=float)
-    if r.size == 0:
-        return True
-    scale = max(float(np.max(np.abs(r))), np.finfo(float).tiny)
-    w = r - C @ z
-    T = (z > 0) | (w > -1e-9 * scale)
-    if not np.any(T):
-        return True
-    CT = C[np.ix_(T, T)]
-    d = np.diagonal(C)
-    top = max(float(np.max(d)), np.finfo(float).tiny)  # within a factor K of the top eigenvalue
-    if np.count_nonzero(CT - np.diag(np.diagonal(CT))) == 0:
-        return bool(np.min(np.diagonal(CT)) > rtol * top)
-    try:  # Cholesky of C_TT − δI succeeds iff λ_min(C_TT) > δ; cheaper than an eigensolve
-        np.linalg.cholesky((CT + CT.T) / 2 - rtol * top * np.eye(CT.shape[0]))
-    except np.linalg.LinAlgError:
-        return False
-    return True
-
-
-def saturated_equilibrium_jax(
-    r: Float[Array, " K"], C: Float[Array, "K K"], *, max_iter: int | None = None
-) -> tuple[Float[Array, " K"], Bool[Array, ""]]:
-    """`saturated_equilibrium` for traced inputs (under `jit`/`vmap` over systems).
-
-    Block principal pivoting (Júdice & Pires 1994; Kim & Park 2011) on the KKT conditions
-    `z ≥ 0, w = r − Cz ≤ 0, z·w = 0`: guess the support `F`, solve `C_FF z_F = r_F`, and swap every
-    index that violates the conditions; after three swaps that do not reduce the number of
-    violations, swap only the largest violating index (Murty's rule, which terminates). Every
-    iteration is one masked `K × K` solve. Returns `(z, converged)`; not converged (or a singular
-    `C_FF`) is reported, never silently returned as a solution.
-
-    Differentiable: the support `F` is found on `r`, `C` with their gradients stopped, and `z` is
-    then `C_FF⁻¹ r_F` on it, whose derivative is the implicit-function one of the equilibrium
-    (`dz_F = C_FF⁻¹ (dr_F − dC_FF z_F)`, `dz = 0` off `F`) wherever the support does not change.
-    """
-    r_diff, C_diff = r, C
-    r, C = jax.lax.stop_gradient(r), jax.lax.stop_gradient(C)
-    K = r.shape[-1]
-    max_iter = 3 * K + 10 if max_iter is None else max_iter
-    scale = jnp.maximum(jnp.max(jnp.abs(r)), jnp.finfo(r.dtype).tiny)
-    tol = 1e-11 * scale
-    eye = jnp.eye(K, dtype=C.dtype)
-    idx = jnp.arange(K)
-
-    def solve(F, r=r, C=C):
-        FF = F[:, None] & F[None, :]
-        A = jnp.where(FF, C, eye)
-        z = jnp.linalg.solve(A, jnp.where(F, r, 0.0))
-        return jnp.where(F, z, 0.0)
-
-    def infeasible(F, z):
-        w = r - C @ z
-        return (F & (z < -tol)) | (~F & (w > tol))
-
-    def cond(state):
-        it, F, z, bad, best, strikes = state
-        return (it < max_iter) & jnp.any(bad)
-
-    def body(state):
-        it, F, z, bad, best, strikes = state
-        n = jnp.sum(bad)
-        improved = n < best
-        strikes = jnp.where(improved, 0, strikes + 1)
-        best = jnp.minimum(best, n)
-        single = (idx == jnp.max(jnp.where(bad, idx, -1))) & bad
-        swap = jnp.where(strikes >= 3, single, bad)
-        F = F ^ swap
-        z = solve(F)
-        return it + 1, F, z, infeasible(F, z), best, strikes
-
-    F0 = r > 0
-    z0 = solve(F0)
-    state = (0, F0, z0, infeasible(F0, z0), K + 1, 0)
-    it, F, z, bad, _, _ = jax.lax.while_loop(cond, body, state)
-    ok = ~jnp.any(bad) & jnp.all(jnp.isfinite(z))
-    z = solve(F, r_diff, C_diff)  # the same z, now with its derivative
-    return jnp.maximum(z, 0.0), ok

@@ -12,15 +12,9 @@ from jaxtyping import Array, Bool, Float
 
 from .._errors import LvflowError, SolverError
 from .._validate import _is_concrete, as_array, check_in_open_interval, check_positive
+from .equilibrium import saturated_equilibrium
 from .interaction import DenseInteraction, is_diagonal
-from .lv import (
-    AbstractLotkaVolterra,
-    LowRankLotkaVolterra,
-    equilibrium_is_unique,
-    interior_point,
-    saturated_equilibrium,
-    saturated_equilibrium_jax,
-)
+from .lv import AbstractLotkaVolterra, LowRankLotkaVolterra
 from .rodas5p import Rodas5P
 from .solution import LVSolution, finish_solution, switch_on_target
 from .switch_on import SwitchOnTracker
@@ -196,15 +190,11 @@ def solve_lv(
         if _is_concrete(z_inf) and np.any(np.asarray(z_inf) < 0):
             raise LvflowError("z_inf: must be >= 0")
         z_eq, eq_ok = jnp.asarray(z_inf, dtype=float), jnp.asarray(True)
-    elif concrete_system:
-        z_eq, eq_ok = _concrete_equilibrium(system, low_rank, diagonal)
-    elif diagonal is not None:  # Thm 6: z*_k = r_k/C_kk or 0, in JAX for a traced r
-        z_eq = jnp.where((r > 0) & (diagonal > 0), r / jnp.where(diagonal > 0, diagonal, 1.0), 0.0)
-        eq_ok = jnp.all((diagonal > 0) | (r < 0))
-    elif low_rank:
-        z_eq, eq_ok = _low_rank_equilibrium_jax(r, system.d, system.U)
     else:
-        z_eq, eq_ok = saturated_equilibrium_jax(r, system.C)
+        factors = {"d": diagonal} if diagonal is not None else system._factors()
+        z_eq, eq_ok = saturated_equilibrium(r, **factors)
+        if concrete_system and not np.all(np.isfinite(z_eq)):
+            raise LvflowError("system: no finite saturated equilibrium (the loss is unbounded below)")
 
     if closed:
         sol = _closed_form_core(
@@ -271,48 +261,6 @@ def _diagonal_part(system, low_rank: bool):
 
 def _is_low_rank(system) -> bool:
     return isinstance(system, LowRankLotkaVolterra)
-
-
-def _concrete_equilibrium(system, low_rank: bool, diagonal=None):
-    """`(z*, unique)` in numpy (`LowRankLotkaVolterra.equilibrium` tries Woodbury first)."""
-    rn = np.asarray(system.r, dtype=float)
-    if diagonal is not None:
-        return _diagonal_equilibrium(rn, np.asarray(diagonal, dtype=float))
-    if low_rank:  # C positive definite: z* unique
-        return system.equilibrium(), jnp.asarray(True)
-    Cn = np.asarray(system.C, dtype=float)
-    d = np.diagonal(Cn)
-    _check_bounded(rn, d)
-    z = saturated_equilibrium(Cn, rn)
-    if not np.all(np.isfinite(z)):
-        raise LvflowError("system: no finite saturated equilibrium (the loss is unbounded below)")
-    return jnp.asarray(z), jnp.asarray(equilibrium_is_unique(Cn, rn, z))
-
-
-def _low_rank_equilibrium_jax(r, d, U):
-    """`(z*, unique)` in JAX for `C = Diag(d) + UUᵀ`: the interior point `C⁻¹r` by Woodbury in
-    `O(K q²)` where it is positive (then it is the equilibrium, unique as `C` is positive definite),
-    else block principal pivoting on the dense `C`. Differentiable (implicit-function derivative)."""
-    z = interior_point(r, d, U)
-    return jax.lax.cond(
-        jnp.all(z > 0),
-        lambda: (z, jnp.asarray(True)),
-        lambda: saturated_equilibrium_jax(r, jnp.diag(d) + U @ U.T),
-    )
-
-
-def _check_bounded(r: np.ndarray, d: np.ndarray) -> None:
-    grow = (d <= 0) & (r > 0)
-    if np.any(grow):
-        k = int(np.flatnonzero(grow)[0])
-        raise LvflowError(f"system: mode {k} has r_k = {r[k]:g} > 0 but C_kk = {d[k]:g}, so z_k grows without bound")
-
-
-def _diagonal_equilibrium(r: np.ndarray, d: np.ndarray):
-    """Thm 6: `z*_k = r_k/C_kk` or 0; unique unless a mode has `C_kk = r_k = 0`."""
-    _check_bounded(r, d)
-    z = np.where(r > 0, r / np.where(d > 0, d, 1.0), 0.0)
-    return z, np.asarray(bool(np.all((d > 0) | (r < 0))))
 
 
 def _failure_message(sol: LVSolution) -> str:

@@ -259,21 +259,13 @@ class PlateauSchedule(eqx.Module):
     def z_at(self, tau: float) -> Float[Array, " K"]:
         """The plateau equilibrium `z*` at time `tau`: the saturated equilibrium restricted to
         `active_at(tau)` (unique up to `C`'s null space; `Cz*` and the loss are unique)."""
-        return jnp.asarray(_equilibrium(self.system, self.active_at(tau)))
+        return self.system.equilibrium(self.active_at(tau))
 
     def equilibria(self) -> Float[Array, "n+1 K"]:
         """`z*` on every plateau: row 0 before the first event, row `i+1` after event `i`
         (recomputed, one restricted solve per plateau: for small systems)."""
         ts = [-1.0] + [float(t) for t in np.asarray(self.tau)]
         return jnp.stack([self.z_at(t) for t in ts])
-
-
-def _equilibrium(system, active) -> np.ndarray:
-    """The saturated equilibrium of `system` restricted to `active`, from scratch."""
-    be = _backend(system, False)
-    r = np.asarray(system.r, dtype=float)
-    _repair(be, set(np.flatnonzero(np.asarray(active, bool)).tolist()), _tol(r), 3 * r.shape[0] + 10)
-    return be.z_full()
 
 
 def _columns(system):
