@@ -50,21 +50,19 @@ def predicted_exponent(*, alpha1=None, alpha2=None, gamma1=None, gamma2=None) ->
     samp = gamma1 is not None or gamma2 is not None
     if feat == samp:
         raise LvflowError("predicted_exponent: give exactly one pair, (alpha1, alpha2) or (gamma1, gamma2)")
+    # (names, the bound on the first exponent and why, κ as a function of the two exponents)
     if feat:
-        if alpha1 is None or alpha2 is None:
-            raise LvflowError("predicted_exponent: the feature-wise law needs both alpha1 and alpha2")
-        a1 = float(as_array("alpha1", alpha1, ndim=0))
-        a2 = check_positive("alpha2", alpha2)
-        if not a1 > 1:
-            raise LvflowError(f"alpha1: must be > 1 (the total loss Σ V_k must be finite), got {a1:g}")
-        return (a1 - 1.0) / a2
-    if gamma1 is None or gamma2 is None:
-        raise LvflowError("predicted_exponent: the sample-wise law needs both gamma1 and gamma2")
-    g1 = float(as_array("gamma1", gamma1, ndim=0))
-    g2 = check_positive("gamma2", gamma2)
-    if not g1 > 0.5:
-        raise LvflowError(f"gamma1: must be > 1/2 (Σ y_μ² must be finite), got {g1:g}")
-    return (2.0 * g1 - 1.0) / g2
+        names, values, bound, why = ("alpha1", "alpha2"), (alpha1, alpha2), ("1", 1.0), "the total loss Σ V_k"
+    else:
+        names, values, bound, why = ("gamma1", "gamma2"), (gamma1, gamma2), ("1/2", 0.5), "Σ y_μ²"
+    if None in values:
+        law = "feature-wise" if feat else "sample-wise"
+        raise LvflowError(f"predicted_exponent: the {law} law needs both {names[0]} and {names[1]}")
+    e1 = float(as_array(names[0], values[0], ndim=0))
+    e2 = check_positive(names[1], values[1])
+    if not e1 > bound[1]:
+        raise LvflowError(f"{names[0]}: must be > {bound[0]} ({why} must be finite), got {e1:g}")
+    return (e1 - 1.0) / e2 if feat else (2.0 * e1 - 1.0) / e2
 
 
 class SpectrumExponents(eqx.Module):

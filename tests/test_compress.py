@@ -69,7 +69,7 @@ def test_compressed_outputs_equal_original_along_gd(mu_terms):
     f = gd_outputs(jnp.asarray(W0), nqf.A, nqf.y, nqf.f0, g, B, lr, steps=500)
     f_c = gd_outputs(c.W, c.nqf.A, c.nqf.y, c.nqf.f0, g, B, c.lr, steps=500)
     assert float(jnp.max(jnp.abs(f_c - f))) < 1e-10 * float(jnp.max(jnp.abs(f)))
-    loss = jnp.sum((f - nqf.y) ** 2, axis=(1, 2))
+    loss = jnp.sum((f - nqf.y[None]) ** 2, axis=(1, 2))
     assert float(loss[-1]) < 0.5 * float(loss[0])  # it trained: agreement along a real trajectory
 
 

@@ -137,7 +137,7 @@ def test_symmetry_error_names_the_broken_block():
     diag = lambda W, x: sum((i + 1) * W[:, i] @ S @ W[:, i] for i in range(D))  # H_ii = 2(i+1) I
     with pytest.raises(lvflow.SymmetryError, match="diagonal Hessian blocks H_ii differ across neurons by 4"):
         lvflow.expand(diag, np.zeros(P), P, D)
-    grad = lambda W, x: jnp.sum(jnp.arange(1.0, D + 1) * W)
+    grad = lambda W, x: jnp.sum(jnp.arange(1.0, D + 1)[None, :] * W)
     with pytest.raises(lvflow.SymmetryError, match="gradient columns"):
         lvflow.expand(grad, np.zeros(P), P, D)
     pair = lambda W, x: W[:, 0] @ W[:, 1]  # only neurons 0 and 1 interact

@@ -19,6 +19,15 @@ def _phi(a, t):
     return jnp.where(a == 0, t, -jnp.expm1(-a * t) / safe)
 
 
+def _on_time_grid(*per_mode, t):
+    """The per-mode arrays broadcast together, and with a time axis in front when `t` is `(n,)`:
+    `(*per_mode, t)` shaped `(K,)` and `()`, or `(1, K)` and `(n, 1)`."""
+    per_mode = jnp.broadcast_arrays(*per_mode)
+    if t.ndim == 1:
+        return (*(x[None] for x in per_mode), t[:, None])
+    return (*per_mode, jnp.broadcast_to(t, per_mode[0].shape))
+
+
 def orthogonal_features(r: ArrayLike, c_diag: ArrayLike, z0: ArrayLike, t: ArrayLike) -> Float[Array, "*n K"]:
     """Thm 6: the gLV with diagonal `C` (orthogonal features), mode by mode,
 
@@ -37,7 +46,7 @@ def orthogonal_features(r: ArrayLike, c_diag: ArrayLike, z0: ArrayLike, t: Array
         raise LvflowError("c_diag: must be >= 0 (C is PSD)")
     if _is_concrete(z0) and np.any(np.asarray(z0) <= 0):
         raise LvflowError("z0: must be > 0")
-    tt = t[..., None] if t.ndim == 1 else t
+    r, c, z0, tt = _on_time_grid(r, c, z0, t=t)
     # Two algebraically equal forms, each free of overflow on its side (values and derivatives):
     # growing modes z0/(e^{−rt} + C z0 (1 − e^{−rt})/r), others z0 e^{rt}/(1 + C z0 (e^{rt} − 1)/r).
     grow = r > 0
@@ -58,7 +67,7 @@ def log_orthogonal_features(r: ArrayLike, c_diag: ArrayLike, log_z0: ArrayLike, 
     t = jnp.asarray(as_array("t", t, ndim=(0, 1)), dtype=float)
     if _is_concrete(c) and np.any(np.asarray(c) < 0):
         raise LvflowError("c_diag: must be >= 0 (C is PSD)")
-    tt = t[..., None] if t.ndim == 1 else t
+    r, c, lz0, tt = _on_time_grid(r, c, lz0, t=t)
     z0 = jnp.exp(lz0)
     grow = r > 0
     rp = jnp.where(grow, r, 1.0)
@@ -143,6 +152,7 @@ def ignition_time(zeta: ArrayLike, C_k: ArrayLike, c_k: ArrayLike, eps: ArrayLik
     zeta, C_k, c_k, eps = (
         jnp.asarray(as_array(n, v), dtype=float) for n, v in (("zeta", zeta), ("C_k", C_k), ("c_k", c_k), ("eps", eps))
     )
+    zeta, C_k, c_k, eps = jnp.broadcast_arrays(zeta, C_k, c_k, eps)
     for name, v in (("C_k", C_k), ("c_k", c_k), ("eps", eps)):
         if _is_concrete(v) and np.any(np.asarray(v) <= 0):
             raise LvflowError(f"{name}: must be > 0")
@@ -230,10 +240,10 @@ def proportional_samples(
         return alpha * jnp.sum(jnp.where(z0 > 0, lam * jnp.exp(logz0 - 2 * lam * xi), 0.0)) - beta
 
     xi = _solve_xi(field, jnp.zeros(()), ts, rtol, atol, max_steps)
-    zs = z0 * jnp.exp(-2 * lam * xi[:, None])
-    W = jnp.einsum("pk,nk,qk,qd->npd", P, jnp.exp(-xi[:, None] * lam), P, W0)
+    zs = z0[None] * jnp.exp(-2 * lam[None] * xi[:, None])
+    W = jnp.einsum("pk,nk,qk,qd->npd", P, jnp.exp(-xi[:, None] * lam[None]), P, W0)
     out = c[None, :] * (zs @ lam)[:, None]
-    losses = (out - y) ** 2
+    losses = (out - y[None]) ** 2
     return XiSolution(ts=ts, xi=xi, zs=zs, W=W, losses=losses, loss=jnp.mean(losses, axis=1))
 
 
@@ -270,5 +280,5 @@ def orthogonal_samples(
 
     xi = _solve_xi(field, jnp.zeros(m), ts, rtol, atol, max_steps)
     zs = jax.vmap(z_of)(xi)
-    losses = (zs @ lam.T - y) ** 2
+    losses = (zs @ lam.T - y[None]) ** 2
     return XiSolution(ts=ts, xi=xi, zs=zs, W=None, losses=losses, loss=jnp.mean(losses, axis=1))

@@ -20,12 +20,17 @@ def exp_clipped(u):
     return jnp.exp(jnp.minimum(u, _U_CLIP))
 
 
+def _scale(d: Float[Array, " K"], z: Float[Array, "*b K"]) -> Float[Array, "*b K"]:
+    """`d ⊙ z` over any leading batch axes of `z` (broadcast made explicit)."""
+    return jnp.broadcast_to(d, z.shape) * z
+
+
 def _vecmat(x: Float[Array, " K"], A: Float[Array, "K q"]) -> Float[Array, " q"]:
     return jnp.sum(x[:, None] * A, axis=0)
 
 
 def _matvec(A: Float[Array, "K q"], y: Float[Array, " q"]) -> Float[Array, " K"]:
-    return jnp.sum(A * y, axis=1)
+    return jnp.sum(A * y[None, :], axis=1)
 
 
 def _spd_inverse(S: Float[Array, "q q"]) -> Float[Array, "q q"]:
@@ -59,7 +64,7 @@ class DiagonalInteraction(AbstractInteraction):
     d: Float[Array, " K"]
 
     def Cz(self, z):
-        return self.d * z
+        return _scale(self.d, z)
 
     def shifted_solver(self, alpha, z):
         inv = 1.0 / (alpha + self.d * z)
@@ -75,7 +80,7 @@ class LowRankInteraction(AbstractInteraction):
     def Cz(self, z):
         if z.ndim == 1:  # a skinny (K, q) product as multiply-and-reduce: XLA fuses it, a dot it does not
             return self.d * z + _matvec(self.U, _vecmat(z, self.U))
-        return self.d * z + (z @ self.U) @ self.U.T
+        return _scale(self.d, z) + (z @ self.U) @ self.U.T
 
     def shifted_solver(self, alpha, z):
         # (Δ + U (ZU)ᵀ)⁻¹ b = x − W S⁻¹ (ZU)ᵀ x with Δ = Diag(α + d z), x = Δ⁻¹ b, W = Δ⁻¹ U and the
@@ -87,7 +92,7 @@ class LowRankInteraction(AbstractInteraction):
         q = self.U.shape[1]
         S_inv = _spd_inverse(jnp.eye(q, dtype=z.dtype) + jnp.einsum("kp,kq->pq", ZU, W))
         # W S⁻¹ as q broadcast products (a batched dot under vmap is slow on XLA's CPU backend).
-        WS = sum(W[:, p, None] * S_inv[p] for p in range(q)) if q <= _UNROLL_Q else W @ S_inv
+        WS = sum(W[:, p, None] * S_inv[p][None, :] for p in range(q)) if q <= _UNROLL_Q else W @ S_inv
 
         def solve(b):
             x = inv * b
@@ -105,7 +110,7 @@ class DenseInteraction(AbstractInteraction):
         return z @ self.C.T
 
     def shifted_solver(self, alpha, z):
-        lu = jax.scipy.linalg.lu_factor(alpha * jnp.eye(z.shape[-1], dtype=z.dtype) + self.C * z)
+        lu = jax.scipy.linalg.lu_factor(alpha * jnp.eye(z.shape[-1], dtype=z.dtype) + self.C * z[None, :])
         return lambda b: jax.scipy.linalg.lu_solve(lu, b)
 
 

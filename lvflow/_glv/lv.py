@@ -192,7 +192,7 @@ class LowRankLotkaVolterra(AbstractLotkaVolterra):
 
     def Cz(self, z: Float[Array, "*b K"]) -> Float[Array, "*b K"]:
         """`C z` in `O(K q)`."""
-        return self.d * z + (z @ self.U) @ self.U.T
+        return LowRankInteraction(self.d, self.U).Cz(z)
 
     @property
     def C_diagonal(self):

@@ -39,11 +39,11 @@ class LVSolution(eqx.Module):
     success: Bool[Array, ""]
 
 
-def finish_solution(
-    *, ts, zs, Czs, r, y2, switch_on_times, z_inf, rho, z_end, num_steps, num_accepted, num_rejected, result
-) -> LVSolution:
+def finish_solution(ts, zs, Czs, r, y2, switch_on_times, z_inf, rho, z_end, stats, result) -> LVSolution:
     """The `LVSolution` every solve path returns: the loss `zᵀCz/8 − rᵀz/4 + y2` (Eq. 26 in modes,
-    `Czs = C z` at `ts`) and `success` = solver success with a finite trajectory and end state."""
+    `Czs = C z` at `ts`) and `success` = solver success with a finite trajectory and end state.
+    `stats`: `(num_steps, num_accepted_steps, num_rejected_steps)`."""
+    num_steps, num_accepted, num_rejected = stats
     loss = jnp.sum(zs * Czs, axis=-1) / 8 - zs @ r / 4 + y2
     success = (result == dfx.RESULTS.successful) & jnp.all(jnp.isfinite(zs)) & jnp.all(jnp.isfinite(z_end))
     return LVSolution(

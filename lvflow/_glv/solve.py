@@ -322,21 +322,11 @@ def _ode_core(
     out = solve(tracker, t1, saveat, meter)
     zs = jnp.exp(out.ys[0])
     u_end = out.ys[1][-1]
-    return finish_solution(
-        ts=ts,
-        zs=zs,
-        Czs=term.interaction.Cz(zs),
-        r=term.r,
-        y2=y2,
-        switch_on_times=jnp.where(live, tracker.crossing_times(out.solver_state), jnp.inf),
-        z_inf=z_inf,
-        rho=rho,
-        z_end=u_end,
-        num_steps=out.stats["num_steps"],
-        num_accepted=out.stats["num_accepted_steps"],
-        num_rejected=out.stats["num_rejected_steps"],
-        result=dfx.RESULTS.where(first_result == dfx.RESULTS.successful, out.result, first_result),
-    )
+    switch_on_times = jnp.where(live, tracker.crossing_times(out.solver_state), jnp.inf)
+    stats = tuple(out.stats[k] for k in ("num_steps", "num_accepted_steps", "num_rejected_steps"))
+    result = dfx.RESULTS.where(first_result == dfx.RESULTS.successful, out.result, first_result)
+    Czs = term.interaction.Cz(zs)
+    return finish_solution(ts, zs, Czs, term.r, y2, switch_on_times, z_inf, rho, u_end, stats, result)
 
 
 def _thm6(r, c, z0, t):
@@ -366,7 +356,7 @@ def _closed_form_core(
 ) -> LVSolution:
     """Thm 6 at `ts` and its inversion for the switch-on times (diagonal `C = Diag(c)`)."""
     u0 = jnp.log(z0)
-    zs = _thm6(r, c, z0, ts[:, None])
+    zs = _thm6(r[None], c[None], z0[None], ts[:, None])
     z_end = _thm6(r, c, z0, t1)
     z_inf = jnp.where(eq_ok, z_eq, z_end)
     live = z_inf > 0
@@ -382,19 +372,5 @@ def _closed_form_core(
     t_cross = ((target - u0) + jnp.log1p(c * (T - z0) / safe_gap)) / safe_r
     t_star = jnp.where(live & above, 0.0, jnp.where(crosses, t_cross, jnp.inf))
     t_star = jnp.where(t_star <= t1, t_star, jnp.inf)  # as the ODE path: not reached by t1
-    zero = jnp.asarray(0)  # the dtype diffrax's statistics have
-    return finish_solution(
-        ts=ts,
-        zs=zs,
-        Czs=c * zs,
-        r=r,
-        y2=y2,
-        switch_on_times=t_star,
-        z_inf=z_inf,
-        rho=rho,
-        z_end=z_end,
-        num_steps=zero,
-        num_accepted=zero,
-        num_rejected=zero,
-        result=dfx.RESULTS.successful,
-    )
+    no_steps = (jnp.asarray(0),) * 3  # the dtype diffrax's statistics have
+    return finish_solution(ts, zs, c[None] * zs, r, y2, t_star, z_inf, rho, z_end, no_steps, dfx.RESULTS.successful)

@@ -175,12 +175,7 @@ def predict(
     em = np.where(on[:-1] & on[1:], em, np.nan)
     return Prediction(
         method="lv",
-        source=source,
-        eps=float(eps),
-        rho=float(rho),
-        learning_rate=lr,
-        t1=float(t1),
-        exponent=float(exponent),
+        **_header(source, eps, rho, lr, t1, exponent),
         notes=tuple(notes),
         c=jnp.asarray(c),
         order=jnp.asarray(order),
@@ -196,6 +191,11 @@ def predict(
         loss=jnp.asarray(loss),
         excess_loss=jnp.asarray(excess),
     )
+
+
+def _header(source, eps, rho, lr, t1, exponent) -> dict:
+    """The `Prediction` fields every method fills alike."""
+    return dict(source=source, eps=float(eps), rho=float(rho), learning_rate=lr, t1=float(t1), exponent=float(exponent))
 
 
 def _schedule_per_mode(sched, lv: AbstractLotkaVolterra) -> tuple[np.ndarray, np.ndarray]:
@@ -230,12 +230,7 @@ def _predict_matrix_flow(nqf: NQF, *, eps, c, z0, init_std, width, lr, rho, t1, 
     empty = jnp.zeros((0,))
     return Prediction(
         method="matrix_flow",
-        source=source,
-        eps=float(eps),
-        rho=float(rho),
-        learning_rate=lr,
-        t1=float(t1),
-        exponent=float(exponent),
+        **_header(source, eps, rho, lr, t1, exponent),
         notes=(
             f"structure matrices do not commute ({reason}); used the full M-flow (Eq. 28) from M0 = eps·I, "
             "no per-mode table; excess_loss is relative to the loss at t1",
