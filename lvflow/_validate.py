@@ -17,7 +17,7 @@ def _is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
-def as_array(name: str, x, *, ndim: int | tuple[int, ...] | None = None) -> np.ndarray:
+def as_array(name: str, x, *, ndim: int | tuple[int, ...] | None = None) -> np.ndarray | jax.Array:
     """`x` as a float array, finite, with the given number of dimensions."""
     if x is None:
         raise LvflowError(f"{name}: is None, expected an array")

@@ -7,5 +7,34 @@ os.environ.setdefault("LVFLOW_CACHE_DIR", "off")
 import jax
 
 jax.config.update("jax_enable_x64", True)
+# As diffrax's own test suite: an implicit broadcast between arrays of different rank is an error.
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# jaxtyping checks every array annotation in lvflow at run time (with beartype), as diffrax's own
+# test suite does: shapes and dtypes that disagree with `Float[Array, "…"]` fail the test. Only the
+# array annotations are checked: a plain `bool` or `int` parameter is validated by lvflow itself,
+# with the one-line `LvflowError` that tests of bad input expect. Installed for the whole session
+# (not as a context manager): lvflow loads its modules lazily.
+from jaxtyping import install_import_hook  # noqa: E402
+
+install_import_hook("lvflow", "conftest.check_array_annotations")
+
+
+def check_array_annotations(fn):
+    """beartype on `fn`, restricted to the annotations that mention a jaxtyping array type."""
+    import beartype
+
+    def is_array_hint(hint) -> bool:  # a hint, or its source text under `from __future__ import annotations`
+        text = hint if isinstance(hint, str) else repr(hint)
+        return "jaxtyping" in text or any(f"{dtype}[" in text for dtype in _JAXTYPING_DTYPES)
+
+    hints = getattr(fn, "__annotations__", None)
+    if hints:
+        fn.__annotations__ = {k: v for k, v in hints.items() if is_array_hint(v)}
+    return beartype.beartype(fn)
+
+
+_JAXTYPING_DTYPES = ("Float", "Int", "Bool", "Shaped", "Real", "Num", "Inexact", "Integer", "Complex")
+
 
 import lvflow  # noqa: E402,F401  (switches on float64 too)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from .._validate import check_positive, check_positive_int
 from .flow import check_state
@@ -58,11 +58,11 @@ def span_basis(nqf: NQF, *, rtol: float | None = None) -> np.ndarray:
 
 def compress(
     nqf: NQF,
-    M: Float[Array, "p p"],
+    M: Float[ArrayLike, "p p"],
     *,
     d: int,
     lr: float,
-    mu: Float[Array, " p"] | None = None,
+    mu: Float[ArrayLike, " p"] | None = None,
     rtol: float | None = None,
 ) -> Compressed:
     """Compress a `d`-neuron module to `d' = k_V + 1` neurons with the same outputs along GD (Thm 3).

@@ -7,7 +7,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._errors import LvflowError, SolverError
 from .._validate import _is_concrete, as_array, check_positive, check_positive_int, check_psd
@@ -117,10 +117,10 @@ def _integrate(nqf, M0, mu0, ts, d, gamma, rtol, atol, solver, adjoint, max_step
 
 def matrix_flow(
     nqf: NQF,
-    M0: Float[Array, "p p"],
-    ts: Float[Array, " n"],
+    M0: Float[ArrayLike, "p p"],
+    ts: Float[ArrayLike, " n"],
     *,
-    mu0: Float[Array, " p"] | None = None,
+    mu0: Float[ArrayLike, " p"] | None = None,
     d: float | None = None,
     weight_decay: float = 0.0,
     rtol: float = 1e-8,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from .._errors import LvflowError
 from .._validate import as_array, check_symmetric
@@ -82,7 +82,7 @@ class NQF(eqx.Module):
         """Whether the module breaks ZGZ (Thm 12), so that `μ = W 1` enters the dynamics."""
         return self.g is not None or self.B is not None
 
-    def predict(self, M: Float[Array, "p p"], mu: Float[Array, " p"] | None = None) -> Float[Array, "m *k"]:  # noqa: F821 (jaxtyping's variadic dims)
+    def predict(self, M: Float[ArrayLike, "p p"], mu: Float[ArrayLike, " p"] | None = None) -> Float[Array, "m *k"]:  # noqa: F821 (jaxtyping's variadic dims)
         """`f_μ = f0_μ + g_μᵀμ + Tr[M A_μ] + μᵀ B_μ μ` for every sample (Eq. 2, Eq. 196)."""
         self._need_mu(mu)
         out = self.f0 + jnp.einsum("...ij,ij->...", self.A, M)
@@ -106,7 +106,7 @@ class NQF(eqx.Module):
         """`Y = (4/m) Σ_μ (y_μ − f0_μ) A_μ` (Eq. 252)."""
         return 4.0 / self.m * jnp.einsum("...,...ij->ij", self.y - self.f0, self.A)
 
-    def K(self, X: Float[Array, "p p"]) -> Float[Array, "p p"]:
+    def K(self, X: Float[ArrayLike, "p p"]) -> Float[Array, "p p"]:
         """`K(X) = (4/m) Σ_μ ⟨A_μ, X⟩_F A_μ` (Eq. 252)."""
         return 4.0 / self.m * jnp.einsum("...kl,kl,...ij->ij", self.A, X, self.A)
 

@@ -6,7 +6,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._errors import LvflowError, SolverError
 from .._validate import check_in_open_interval, check_positive, check_positive_int
@@ -111,13 +111,13 @@ def _run(nqf, M0, mu0, d, lr, gamma, beta, batches, n_records, record_every, use
 
 def gd_recursion(
     nqf: NQF,
-    M0: Float[Array, "p p"],
+    M0: Float[ArrayLike, "p p"],
     *,
     steps: int,
     lr: float,
-    mu0: Float[Array, " p"] | None = None,
+    mu0: Float[ArrayLike, " p"] | None = None,
     d: float | None = None,
-    batches: Int[Array, "steps b"] | None = None,
+    batches: Int[ArrayLike, "steps b"] | None = None,
     weight_decay: float = 0.0,
     momentum: float = 0.0,
     record_every: int = 1,

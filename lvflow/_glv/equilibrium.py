@@ -6,13 +6,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._errors import LvflowError, SolverError
 from .._validate import _is_concrete
 
 
-def interior_point(r: Float[Array, " K"], d: Float[Array, " K"], U: Float[Array, "K q"], xp=jnp) -> Float[Array, " K"]:
+def interior_point(
+    r: Float[ArrayLike, " K"], d: Float[ArrayLike, " K"], U: Float[ArrayLike, "K q"], xp=jnp
+) -> Float[ArrayLike, " K"]:
     """`C⁻¹r` for `C = Diag(d) + UUᵀ` by Woodbury in `O(K q²)`: the saturated equilibrium when all
     its entries are positive. `xp`: `jax.numpy` (traced or not, differentiable) or `numpy` (concrete
     inputs, no device dispatch); the same operations in both."""
@@ -21,14 +23,14 @@ def interior_point(r: Float[Array, " K"], d: Float[Array, " K"], U: Float[Array,
 
 
 def saturated_equilibrium(
-    r: Float[Array, " K"],
+    r: Float[ArrayLike, " K"],
     *,
-    C: Float[Array, "K K"] | None = None,
-    d: Float[Array, " K"] | None = None,
-    U: Float[Array, "K q"] | None = None,
-    active: Bool[Array, " K"] | None = None,
+    C: Float[ArrayLike, "K K"] | None = None,
+    d: Float[ArrayLike, " K"] | None = None,
+    U: Float[ArrayLike, "K q"] | None = None,
+    active: Bool[ArrayLike, " K"] | None = None,
     tol: float = 1e-12,
-) -> tuple[Float[Array, " K"], Bool[Array, ""]]:
+) -> tuple[Float[ArrayLike, " K"], Bool[ArrayLike, ""]]:
     """The saturated equilibrium `z*` of `ż = z ⊙ (r − C z)` (Eq. 32) and whether it is unique.
 
     `z* ≥ 0`, `w = r − C z* ≤ 0` and `z*·w = 0`: the KKT conditions of `min ½zᵀCz − rᵀz` over

@@ -10,7 +10,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 _U_CLIP = 300.0  # ln z: far above any saturated z (r/C), far below float64 overflow of C e^u
 
@@ -20,20 +20,20 @@ def exp_clipped(u):
     return jnp.exp(jnp.minimum(u, _U_CLIP))
 
 
-def _scale(d: Float[Array, " K"], z: Float[Array, "*b K"]) -> Float[Array, "*b K"]:
+def _scale(d: Float[ArrayLike, " K"], z: Float[ArrayLike, "*b K"]) -> Float[Array, "*b K"]:
     """`d ⊙ z` over any leading batch axes of `z` (broadcast made explicit)."""
     return jnp.broadcast_to(d, z.shape) * z
 
 
-def _vecmat(x: Float[Array, " K"], A: Float[Array, "K q"]) -> Float[Array, " q"]:
+def _vecmat(x: Float[ArrayLike, " K"], A: Float[ArrayLike, "K q"]) -> Float[Array, " q"]:
     return jnp.sum(x[:, None] * A, axis=0)
 
 
-def _matvec(A: Float[Array, "K q"], y: Float[Array, " q"]) -> Float[Array, " K"]:
+def _matvec(A: Float[ArrayLike, "K q"], y: Float[ArrayLike, " q"]) -> Float[Array, " K"]:
     return jnp.sum(A * y[None, :], axis=1)
 
 
-def _spd_inverse(S: Float[Array, "q q"]) -> Float[Array, "q q"]:
+def _spd_inverse(S: Float[ArrayLike, "q q"]) -> Float[Array, "q q"]:
     """Inverse of a small SPD matrix via its Cholesky factor."""
     L = jnp.linalg.cholesky(S)
     Linv = jax.scipy.linalg.solve_triangular(L, jnp.eye(S.shape[0], dtype=S.dtype), lower=True)
@@ -47,12 +47,12 @@ class AbstractInteraction(eqx.Module):
     """`C` as the gLV's solvers apply it: products `C z` and solves with `α I + C Diag(z)`."""
 
     @abc.abstractmethod
-    def Cz(self, z: Float[Array, "*b K"]) -> Float[Array, "*b K"]:
+    def Cz(self, z: Float[ArrayLike, "*b K"]) -> Float[Array, "*b K"]:
         """`C z` (over a leading batch of states too)."""
 
     @abc.abstractmethod
     def shifted_solver(
-        self, alpha: Float[Array, ""], z: Float[Array, " K"]
+        self, alpha: Float[ArrayLike, ""], z: Float[ArrayLike, " K"]
     ) -> Callable[[Float[Array, " K"]], Float[Array, " K"]]:
         """`b ↦ (α I + C Diag(z))⁻¹ b`: `α I − J` for the Jacobian `J = −C Diag(e^u)` of
         `u̇ = r − C e^u`, factorised once and applied to many right-hand sides."""

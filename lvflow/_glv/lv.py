@@ -6,7 +6,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 from equinox import AbstractVar
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from .._errors import LvflowError
 from .._validate import _is_concrete, as_array, check_psd
@@ -34,7 +34,7 @@ class AbstractLotkaVolterra(eqx.Module):
         return self.r.shape[-1]
 
     @abc.abstractmethod
-    def Cz(self, z: Float[Array, "*b K"]) -> Float[Array, "*b K"]:
+    def Cz(self, z: Float[ArrayLike, "*b K"]) -> Float[Array, "*b K"]:
         """`C z` in the structure's cost."""
 
     @property
@@ -46,19 +46,19 @@ class AbstractLotkaVolterra(eqx.Module):
     def interaction(self) -> AbstractInteraction:
         """`C` as `solve_lv`'s solvers apply it (diagonal when it is concretely diagonal)."""
 
-    def vector_field(self, t, z: Float[Array, " K"], args=None) -> Float[Array, " K"]:
+    def vector_field(self, t, z: Float[ArrayLike, " K"], args=None) -> Float[Array, " K"]:
         """`ż = z ⊙ (r − C z)` (Eq. 32), in diffrax's `(t, y, args)` signature."""
         return z * (self.r - self.Cz(z))
 
-    def log_vector_field(self, t, u: Float[Array, " K"], args=None) -> Float[Array, " K"]:
+    def log_vector_field(self, t, u: Float[ArrayLike, " K"], args=None) -> Float[Array, " K"]:
         """The same flow in `u = ln z`: `u̇ = r − C e^u`. Removes the stiffness of tiny `z`."""
         return self.r - self.Cz(jnp.exp(u))
 
-    def loss(self, z: Float[Array, "*b K"]) -> Float[Array, "*b"]:
+    def loss(self, z: Float[ArrayLike, "*b K"]) -> Float[Array, "*b"]:
         """`L(z) = zᵀCz/8 − rᵀz/4 + y2`, the paper's loss (Eq. 26) in modes."""
         return jnp.sum(z * self.Cz(z), axis=-1) / 8 - z @ self.r / 4 + self.y2
 
-    def excess_loss(self, z: Float[Array, "*b K"]) -> Float[Array, "*b"]:
+    def excess_loss(self, z: Float[ArrayLike, "*b K"]) -> Float[Array, "*b"]:
         """`L(z) − L(z*)`, with `z*` the saturated equilibrium."""
         return self.loss(z) - self.loss(self.equilibrium())
 
@@ -190,7 +190,7 @@ class LowRankLotkaVolterra(AbstractLotkaVolterra):
         """The dense interaction matrix (`K²` memory: for small systems and tests)."""
         return jnp.diag(self.d) + self.U @ self.U.T
 
-    def Cz(self, z: Float[Array, "*b K"]) -> Float[Array, "*b K"]:
+    def Cz(self, z: Float[ArrayLike, "*b K"]) -> Float[Array, "*b K"]:
         """`C z` in `O(K q)`."""
         return LowRankInteraction(self.d, self.U).Cz(z)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._errors import LvflowError, NotCommutingError
 from .._form.nqf import NQF
@@ -152,11 +152,11 @@ class ProjectorForm(eqx.Module):
     y2: Float[Array, ""]
     holds: bool = eqx.field(static=True)
 
-    def vector_field(self, t, z: Float[Array, " n"], args=None) -> Float[Array, " n"]:
+    def vector_field(self, t, z: Float[ArrayLike, " n"], args=None) -> Float[Array, " n"]:
         """`ż_a = 2 z_a (γ_a − κ_a z_a)` (Thm 16)."""
         return 2 * z * (self.gamma - self.kappa * z)
 
-    def loss(self, z: Float[Array, "*b n"]) -> Float[Array, "*b"]:
+    def loss(self, z: Float[ArrayLike, "*b n"]) -> Float[Array, "*b"]:
         """`L(Σ z_a Π_a) = Σ_a n_a (κ_a z_a²/4 − γ_a z_a/2) + y2` (cross terms vanish under Thm 16)."""
         return (self.rank * (self.kappa * z**2 / 4 - self.gamma * z / 2)).sum(-1) + self.y2
 

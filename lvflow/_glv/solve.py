@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._errors import LvflowError, SolverError
 from .._validate import _is_concrete, as_array, check_in_open_interval, check_positive
@@ -271,13 +271,13 @@ def _failure_message(sol: LVSolution) -> str:
 @eqx.filter_jit
 def _ode_core(
     term: LogLotkaVolterraTerm,
-    u0: Float[Array, " K"],
-    t1: Float[Array, ""],
-    ts: Float[Array, " n"],
-    z_eq: Float[Array, " K"],
-    eq_ok: Bool[Array, ""],
-    rho: Float[Array, ""],
-    y2: Float[Array, ""],
+    u0: Float[ArrayLike, " K"],
+    t1: Float[ArrayLike, ""],
+    ts: Float[ArrayLike, " n"],
+    z_eq: Float[ArrayLike, " K"],
+    eq_ok: Bool[ArrayLike, ""],
+    rho: Float[ArrayLike, ""],
+    y2: Float[ArrayLike, ""],
     *,
     solver: dfx.AbstractSolver,
     controller: dfx.AbstractStepSizeController,
@@ -344,15 +344,15 @@ def _thm6(r, c, z0, t):
 
 @jax.jit
 def _closed_form_core(
-    r: Float[Array, " K"],
-    c: Float[Array, " K"],
-    z0: Float[Array, " K"],
-    t1: Float[Array, ""],
-    ts: Float[Array, " n"],
-    z_eq: Float[Array, " K"],
-    eq_ok: Bool[Array, ""],
-    rho: Float[Array, ""],
-    y2: Float[Array, ""],
+    r: Float[ArrayLike, " K"],
+    c: Float[ArrayLike, " K"],
+    z0: Float[ArrayLike, " K"],
+    t1: Float[ArrayLike, ""],
+    ts: Float[ArrayLike, " n"],
+    z_eq: Float[ArrayLike, " K"],
+    eq_ok: Bool[ArrayLike, ""],
+    rho: Float[ArrayLike, ""],
+    y2: Float[ArrayLike, ""],
 ) -> LVSolution:
     """Thm 6 at `ts` and its inversion for the switch-on times (diagonal `C = Diag(c)`)."""
     u0 = jnp.log(z0)

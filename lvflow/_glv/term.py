@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import diffrax as dfx
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from .._errors import LvflowError
 from .interaction import AbstractInteraction, exp_clipped
@@ -53,7 +53,7 @@ class LogLotkaVolterraTerm(dfx.AbstractTerm):
             raise LvflowError(f"system: expected a LotkaVolterra or LowRankLotkaVolterra, got {type(system).__name__}")
         return cls(system.r, system.interaction())
 
-    def vf(self, t, y: Float[Array, " K"], args) -> Float[Array, " K"]:
+    def vf(self, t, y: Float[ArrayLike, " K"], args) -> Float[Array, " K"]:
         """`u̇ = r − C e^u` (Eq. 32 divided by `z`)."""
         return self.r - self.interaction.Cz(exp_clipped(y))
 
@@ -63,6 +63,6 @@ class LogLotkaVolterraTerm(dfx.AbstractTerm):
     def prod(self, vf, control):
         return vf * control
 
-    def shifted_solver(self, alpha, y: Float[Array, " K"]):
+    def shifted_solver(self, alpha, y: Float[ArrayLike, " K"]):
         """`b ↦ (α I − J)⁻¹ b` with `J = −C Diag(e^y)` the Jacobian of `vf` at `y`."""
         return self.interaction.shifted_solver(alpha, exp_clipped(y))

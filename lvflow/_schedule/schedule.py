@@ -32,7 +32,7 @@ from typing import NamedTuple
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._errors import LvflowError, SolverError
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
@@ -243,7 +243,7 @@ class PlateauSchedule(eqx.Module):
             )
         return self.tau * math.log(1 / eps)
 
-    def loss_at(self, tau: Float[Array, "*b"]) -> Float[Array, "*b"]:
+    def loss_at(self, tau: Float[ArrayLike, "*b"]) -> Float[Array, "*b"]:
         """The limiting step-function loss `L(τ)` (right-continuous: at an event time, the value after it)."""
         return self.loss[jnp.searchsorted(self.tau, jnp.asarray(tau), side="right")]
 
