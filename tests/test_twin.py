@@ -104,14 +104,12 @@ def test_width_64_twin_and_its_compressed_model_have_the_same_loss_curve(small):
     assert _rel(hc.loss, h64.loss) < 1e-9
 
 
-class BiasUnit(eqx.Module):
+class BiasUnit(arch.AbstractSumForm):
+    """A user's sum-form module (no closed-form structure): `v φ(uᵀx + b)`, ZGZ only when `φ(b) = 0`."""
+
     W: jax.Array
     bias: float = 0.0
     act: object = eqx.field(static=True, default=jnp.tanh)
-
-    @property
-    def p(self):
-        return self.W.shape[0]
 
     def unit(self, w, x):
         return w[-1] * self.act(w[:-1] @ x + self.bias)
