@@ -100,6 +100,7 @@ _EXPORTS = {
     "resolved_steps": "._scaling",
     "spectrum_exponents": "._scaling",
     # Real networks beside their NQF twins (§5).
+    "AbstractDataset": "._training.data",
     "Dataset": "._training.data",
     "LowRankTeacher": "._training.data",
     "TeacherStream": "._training.data",
@@ -114,6 +115,8 @@ _EXPORTS = {
     "train": "._training.train",
     "NQFModel": "._training.twin",
     "nqf_twin": "._training.twin",
+    "AbstractChain": "._training.deep",
+    "AbstractDeepModel": "._training.deep",
     "DeepAttention": "._training.deep",
     "DeepMLP": "._training.deep",
     "DeepNQF": "._training.deep",
@@ -186,6 +189,7 @@ if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers 
         recovered_singular_values as recovered_singular_values,
     )
     from ._training.data import (
+        AbstractDataset as AbstractDataset,
         Dataset as Dataset,
         LowRankTeacher as LowRankTeacher,
         TeacherStream as TeacherStream,
@@ -195,7 +199,13 @@ if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers 
         low_rank_teacher as low_rank_teacher,
         teacher_student_stream as teacher_student_stream,
     )
-    from ._training.deep import DeepAttention as DeepAttention, DeepMLP as DeepMLP, DeepNQF as DeepNQF
+    from ._training.deep import (
+        AbstractChain as AbstractChain,
+        AbstractDeepModel as AbstractDeepModel,
+        DeepAttention as DeepAttention,
+        DeepMLP as DeepMLP,
+        DeepNQF as DeepNQF,
+    )
     from ._training.train import (
         TrainHistory as TrainHistory,
         minibatch_indices as minibatch_indices,

@@ -240,3 +240,110 @@ def test_init_is_gaussian_and_vmappable():
     np.testing.assert_array_equal(W, la.QuadraticNet(100, 50, key=KEY, init_scale=0.3).W)
     ens = eqx.filter_vmap(lambda k: la.MLP(3, 2, key=k, init_scale=1.0))(jax.random.split(KEY, 3))
     assert ens.W.shape == (3, 4, 2) and float(jnp.min(jnp.abs(ens.W[0] - ens.W[1]))) > 0
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_sample_shape_is_the_shape_of_one_input(name):
+    """`sample_shape` (what `gaussian_inputs` draws) is the shape every input of the case has."""
+    model = CASES[name][0]
+    x = _inputs(name, 1)[0]
+    assert model.sample_shape(seq_len=x.shape[-1] if x.ndim == 2 else None) == tuple(x.shape)
+    assert lvflow.gaussian_inputs(model, 3, seq_len=5).shape[1:] == tuple(x.shape)
+
+
+LEARNED_MAP = [n for n in IDS if isinstance(CASES[n][0], la.AbstractLearnedMap)]
+
+
+def test_learned_map_architectures():
+    assert set(LEARNED_MAP) == {
+        "mlp",
+        "mlp_scalar_nonodd",
+        "cnn",
+        "mha",
+        "mha_scalar",
+        "qk",
+        "qk_scalar",
+        "moe",
+        "moe_scalar",
+    }
+    assert all(isinstance(CASES[n][0], la.AbstractSeparableMap) for n in LEARNED_MAP if not n.startswith("qk"))
+
+
+@pytest.mark.parametrize("name", LEARNED_MAP)
+def test_learned_map_reads_the_quadratic_form(name):
+    """`Tr[Wᵀ A_c(x) W] = ⟨Θ(W), Φ_c(x)⟩` (Eq. 17), `ψ(x)ᵀ output_slices(Θ)[c]` for separable
+    maps, and a drawn teacher's neurons give `Tr[Z Zᵀ A_c(x)] = ⟨U S Vᵀ, Φ_c(x)⟩`."""
+    model = CASES[name][0]
+    W = np.asarray(model.W)
+    Theta = np.asarray(model.learned_map())
+    assert model.map_shape == Theta.shape
+    s = np.array([1.0, 0.5])[: min(Theta.shape)]  # rank at most that of Θ (1 for a scalar MLP)
+    r = len(s)
+    U, V, Z = model.draw_teacher(np.random.default_rng(0), s)
+    np.testing.assert_allclose(U.T @ U, np.eye(r), atol=1e-12)
+    np.testing.assert_allclose(V.T @ V, np.eye(r), atol=1e-12)
+    assert (U.shape[0], V.shape[0]) == Theta.shape and Z.shape == (model.p, r)
+    for x in _inputs(name, 2, seed=5):
+        A = np.asarray(model.structure(x)).reshape(-1, model.p, model.p)  # (k, p, p)
+        Phi = np.asarray(model.map_features(x))
+        assert Phi.shape == (A.shape[0],) + Theta.shape
+        direct = np.einsum("cij,id,jd->c", A, W, W)
+        np.testing.assert_allclose(np.einsum("cab,ab->c", Phi, Theta), direct, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(
+            np.einsum("cij,ir,jr->c", A, Z, Z), np.einsum("cab,ab->c", Phi, (U * s) @ V.T), rtol=1e-12, atol=1e-12
+        )
+        if isinstance(model, la.AbstractSeparableMap):
+            sliced = np.asarray(model.output_slices(Theta)) @ np.asarray(model.shared_features(x))
+            np.testing.assert_allclose(sliced, direct, rtol=1e-12, atol=1e-12)
+
+
+class _OuterProduct(la.AbstractArchitecture):
+    """A user's architecture: `f(x) = Σ_i (u_iᵀ x)(v_iᵀ x)`, neuron `[u, v]`, `A = ½ [[0, x xᵀ], [x xᵀ, 0]]`."""
+
+    W: jax.Array
+    n: int = eqx.field(static=True)
+
+    @property
+    def out_size(self):
+        return None
+
+    def sample_shape(self, *, seq_len=None):
+        return (self.n,)
+
+    def unit(self, w, x):
+        return (w[: self.n] @ x) * (w[self.n :] @ x)
+
+    def __call__(self, x):
+        return jnp.sum((x @ self.W[: self.n]) * (x @ self.W[self.n :]))
+
+    def structure(self, x):
+        xx = jnp.outer(x, x) / 2
+        return jnp.block([[jnp.zeros_like(xx), xx], [xx, jnp.zeros_like(xx)]])
+
+
+def test_a_user_architecture_gets_inputs_and_a_twin():
+    model = _OuterProduct(jax.random.normal(KEY, (6, 2)), 3)
+    X = lvflow.gaussian_inputs(model, 4, seed=1)
+    assert X.shape == (4, 3)
+    twin = lvflow.nqf_twin(model)  # ZGZ checked at a Gaussian input drawn from sample_shape
+    assert twin.sample_shape() == (3,) and twin.out_size is None
+    np.testing.assert_allclose(jax.vmap(twin)(X), jax.vmap(model)(X), rtol=1e-12)  # exactly quadratic
+    with pytest.raises(lvflow.LvflowError, match="model: no low-rank teacher is defined for a _OuterProduct"):
+        lvflow.low_rank_teacher(model, 10, s=(1.0,))
+    with pytest.raises(TypeError, match="abstract"):  # the interface is enforced at construction
+
+        class Incomplete(la.AbstractArchitecture):
+            W: jax.Array
+
+            @property
+            def out_size(self):
+                return None
+
+        Incomplete(jnp.ones((2, 2)))
+
+
+def test_not_a_model_raises():
+    with pytest.raises(lvflow.LvflowError, match="model: cannot infer the input shape of a dict"):
+        lvflow.gaussian_inputs({"W": jnp.ones((2, 2))}, 3)
+    with pytest.raises(lvflow.LvflowError, match="seq_len: required"):
+        lvflow.gaussian_inputs(CASES["mha"][0], 3)

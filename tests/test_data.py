@@ -131,3 +131,18 @@ def test_data_errors():
         digits_parity(layout="grid")
     with pytest.raises(lvflow.LvflowError, match="M:"):
         fourier_task(M=0)
+
+
+def test_gaussian_inputs_of_deep_models_and_twins():
+    """Deep models and NQF twins draw the inputs of their (first) network: its `sample_shape`."""
+    deep_mlp = lvflow.DeepMLP(5, (3, 4, 2), 2, key=KEY)
+    deep_att = lvflow.DeepAttention(5, 2, 3, 2, 4, key=KEY)
+    assert gaussian_inputs(deep_mlp, 7).shape == (7, 5)
+    assert gaussian_inputs(deep_att, 7, seq_len=3).shape == (7, 5, 3)
+    assert gaussian_inputs(lvflow.nqf_twin(deep_att, seq_len=3), 7, seq_len=3).shape == (7, 5, 3)
+    assert gaussian_inputs(NQFModel(ARCHS["cnn"], "structure"), 2).shape == (2, 3, 4)
+    np.testing.assert_array_equal(gaussian_inputs(deep_mlp, 4, seed=1), gaussian_inputs(ARCHS["mlp"], 4, seed=1))
+    with pytest.raises(lvflow.LvflowError, match="seq_len: required"):
+        gaussian_inputs(deep_att, 7)
+    with pytest.raises(lvflow.LvflowError, match="model: cannot infer the input shape of a TeacherStream"):
+        gaussian_inputs(teacher_student_stream(), 3)

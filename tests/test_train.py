@@ -105,3 +105,30 @@ def test_train_errors():
         train(quadratic, (X, Y), optax.sgd(5.0), 100, record_every=10)
     h = train(quadratic, (X, Y), optax.sgd(5.0), 100, record_every=10, throw=False)
     assert not np.isfinite(float(h.loss[-1]))
+
+
+class Weighted(lvflow.AbstractDataset):
+    """A user's dataset: the inputs and targets, plus a field `train` does not read."""
+
+    X: jax.Array
+    y: jax.Array
+    note: str = eqx.field(static=True, default="")
+
+
+def test_any_abstract_dataset_is_data_and_other_objects_are_not():
+    sgd = optax.sgd(0.05)
+    ref = train(NET, (X, Y), sgd, 20, record_every=5)
+    for data in (lvflow.Dataset(X, Y), Weighted(X, Y, note="mine")):
+        h = train(NET, data, sgd, 20, record_every=5)
+        np.testing.assert_array_equal(h.loss, ref.loss)
+    X2, Y2 = Weighted(X, Y)
+    assert X2 is X and Y2 is Y and Weighted(X, Y).m == 24
+
+    class Duck:  # looks like a dataset, but is not one
+        def __init__(self):
+            self.X, self.y = X, Y
+
+    with pytest.raises(lvflow.LvflowError, match=r"data: expected an \(X, y\) pair, a Dataset .* got a Duck"):
+        train(NET, Duck(), sgd, 10)
+    with pytest.raises(lvflow.LvflowError, match="eval_data: .* got a list"):
+        train(NET, (X, Y), sgd, 10, eval_data=[X, Y])

@@ -104,14 +104,12 @@ def test_width_64_twin_and_its_compressed_model_have_the_same_loss_curve(small):
     assert _rel(hc.loss, h64.loss) < 1e-9
 
 
-class BiasUnit(eqx.Module):
+class BiasUnit(arch.AbstractSumForm):
+    """A user's sum-form module (no closed-form structure): `v φ(uᵀx + b)`, ZGZ only when `φ(b) = 0`."""
+
     W: jax.Array
     bias: float = 0.0
     act: object = eqx.field(static=True, default=jnp.tanh)
-
-    @property
-    def p(self):
-        return self.W.shape[0]
 
     def unit(self, w, x):
         return w[-1] * self.act(w[:-1] @ x + self.bias)
@@ -172,3 +170,66 @@ def _wv_v(block):
     Wv = block.W[start : start + dv * D].reshape(dv, D, -1)
     v = block.W[start + dv * D :].reshape(dv, k, -1)
     return Wv, v
+
+
+class Compose(lvflow.AbstractChain):
+    """A user's chain: block 2 reads block 1's output as is."""
+
+    def __call__(self, block, x):
+        return block(x)
+
+
+def _twice_tanh(z):  # φ(0) = 0, φ'(0) = 2
+    return 2 * jnp.tanh(z)
+
+
+class UserDeep(lvflow.AbstractDeepModel):
+    """A user's deep model: two MLP blocks with φ = 2 tanh, joined by the link 3 sin."""
+
+    blocks: tuple
+    chain: lvflow.AbstractChain = Compose()
+
+    @property
+    def link_slope(self):
+        return 3.0
+
+    def link(self, h):
+        return 3 * jnp.sin(h)
+
+
+def test_a_user_deep_model_gets_the_two_layer_nqf():
+    k1, k2 = jax.random.split(KEY)
+    deep = UserDeep(
+        (
+            arch.MLP(3, 5, 4, activation=_twice_tanh, key=k1, init_scale=0.5),
+            arch.MLP(4, 6, 2, activation=_twice_tanh, key=k2, init_scale=0.5),
+        )
+    )
+    x = np.array([0.4, -1.0, 0.7])
+    (U1, V1), (U2, V2) = [(np.asarray(b.W[: b.in_size]), np.asarray(b.W[b.in_size :])) for b in deep.blocks]
+    W1, W2, W3, W4 = U1.T, V1, U2.T, V2
+    assert _rel(ev(deep, x), W4 @ (2 * np.tanh(W3 @ (3 * np.sin(W2 @ (2 * np.tanh(W1 @ x))))))) < 1e-13
+    assert deep.sample_shape() == (3,) and deep.out_size == 2
+    twin = nqf_twin(deep)
+    assert isinstance(twin, DeepNQF) and isinstance(twin.chain, Compose) and twin.link_slope == 3.0
+    # Q₂(3 · Q₁(x)), Q_ℓ the block NQFs: φ'(0) W_{2ℓ} W_{2ℓ−1} (φ'(0) = 2 inside each block)
+    assert _rel(ev(twin, x), 2 * W4 @ W3 @ (3 * 2 * W2 @ W1 @ x)) < 1e-13
+    assert twin.blocks[0].W is deep.blocks[0].W  # trains the network's own neurons
+
+
+def test_deep_model_and_twin_errors():
+    with pytest.raises(lvflow.LvflowError, match="blocks: block 1 is a BiasUnit"):
+        UserDeep((arch.MLP(3, 5, 4, key=KEY), BiasUnit(jnp.ones((5, 2)))))
+    with pytest.raises(lvflow.LvflowError, match="blocks: expected a pair"):
+        UserDeep((arch.MLP(3, 5, 4, key=KEY),))
+    with pytest.raises(lvflow.LvflowError, match="method: expected 'jvp' or 'structure'"):
+        NQFModel(arch.MLP(2, 2, key=KEY), "hessian")
+    with pytest.raises(lvflow.LvflowError, match="method: a BiasUnit has no closed-form structure"):
+        nqf_twin(BiasUnit(jnp.ones((4, 2))), x=jnp.ones(3), method="structure")
+    twin = nqf_twin(BiasUnit(jnp.ones((4, 2))), x=jnp.array([1.0, -0.5, 2.0]))  # jvp needs only W and unit
+    with pytest.raises(lvflow.LvflowError, match="network: a BiasUnit has no closed-form structure"):
+        twin.structure(jnp.ones(3))
+    with pytest.raises(lvflow.LvflowError, match="network: a BiasUnit has no input shape"):
+        lvflow.gaussian_inputs(twin, 2)
+    with pytest.raises(lvflow.LvflowError, match="network: expected a sum-form module .* got a str"):
+        nqf_twin("MLP")

@@ -22,11 +22,18 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Float
 
+from .._training.twin import AbstractTwin
+from ..architectures import AbstractSumForm
 
-def with_W(model, W):
-    """`model` with its neuron array replaced by `W` (a twin's `W` is its network's)."""
-    if hasattr(model, "network"):  # NQFModel, BilinearTwin: W is a property
-        return eqx.tree_at(lambda m: m.network.W, model, W)
+
+def with_W(model: AbstractSumForm, W: Float[Array, "p d"]) -> AbstractSumForm:
+    """`model` with its neuron array replaced by `W`.
+
+    A twin's `W` is its network's (`AbstractTwin`: `NQFModel`, `BilinearTwin`), so the network's
+    is replaced; any other sum-form module holds `W` as a field.
+    """
+    if isinstance(model, AbstractTwin):
+        return eqx.tree_at(lambda m: m.network, model, with_W(model.network, W))
     return eqx.tree_at(lambda m: m.W, model, W)
 
 

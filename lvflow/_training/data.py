@@ -2,8 +2,6 @@
 (Fig 2), the tanh teacher–student stream (Fig 6), the Fourier-feature task (Fig 5) and
 odd-vs-even digits (Fig 7, offline real data)."""
 
-from __future__ import annotations
-
 import math
 from typing import Callable
 
@@ -15,20 +13,31 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._errors import LvflowError
 from .._validate import as_array, check_positive
+from ..architectures import MLP, AbstractArchitecture, AbstractLearnedMap, AbstractSeparableMap
+from .deep import AbstractDeepModel
 
 
-class Dataset(eqx.Module):
-    """Inputs `X` (samples on axis 0) and targets `y`, shape `(m,)` or `(m, k)`."""
+class AbstractDataset(eqx.Module):
+    """Inputs `X` (samples on axis 0) and targets `y`, shape `(m,)` or `(m, k)`: what `lvflow.train`
+    accepts as `data` besides an `(X, y)` pair. `X, y = dataset` unpacks it."""
 
-    X: Array
-    y: Array
+    X: eqx.AbstractVar[Array]
+    y: eqx.AbstractVar[Array]
 
     @property
     def m(self) -> int:
+        """The number of samples `m`."""
         return self.X.shape[0]
 
     def __iter__(self):  # so that `X, y = dataset` works
         return iter((self.X, self.y))
+
+
+class Dataset(AbstractDataset):
+    """Inputs `X` (samples on axis 0) and targets `y`, shape `(m,)` or `(m, k)`."""
+
+    X: Array
+    y: Array
 
 
 def _rng(seed) -> np.random.Generator:
@@ -47,31 +56,19 @@ def _check_m(m) -> int:
 
 
 def input_shape(model, *, seq_len: int | None = None) -> tuple[int, ...]:
-    """Shape of ONE input of a built-in architecture (attention needs `seq_len` tokens).
+    """Shape of ONE input of `model` (attention needs `seq_len` tokens): its `sample_shape`.
 
     MLP, mixture of experts, deep MLP: `(n,)`; CNN: `(H, W)`; attention: `(D, N)`; FourierMLP: `()`.
-    """
-    from .. import architectures as arch
 
-    deep = getattr(model, "input_shape_of", None)
-    if deep is not None:
-        return deep(seq_len=seq_len)
-    name = type(model).__name__
-    if name == "NQFModel":
-        return input_shape(model.network, seq_len=seq_len)
-    if isinstance(model, arch.CNN):
-        return tuple(model.input_shape)
-    if isinstance(model, (arch.MultiHeadAttention, arch.QKAttention, arch.AttentionLogits)):
-        if isinstance(model, arch.AttentionLogits):
-            seq_len = model.seq_len
-        if seq_len is None:
-            raise LvflowError("seq_len: required for attention models (the number of tokens N)")
-        return (model.in_size, int(seq_len))
-    if name == "FourierMLP":
-        return ()
-    if hasattr(model, "in_size"):
-        return (int(model.in_size),)
-    raise LvflowError(f"model: cannot infer the input shape of a {name}; pass inputs explicitly")
+    **Raises:** `LvflowError` when `model` is neither an `lvflow.architectures.AbstractArchitecture`
+    (NQF twins included) nor an `lvflow.AbstractDeepModel`, or `seq_len` is missing.
+    """
+    if not isinstance(model, (AbstractArchitecture, AbstractDeepModel)):
+        raise LvflowError(
+            f"model: cannot infer the input shape of a {type(model).__name__} (not an "
+            "lvflow.architectures.AbstractArchitecture or lvflow.AbstractDeepModel); pass inputs explicitly"
+        )
+    return model.sample_shape(seq_len=seq_len)
 
 
 def gaussian_inputs(model, m: int, *, seed=0, seq_len: int | None = None) -> Float[Array, "m ..."]:
@@ -84,130 +81,7 @@ def gaussian_inputs(model, m: int, *, seed=0, seq_len: int | None = None) -> Flo
 # The low-rank NQF teacher (Fig 2)
 
 
-class _Spec(eqx.Module):
-    """How the learned map `Θ` of an architecture is read off and how a teacher is embedded.
-
-    Near `W = 0` output `c` is `f_c(x) = ⟨Θ(W), Φ_c(x)⟩`, with `Θ` an `(a, b)` matrix that is a
-    (partially traced) off-diagonal block of `M = W Wᵀ` and `Φ_c` linear features of the input.
-    """
-
-    features: Callable = eqx.field(static=True)  # x -> (k, a, b)
-    embed: Callable = eqx.field(static=True)  # (U, s, V) -> Z (p, r), Tr[Z Zᵀ A_c] = ⟨U S Vᵀ, Φ_c⟩
-    shape: tuple[int, int] = eqx.field(static=True)
-    draw: Callable | None = eqx.field(static=True, default=None)  # (rng, r) -> U, V (constrained)
-    # Separable case, Φ_c(x) = ψ(x) read by output c's own slice of Θ: f_c = ψ(x)ᵀ slices(Θ)[c].
-    # Then Θ̂ is fitted output by output from the (m, F) matrix of ψ, not the (m·k, a·b) one.
-    common: Callable | None = eqx.field(static=True, default=None)  # x -> ψ(x) (F,)
-    slices: Callable | None = eqx.field(static=True, default=None)  # (a, b) array -> (k, F)
-
-
-def _orth(rng: np.random.Generator, n: int, r: int) -> np.ndarray:
-    """`r` orthonormal columns in `R^n`, Haar-distributed."""
-    q, rr = np.linalg.qr(rng.standard_normal((n, r)))
-    return q * np.sign(np.diagonal(rr))
-
-
-def _stack(p, pieces, r):
-    """Teacher neurons `Z (p, r)` from blocks `[(start, (n_i, r) array)]`, zero elsewhere."""
-    Z = np.zeros((p, r))
-    for start, blk in pieces:
-        Z[start : start + blk.shape[0]] = blk
-    return Z
-
-
-def _spec(model) -> _Spec:
-    from .. import architectures as arch
-
-    k = 1 if model.out_size is None else model.out_size
-    p = model.p
-    eye_k = np.eye(k)
-
-    if isinstance(model, (arch.MLP, arch.CNN)):
-        n = model.in_size if isinstance(model, arch.MLP) else model.kernel_shape[0] * model.kernel_shape[1]
-        dphi = model.dphi0
-
-        def features(x):
-            z = x if isinstance(model, arch.MLP) else jnp.sum(model.patches(x), axis=0)
-            return dphi * jnp.einsum("a,cb->cab", z, eye_k)
-
-        # Z_j = √s_j [u_j; v_j]: Tr[Z Zᵀ A_c] = φ'(0) xᵀ U S Vᵀ e_c.
-        def embed(U, s, V):
-            return _stack(p, [(0, U * np.sqrt(s)), (n, V * np.sqrt(s))], len(s))
-
-        def common(x):
-            return dphi * (x if isinstance(model, arch.MLP) else jnp.sum(model.patches(x), axis=0))
-
-        return _Spec(features, embed, (n, k), common=common, slices=lambda T: T.T)
-
-    if isinstance(model, arch.MultiHeadAttention):
-        D, dk, dv = model.in_size, model.key_size, model.value_size
-
-        def features(X):
-            return jnp.einsum("a,cb->cab", jnp.mean(X, axis=1), eye_k)
-
-        # Head j: Wᴠ = √s_j e_1 u_jᵀ, v = √s_j e_1 v_jᵀ, so Θ = Σ_i W_iᴠᵀ v_i = U S Vᵀ.
-        def embed(U, s, V):
-            start = 2 * dk * D  # Wᑫ = Wᴷ = 0; row 0 of Wᴠ (d_v × D) and of v (d_v × k), row-major
-            return _stack(p, [(start, U * np.sqrt(s)), (start + dv * D, V * np.sqrt(s))], len(s))
-
-        return _Spec(features, embed, (D, k), common=lambda X: jnp.mean(X, axis=1), slices=lambda T: T.T)
-
-    if isinstance(model, arch.QKAttention):
-        D, dk = model.in_size, model.key_size
-        c = model.readout if model.readout.ndim == 2 else model.readout[:, None]
-
-        def features(X):
-            N = X.shape[1]
-            xbar = jnp.mean(X, axis=1)
-            u = (X @ X.T / N - jnp.outer(xbar, xbar)) @ c  # (D, k)
-            return jnp.einsum("ac,b->cab", u, X[:, -1]) / math.sqrt(dk)
-
-        # Head j: Wᑫ = √s_j e_1 v_jᵀ, Wᴷ = √s_j e_1 u_jᵀ, so Θ = Σ_i W_iᴷᵀ W_iᑫ = U S Vᵀ.
-        def embed(U, s, V):
-            return _stack(p, [(0, V * np.sqrt(s)), (dk * D, U * np.sqrt(s))], len(s))
-
-        return _Spec(features, embed, (D, D))
-
-    if isinstance(model, getattr(arch, "MixtureOfExperts", ())):
-        return _moe_spec(model, k)
-
-    raise LvflowError(f"model: no low-rank teacher is defined for a {type(model).__name__}")
-
-
-def _moe_spec(model, k) -> _Spec:
-    """Mixture of linear experts `Σ_i ψ(r_iᵀx) Θ_i x`, neuron `[r (D), vec Θ (k×D)]`.
-
-    To second order `f_c = ψ'(0) xᵀ Q_c x` with `Q_c = Σ_i r_i Θ_i[c]ᵀ`: the learned block is
-    `R = Σ_i r_i vec(Θ_i)ᵀ` (`D × kD`), and outputs see only the symmetric part of each `Q_c`. The
-    teacher's right singular vectors are therefore `β_j ⊗ u_j` (unit `β_j ∈ R^k`), making every
-    `Q_c = Σ_j s_j β_{c,j} u_j u_jᵀ` symmetric, so that the `s_j` are identifiable from outputs.
-    """
-    D = model.in_size
-    dpsi = getattr(model, "dpsi0", 1.0)
-    p = model.p
-
-    def features(x):
-        return dpsi * jnp.einsum("a,cd,b->cadb", x, np.eye(k), x).reshape(k, D, k * D)
-
-    def draw(rng, r):
-        U = _orth(rng, D, r)
-        beta = rng.standard_normal((k, r))
-        beta = beta / np.linalg.norm(beta, axis=0)
-        return U, np.einsum("cj,bj->cbj", beta, U).reshape(k * D, r)
-
-    def embed(U, s, V):
-        return _stack(p, [(0, U * np.sqrt(s)), (D, V * np.sqrt(s))], len(s))
-
-    def common(x):
-        return dpsi * jnp.outer(x, x).reshape(D * D)
-
-    def slices(R):  # R[a, c·D + b] -> [c, a·D + b]
-        return R.reshape(D, k, D).transpose(1, 0, 2).reshape(k, D * D)
-
-    return _Spec(features, embed, (D, k * D), draw, common, slices)
-
-
-class LowRankTeacher(eqx.Module):
+class LowRankTeacher(AbstractDataset):
     """A rank-`r` NQF teacher for an architecture and its dataset (Fig 2).
 
     Every built-in architecture's output is, to second order, `f_c(x) = ⟨Θ, Φ_c(x)⟩`: a matrix
@@ -249,10 +123,7 @@ class LowRankTeacher(eqx.Module):
     def data(self) -> Dataset:
         return Dataset(self.X, self.y)
 
-    def __iter__(self):
-        return iter((self.X, self.y))
-
-    def singular_values(self, outputs: Float[Array, "*n m *k"]) -> Float[Array, "*n r"]:
+    def singular_values(self, outputs: Float[Array, "*n m"] | Float[Array, "*n m k"]) -> Float[Array, "*n r"]:
         """`ŝ` from model outputs on `X` (optionally with leading time axes)."""
         out = outputs if self.y.ndim == 2 else outputs[..., None]
         return jnp.einsum("jmc,...mc->...j", self.readout, out)
@@ -277,19 +148,27 @@ def low_rank_teacher(
     Labels `y_c(x) = Tr[M* A_c(x)]` with `M* = Z Zᵀ` whose relevant block `Θ*` has singular values
     `s` (see `LowRankTeacher`). `Z` is checked against `model.structure` on the first samples.
 
-    **Arguments:** `model` (MLP, CNN, MultiHeadAttention, QKAttention, MixtureOfExperts), `m`
-    samples, singular values `s` (default `(1, ½, ¼, ⅛)`, Fig 2), `seed` (int), `seq_len`
-    (attention), `X` (own inputs instead of Gaussian ones), `rtol` of the identifiability check.
+    **Arguments:** `model` (an `lvflow.architectures.AbstractLearnedMap`: MLP, CNN,
+    MultiHeadAttention, QKAttention, MixtureOfExperts), `m` samples, singular values `s` (default
+    `(1, ½, ¼, ⅛)`, Fig 2), `seed` (int), `seq_len` (attention), `X` (own inputs instead of
+    Gaussian ones), `rtol` of the identifiability check.
 
-    **Raises:** `LvflowError` when `s` is not positive, the rank exceeds the block, or `m` is too
-    small for `ŝ` to be identifiable from outputs (the teacher's own `ŝ` must return `s`).
+    **Returns:** a `LowRankTeacher` (a dataset: pass it to `lvflow.train` as `data`).
+
+    **Raises:** `LvflowError` when `model` is not an `AbstractLearnedMap`, `s` is not positive,
+    the rank exceeds the block, or `m` is too small for `ŝ` to be identifiable from outputs
+    (the teacher's own `ŝ` must return `s`).
     """
-    spec = _spec(model)
+    if not isinstance(model, AbstractLearnedMap):
+        raise LvflowError(
+            f"model: no low-rank teacher is defined for a {type(model).__name__} "
+            "(not an lvflow.architectures.AbstractLearnedMap)"
+        )
     s = np.asarray(as_array("s", s, ndim=1), dtype=float)
     r = s.shape[0]
     if r == 0 or bool(np.any(s <= 0)):
         raise LvflowError(f"s: singular values must be positive, got {np.asarray(s)}")
-    a, b = spec.shape
+    a, b = model.map_shape
     if r > min(a, b):
         raise LvflowError(f"s: rank {r} exceeds the {a}×{b} learned block of this {type(model).__name__}")
     rng = _rng(seed)
@@ -297,19 +176,19 @@ def low_rank_teacher(
         X = gaussian_inputs(model, _check_m(m), seed=rng, seq_len=seq_len)
     else:
         X = jnp.asarray(as_array("X", X))
-    U, V = spec.draw(rng, r) if spec.draw is not None else (_orth(rng, a, r), _orth(rng, b, r))
+    U, V, Z = model.draw_teacher(rng, s)
     Theta = (U * s) @ V.T
-    Z = spec.embed(U, s, V)
-    separable = spec.common is not None
-    Phi, y_check = _teacher_arrays(spec.common if separable else spec.features, model.structure, X, jnp.asarray(Z))
+    separable = isinstance(model, AbstractSeparableMap)
+    features = model.shared_features if separable else model.map_features
+    Phi, y_check = _teacher_arrays(features, model.structure, X, jnp.asarray(Z))
     Phi = np.asarray(Phi)  # (m, F) if separable, else (m, k, a, b)
     mm = Phi.shape[0]
     G = np.einsum("aj,bj->jab", U, V)  # u_j v_jᵀ
     # Readout: ŝ_j = ⟨u_j v_jᵀ, Θ̂⟩ with Θ̂ = pinv(Φ) f (least squares, minimum norm).
     if separable:
-        y = Phi @ spec.slices(Theta).T  # (m, k)
+        y = Phi @ np.asarray(model.output_slices(Theta)).T  # (m, k)
         k = y.shape[1]
-        Gs = np.stack([spec.slices(g) for g in G])  # (r, k, F)
+        Gs = np.stack([np.asarray(model.output_slices(g)) for g in G])  # (r, k, F)
         readout = np.einsum("fm,jcf->jmc", np.linalg.pinv(Phi, rcond=1e-10), Gs)
     else:
         y = np.einsum("mcab,ab->mc", Phi, Theta)
@@ -373,8 +252,6 @@ def teacher_student_stream(
     A larger readout (Fig 6 uses `s = 1`) makes the target O(√width): a student must grow until
     its activation's curvature matters, which is where it leaves its NQF.
     """
-    from ..architectures import MLP
-
     if readout_scale is None:
         readout_scale = 1 / math.sqrt(width)
     else:

@@ -22,10 +22,13 @@ Two-layer attention is the same with multi-head attention blocks: block 1 is app
 token as the query (softmax attention is equivariant under permuting the keys, so token `n`
 is made the last one, the query of `MultiHeadAttention`), giving a sequence `X' ∈ R^{D'×N}`;
 block 2 reads `X'` at its last token. Attention has no activation between blocks (`φ'(0) = 1`).
+
+Each deep model is an `AbstractDeepModel`: its two `blocks`, the `chain` that reads block 1 for
+block 2 (`DirectChain`, `AllQueriesChain`) and its `link` with slope `link_slope = φ'(0)`; that is
+all `lvflow.nqf_twin` needs to build its `DeepNQF`, so a model of your own works the same way.
 """
 
-from __future__ import annotations
-
+import abc
 from typing import Callable
 
 import equinox as eqx
@@ -34,35 +37,96 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._errors import LvflowError
+from ..architectures import MLP, AbstractArchitecture, MultiHeadAttention
 
 
-def _all_queries(block, X: Float[Array, "D N"]) -> Float[Array, "k N"]:
-    """`block` read out with every token as the query (token `n` rolled to the last position)."""
-    N = X.shape[1]
-    out = jax.vmap(lambda n: block(jnp.roll(X, -(n + 1), axis=1)))(jnp.arange(N))
-    return out.T
+class AbstractChain(eqx.Module):
+    """How a deep model's first block is read to give the input of the second (App. B.4)."""
+
+    @abc.abstractmethod
+    def __call__(self, block: AbstractArchitecture, x) -> Array:
+        """The first block's output on `x`, as the second block's input (before the link).
+
+        **Arguments:** `block`: the first block (a network or its NQF twin); `x`: one input.
+        """
 
 
-def _chain(chain: str, blocks, x, link):
-    if chain == "mlp":
-        return blocks[1](link(blocks[0](x)))
-    if chain == "attention":
-        return blocks[1](_all_queries(blocks[0], x))
-    raise LvflowError(f"chain: unknown composition {chain!r}")
+class DirectChain(AbstractChain):
+    """The first block's output itself: `h = block(x)` (deep MLP)."""
+
+    def __call__(self, block: AbstractArchitecture, x) -> Array:
+        return block(x)
 
 
-class DeepMLP(eqx.Module):
+class AllQueriesChain(AbstractChain):
+    """A sequence model read with every token as the query: `h = [block(X with token n last)]_n`,
+    a sequence `(k, N)` (two-layer attention: softmax attention is equivariant under permuting
+    the keys, so token `n` is made the last one, the query of `MultiHeadAttention`)."""
+
+    def __call__(self, block: AbstractArchitecture, X: Float[Array, "D N"]) -> Float[Array, "k N"]:
+        N = X.shape[1]
+        out = jax.vmap(lambda n: block(jnp.roll(X, -(n + 1), axis=1)))(jnp.arange(N))
+        return out.T
+
+
+class AbstractDeepModel(eqx.Module):
+    """Two sum-form blocks joined by a link: `f(x) = block₂(link(chain(block₁, x)))` (App. B.4).
+
+    What `lvflow.nqf_twin` needs to build the two-layer NQF `DeepNQF`: the `blocks` (each an
+    `lvflow.architectures.AbstractArchitecture`, whose twins are composed), the `chain` that reads
+    block 1 for block 2, and the slope `φ'(0)` of the link (`link_slope`), which the NQF keeps
+    linear: `f_NQF(x) = Q₂(φ'(0) · chain(Q₁, x))`.
+
+    **Raises:** `LvflowError` at construction when `blocks` is not two architectures.
+    """
+
+    blocks: eqx.AbstractVar[tuple[AbstractArchitecture, AbstractArchitecture]]
+    chain: eqx.AbstractVar[AbstractChain]
+
+    @property
+    @abc.abstractmethod
+    def link_slope(self) -> float:
+        """`φ'(0)`, the slope at zero of the link between the blocks."""
+
+    @abc.abstractmethod
+    def link(self, h: Array) -> Array:
+        """The map between the blocks (an activation `φ`, or linear), applied to the chained `h`."""
+
+    def __check_init__(self):
+        blocks = self.blocks
+        if not (isinstance(blocks, tuple) and len(blocks) == 2):
+            raise LvflowError(f"blocks: expected a pair of blocks, got {type(blocks).__name__}")
+        for i, b in enumerate(blocks):
+            if not isinstance(b, AbstractArchitecture):
+                raise LvflowError(
+                    f"blocks: block {i} is a {type(b).__name__}, not an lvflow.architectures.AbstractArchitecture"
+                )
+
+    @property
+    def out_size(self) -> int | None:
+        """Number of outputs `k` (the second block's), or `None` for a scalar output."""
+        return self.blocks[1].out_size
+
+    def sample_shape(self, *, seq_len: int | None = None) -> tuple[int, ...]:
+        """The shape of ONE input (the first block's); `seq_len` for sequence inputs."""
+        return self.blocks[0].sample_shape(seq_len=seq_len)
+
+    def __call__(self, x) -> Float[Array, "*k"]:
+        return self.blocks[1](self.link(self.chain(self.blocks[0], x)))
+
+
+class DeepMLP(AbstractDeepModel):
     """4-layer MLP `f(x) = W₄ φ(W₃ φ(W₂ φ(W₁ x)))` without bias, as two `MLP` blocks joined by `φ`.
 
     `blocks[0] = MLP(in_size, h₁, h₂)` (neurons `[row of W₁, column of W₂]`) and
     `blocks[1] = MLP(h₂, h₃, out_size)`. Its twin (`nqf_twin`) is the two-layer NQF of the
     module docstring.
+
+    **Raises:** `LvflowError` when `hidden` is not three widths; `ZGZError` when `φ(0) ≠ 0`.
     """
 
-    blocks: tuple
+    blocks: tuple[MLP, MLP]
     activation: Callable = eqx.field(static=True)
-    chain: str = eqx.field(static=True, default="mlp")
-    twin_blocks: bool = eqx.field(static=True, default=True)
 
     def __init__(
         self,
@@ -74,8 +138,6 @@ class DeepMLP(eqx.Module):
         init_scale=0.01,
         activation=jnp.tanh,
     ):
-        from ..architectures import MLP
-
         if len(tuple(hidden)) != 3:
             raise LvflowError(f"hidden: expected three hidden widths (h₁, h₂, h₃), got {hidden!r}")
         h1, h2, h3 = hidden
@@ -85,32 +147,27 @@ class DeepMLP(eqx.Module):
             MLP(h2, h3, out_size, key=k2, init_scale=init_scale, activation=activation),
         )
         self.activation = activation
-        self.chain, self.twin_blocks = "mlp", True
+
+    @property
+    def chain(self) -> DirectChain:
+        return DirectChain()
 
     @property
     def link_slope(self) -> float:
         return self.blocks[0].dphi0
 
-    @property
-    def out_size(self):
-        return self.blocks[1].out_size
-
-    def input_shape_of(self, seq_len=None):
-        return (self.blocks[0].in_size,)
-
-    def __call__(self, x: Float[Array, " n"]) -> Float[Array, "*k"]:
-        return _chain("mlp", self.blocks, x, self.activation)
+    def link(self, h: Array) -> Array:
+        return self.activation(h)
 
 
-class DeepAttention(eqx.Module):
+class DeepAttention(AbstractDeepModel):
     """Two-layer attention: `MultiHeadAttention` applied at every query position, then again at
     the last token. `blocks[0] = MultiHeadAttention(D, d_k, d_v, heads, D')`,
-    `blocks[1] = MultiHeadAttention(D', d_k, d_v, heads, out_size)`.
+    `blocks[1] = MultiHeadAttention(D', d_k, d_v, heads, out_size)`; no activation between them
+    (the link is the identity, `φ'(0) = 1`).
     """
 
-    blocks: tuple
-    chain: str = eqx.field(static=True, default="attention")
-    twin_blocks: bool = eqx.field(static=True, default=True)
+    blocks: tuple[MultiHeadAttention, MultiHeadAttention]
 
     def __init__(
         self,
@@ -124,54 +181,40 @@ class DeepAttention(eqx.Module):
         key: PRNGKeyArray,
         init_scale=0.01,
     ):
-        from ..architectures import MultiHeadAttention
-
         hidden_size = in_size if hidden_size is None else hidden_size
         k1, k2 = jax.random.split(key)
         self.blocks = (
             MultiHeadAttention(in_size, key_size, value_size, num_heads, hidden_size, key=k1, init_scale=init_scale),
             MultiHeadAttention(hidden_size, key_size, value_size, num_heads, out_size, key=k2, init_scale=init_scale),
         )
-        self.chain, self.twin_blocks = "attention", True
+
+    @property
+    def chain(self) -> AllQueriesChain:
+        return AllQueriesChain()
 
     @property
     def link_slope(self) -> float:
         return 1.0
 
-    @property
-    def out_size(self):
-        return self.blocks[1].out_size
-
-    def input_shape_of(self, seq_len=None):
-        if seq_len is None:
-            raise LvflowError("seq_len: required for attention models (the number of tokens N)")
-        return (self.blocks[0].in_size, int(seq_len))
-
-    def __call__(self, X: Float[Array, "D N"]) -> Float[Array, "*k"]:
-        return _chain("attention", self.blocks, X, None)
+    def link(self, h: Array) -> Array:
+        return h
 
 
-class DeepNQF(eqx.Module):
-    """The two-layer NQF `f = Q₂(φ'(0) · Q₁(x))`, `Q_ℓ(x) = Tr[M_ℓ A_ℓ(x)]` (module docstring).
+class DeepNQF(AbstractDeepModel):
+    """The two-layer NQF `f = Q₂(φ'(0) · chain(Q₁, x))`, `Q_ℓ(x) = Tr[M_ℓ A_ℓ(x)]` (module docstring).
 
-    `blocks` are the `NQFModel` twins of the deep network's blocks, holding the network's
-    own neuron arrays (so `train` records `M` as a tuple `(M₁, M₂)`).
+    `blocks` are the NQF twins (`NQFModel`) of the deep network's blocks, holding the network's
+    own neuron arrays (so `train` records `M` as a tuple `(M₁, M₂)`); `chain` is the network's,
+    and the link is linear with slope `dphi0 = φ'(0)`.
     """
 
-    blocks: tuple
-    chain: str = eqx.field(static=True)
+    blocks: tuple[AbstractArchitecture, AbstractArchitecture]
+    chain: AbstractChain
     dphi0: float = eqx.field(static=True)
 
     @property
-    def out_size(self):
-        return self.blocks[1].out_size
+    def link_slope(self) -> float:
+        return self.dphi0
 
-    def input_shape_of(self, seq_len=None):
-        if self.chain == "attention":
-            if seq_len is None:
-                raise LvflowError("seq_len: required for attention models (the number of tokens N)")
-            return (self.blocks[0].network.in_size, int(seq_len))
-        return (self.blocks[0].network.in_size,)
-
-    def __call__(self, x):
-        return _chain(self.chain, self.blocks, x, lambda h: self.dphi0 * h)
+    def link(self, h: Array) -> Array:
+        return self.dphi0 * h

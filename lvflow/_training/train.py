@@ -20,6 +20,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._errors import LvflowError, SolverError
 from .._validate import as_array
+from .data import AbstractDataset
 
 _MAX_GROUPS = 25  # progress-bar updates per run
 _AUTO_PROGRESS_STEPS = 20_000
@@ -116,10 +117,13 @@ def order_parameters(model):
 def _as_data(name, data):
     if isinstance(data, tuple) and len(data) == 2:
         X, y = data
-    elif hasattr(data, "X") and hasattr(data, "y"):
+    elif isinstance(data, AbstractDataset):
         X, y = data.X, data.y
     else:
-        raise LvflowError(f"{name}: expected an (X, y) pair, a Dataset, or a stream callable (key, n) -> (X, y)")
+        raise LvflowError(
+            f"{name}: expected an (X, y) pair, a Dataset (lvflow.AbstractDataset), or a stream callable "
+            f"(key, n) -> (X, y); got a {type(data).__name__}"
+        )
     X = jnp.asarray(as_array(f"{name}.X", X))
     y = jnp.asarray(as_array(f"{name}.y", y, ndim=(1, 2)))
     if X.shape[0] != y.shape[0]:
@@ -218,7 +222,8 @@ def train(
 
     - `model`: an equinox model mapping ONE input to a scalar or `(k,)` output (an
       `lvflow.architectures` network, its `lvflow.nqf_twin`, or any module).
-    - `data`: an `(X, y)` pair or a `Dataset` (full batch, or minibatches with `batch_size`),
+    - `data`: an `(X, y)` pair or a dataset (`lvflow.AbstractDataset`: a `Dataset`, a
+      `LowRankTeacher`; full batch, or minibatches with `batch_size`),
       or a stream `data(key, n) -> (X, y)` drawing `n` fresh samples (online SGD; needs
       `batch_size` and `key`).
     - `optimizer`: an optax transformation. Compiled code is cached per optimiser object:
@@ -244,7 +249,7 @@ def train(
     steps = _check_int("steps", steps, allow_zero=True)
     every = _check_int("record_every", record_every)
     stream = None
-    if callable(data) and not hasattr(data, "X"):
+    if callable(data) and not isinstance(data, AbstractDataset):
         stream = data
         if batch_size is None:
             raise LvflowError("batch_size: required when data is a stream (the samples drawn per step)")

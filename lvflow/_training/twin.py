@@ -1,7 +1,5 @@
 """The NQF twin of a network: the same neurons `W`, output `Tr[Wᵀ A(x) W]` (Thm 1, Eq. 2)."""
 
-from __future__ import annotations
-
 from typing import Literal
 
 import equinox as eqx
@@ -14,6 +12,9 @@ from .._errors import LvflowError
 from .._form.nqf import NQF
 from .._form.structure import structure_matrix
 from .._validate import as_array
+from ..architectures import AbstractArchitecture, AbstractSumForm
+from .data import gaussian_inputs
+from .deep import AbstractDeepModel, DeepNQF
 
 
 def quadratic_part(unit, w: Float[Array, " p"], x) -> Float[Array, "*k"]:
@@ -27,7 +28,43 @@ def quadratic_part(unit, w: Float[Array, " p"], x) -> Float[Array, "*k"]:
     return 0.5 * jax.jvp(df, (zero,), (jnp.ones_like(zero),))[1]
 
 
-class NQFModel(eqx.Module):
+class AbstractTwin(AbstractArchitecture):
+    """The NQF of a sum-form `network`, on the network's own neurons: `f(x) = Tr[Wᵀ A(x) W]` (Thm 1, Eq. 2).
+
+    A twin holds the network itself and its neuron array is the network's (`twin.W` is
+    `twin.network.W`), so `lvflow.train` treats a network and its twin alike and both record the
+    same `M = W Wᵀ`. It is itself a sum-form module with the network's structure matrix `A(x)`,
+    input shape and number of outputs; those three need the network to be an
+    `lvflow.architectures.AbstractArchitecture` (a bare `AbstractSumForm` has none of them).
+    """
+
+    network: eqx.AbstractVar[AbstractSumForm]
+
+    @property
+    def W(self) -> Float[Array, "p d"]:
+        return self.network.W
+
+    def _architecture(self, what: str) -> AbstractArchitecture:
+        if not isinstance(self.network, AbstractArchitecture):
+            raise LvflowError(
+                f"network: a {type(self.network).__name__} has no {what} "
+                "(not an lvflow.architectures.AbstractArchitecture)"
+            )
+        return self.network
+
+    @property
+    def out_size(self) -> int | None:
+        return self._architecture("out_size").out_size
+
+    def sample_shape(self, *, seq_len: int | None = None) -> tuple[int, ...]:
+        return self._architecture("input shape").sample_shape(seq_len=seq_len)
+
+    def structure(self, x) -> Float[Array, "*k p p"]:
+        """The network's structure matrix `A(x)`."""
+        return self._architecture("closed-form structure(x)").structure(x)
+
+
+class NQFModel(AbstractTwin):
     """The NQF twin of a sum-form network: `f(x) = Σ_i w_iᵀ A(x) w_i = Tr[Wᵀ A(x) W]` (Thm 1, Eq. 2).
 
     It holds the network itself and trains the network's own neuron array (`model.W` is
@@ -39,30 +76,28 @@ class NQFModel(eqx.Module):
     `s = 0` (`quadratic_part`): exact, and as cheap as a few forward passes even when `A(x)` is
     large (attention: `p` in the hundreds or thousands). `method="structure"` contracts the
     closed-form `network.structure(x)`.
+
+    **Arguments:** `network`: an `lvflow.architectures.AbstractSumForm` (an
+    `AbstractArchitecture` for `method="structure"`); `method`: `"jvp"` or `"structure"`.
+
+    **Raises:** `LvflowError` for another `network` or `method`.
     """
 
-    network: eqx.Module
+    network: AbstractSumForm
     method: str = eqx.field(static=True)
 
-    @property
-    def W(self) -> Float[Array, "p d"]:
-        return self.network.W
-
-    @property
-    def p(self) -> int:
-        return self.network.p
-
-    @property
-    def d(self) -> int:
-        return self.network.d
-
-    @property
-    def out_size(self):
-        return self.network.out_size
-
-    def structure(self, x) -> Float[Array, "*k p p"]:
-        """The network's structure matrix `A(x)`."""
-        return self.network.structure(x)
+    def __check_init__(self):
+        if not isinstance(self.network, AbstractSumForm):
+            raise LvflowError(
+                f"network: expected a sum-form module (lvflow.architectures.AbstractSumForm), "
+                f"got a {type(self.network).__name__}"
+            )
+        if self.method not in ("jvp", "structure"):
+            raise LvflowError(f"method: expected 'jvp' or 'structure', got {self.method!r}")
+        if self.method == "structure" and not isinstance(self.network, AbstractArchitecture):
+            raise LvflowError(
+                f"method: a {type(self.network).__name__} has no closed-form structure(x); use method='jvp'"
+            )
 
     def unit(self, w: Float[Array, " p"], x) -> Float[Array, "*k"]:
         """`wᵀ A(x) w`: the quadratic unit of the NQF."""
@@ -78,42 +113,47 @@ class NQFModel(eqx.Module):
     def nqf(self, X, y) -> NQF:
         """`lvflow.NQF(A, y)` of the dataset, `A` stacked over samples `(m, [k,] p, p)` — for
         `gd_recursion`, `matrix_flow`, `compress`. Forms `m·k·p²` numbers: small `p` only."""
-        A = jax.vmap(self.network.structure)(jnp.asarray(X))
+        A = jax.vmap(self.structure)(jnp.asarray(X))
         return NQF(A, y)
 
 
 def nqf_twin(network, *, x=None, method: Literal["jvp", "structure"] = "jvp", seq_len: int | None = None):
     """The NQF twin of `network`: the same `W`, output `Tr[Wᵀ A(x) W]` (Thm 1).
 
-    `network` is a sum-form module with a neuron array `W` (p, d) and `unit(w, x)` (all of
-    `lvflow.architectures`), or a deep model of `lvflow` (`DeepMLP`, `DeepAttention`), whose twin
-    is the composition of its blocks' twins (`DeepNQF`, App. B.4).
+    **Arguments:**
 
-    ZGZ is checked at a sample input `x` (default: a Gaussian input of the right shape) with
-    `lvflow.structure_matrix` on the unit.
+    - `network`: a sum-form module (`lvflow.architectures.AbstractSumForm`: a neuron array `W`
+      (p, d) and `unit(w, x)`; all of `lvflow.architectures`), whose twin is an `NQFModel`; or a
+      deep model (`lvflow.AbstractDeepModel`: `DeepMLP`, `DeepAttention`, your own), whose twin
+      is the composition of its blocks' twins (`DeepNQF`, App. B.4).
+    - `x`: a sample input at which ZGZ is checked with `lvflow.structure_matrix` on the unit;
+      default a Gaussian input of the right shape (`sample_shape`), which needs an
+      `AbstractArchitecture`.
+    - `method`: `"jvp"` or `"structure"` (see `NQFModel`).
+    - `seq_len`: the number of tokens of the default sample input of an attention model (4).
+
+    **Returns:** an `NQFModel`, or a `DeepNQF` for a deep model.
 
     **Raises:** `lvflow.ZGZError` when a unit has a nonzero gradient at `w = 0` (a bias, or
-    `φ(0) ≠ 0`): the module is then not an NQF (Thm 12 adds `gᵀμ`); `LvflowError` for a module
-    without `W`/`unit` or an unknown `method`.
+    `φ(0) ≠ 0`): the module is then not an NQF (Thm 12 adds `gᵀμ`); `LvflowError` for a
+    `network` that is neither of the above, an unknown `method`, `method="structure"` without
+    a closed form, or no `x` for a module whose input shape is unknown.
     """
     if method not in ("jvp", "structure"):
         raise LvflowError(f"method: expected 'jvp' or 'structure', got {method!r}")
-    if hasattr(network, "twin_blocks"):
-        from .deep import DeepNQF
-
+    if isinstance(network, AbstractDeepModel):
         blocks = tuple(nqf_twin(b, x=None, method=method, seq_len=seq_len) for b in network.blocks)
         return DeepNQF(blocks=blocks, chain=network.chain, dphi0=network.link_slope)
-    if not hasattr(network, "W") or not hasattr(network, "unit"):
-        raise LvflowError(f"network: a {type(network).__name__} has no neuron array W and unit(w, x)")
-    if method == "structure" and not hasattr(network, "structure"):
+    if not isinstance(network, AbstractSumForm):
+        raise LvflowError(
+            f"network: expected a sum-form module (lvflow.architectures.AbstractSumForm, with a neuron array W "
+            f"and unit(w, x)) or a deep model (lvflow.AbstractDeepModel), got a {type(network).__name__}"
+        )
+    if method == "structure" and not isinstance(network, AbstractArchitecture):
         raise LvflowError(f"method: a {type(network).__name__} has no closed-form structure(x); use method='jvp'")
     if x is None:
-        from .data import gaussian_inputs, input_shape
-
-        try:
-            input_shape(network, seq_len=seq_len or 4)
-        except LvflowError:
-            raise LvflowError(f"x: pass a sample input to check ZGZ for a {type(network).__name__}") from None
+        if not isinstance(network, AbstractArchitecture):
+            raise LvflowError(f"x: pass a sample input to check ZGZ for a {type(network).__name__}")
         x = gaussian_inputs(network, 1, seed=12345, seq_len=seq_len or 4)[0]
     else:
         x = jnp.asarray(as_array("x", x))

@@ -119,6 +119,7 @@ def _build(args):
     import numpy as np
 
     from .._errors import LvflowError
+    from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra
     from .io import load_array, load_arrays
     from .predict_data import nqf_from_data
     from .predict_inputs import lv_from_arrays, power_law_lv
@@ -156,8 +157,6 @@ def _build(args):
         y2 = arrays.pop("y2", None)
         system = lv_from_arrays(arrays, name="--system")
         if y2 is not None:
-            from .._glv.lv import LotkaVolterra
-
             system = LotkaVolterra(system.r, system.C, y2=np.reshape(y2, ()), check=False)
         kw["source"] = f"{system.K}-mode gLV from {args.system}"
     elif args.architecture is not None:
@@ -173,7 +172,7 @@ def _build(args):
         system = power_law_lv(alpha1=args.alpha1, alpha2=args.alpha2, modes=args.modes)
         kw["alpha"] = (args.alpha1, args.alpha2) if args.alpha1 > 1 else None
         kw["source"] = f"power law alpha1 = {args.alpha1:g}, alpha2 = {args.alpha2:g}, {args.modes} modes"
-    K = getattr(system, "K", None)
+    K = system.K if isinstance(system, AbstractLotkaVolterra) else None  # an NQF has no modes yet
     if args.z0 is not None:
         kw["z0"] = load_array(args.z0, name="--z0").reshape(-1)
     if args.c is not None and args.beta is not None:

@@ -3,6 +3,15 @@
 Each is an `equinox.Module` holding the neuron array `W ∈ R^{p×d}` (columns are the `d`
 interchangeable neurons). `model(x) = Σ_i model.unit(W[:, i], x)`, and near `W = 0`
 `model(x) ≈ Tr[W Wᵀ model.structure(x)]` (Thm 1, Eq. 2; the structure matrices of Table 3).
+
+The abstract bases say what each kind of module provides, so that you can add your own:
+
+- `AbstractSumForm`: `W` and `unit(w, x)` — enough for `lvflow.nqf_twin` (give it a sample `x`).
+- `AbstractArchitecture`: also `out_size`, the closed-form `structure(x)` and the shape of one
+  input `sample_shape(seq_len=...)` (used by `lvflow.gaussian_inputs`).
+- `AbstractLearnedMap`: also the learned map `Θ(W)` and features `Φ_c(x)` with
+  `Tr[Wᵀ A_c(x) W] = ⟨Θ(W), Φ_c(x)⟩` (Eq. 17), and `draw_teacher` — what
+  `lvflow.low_rank_teacher` needs. `AbstractSeparableMap`: each output reads its own slice of `Θ`.
 """
 
 from ._attention import (
@@ -10,7 +19,12 @@ from ._attention import (
     MultiHeadAttention as MultiHeadAttention,
     QKAttention as QKAttention,
 )
-from ._base import AbstractArchitecture as AbstractArchitecture
+from ._base import (
+    AbstractArchitecture as AbstractArchitecture,
+    AbstractLearnedMap as AbstractLearnedMap,
+    AbstractSeparableMap as AbstractSeparableMap,
+    AbstractSumForm as AbstractSumForm,
+)
 from ._cnn import CNN as CNN
 from ._fourier import FourierMLP as FourierMLP
 from ._mlp import MLP as MLP

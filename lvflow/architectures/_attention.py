@@ -14,12 +14,15 @@ import math
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._errors import LvflowError
 from .._validate import as_array
 from ._base import (
     AbstractArchitecture,
+    AbstractLearnedMap,
+    AbstractSeparableMap,
     AbstractVectorOutput,
     bilinear,
     check_out_size,
@@ -27,9 +30,21 @@ from ._base import (
     check_size,
     init_W,
     normal,
+    orthonormal,
     per_output,
+    teacher_neurons,
     unpack,
 )
+
+
+def sequence_shape(D: int, seq_len: int | None) -> tuple[int, int]:
+    """The shape `(D, N)` of one sequence of `N = seq_len` tokens.
+
+    **Raises:** `LvflowError` when `seq_len` is `None`.
+    """
+    if seq_len is None:
+        raise LvflowError("seq_len: required for attention models (the number of tokens N)")
+    return (D, int(seq_len))
 
 
 def centered_softmax(s: Float[Array, " N"]) -> Float[Array, " N"]:
@@ -45,7 +60,7 @@ def centered_softmax(s: Float[Array, " N"]) -> Float[Array, " N"]:
     return (e - ebar) / (s.shape[0] * (1.0 + ebar))
 
 
-class MultiHeadAttention(AbstractVectorOutput):
+class MultiHeadAttention(AbstractVectorOutput, AbstractSeparableMap):
     """Multi-head attention read out at the last token: `f(X) = Σ_i v_iᵀ W_iᴠ X softmax(s_i)`,
 
     `s_i = Xᵀ W_iᴷᵀ W_iᑫ x / √d_k`, `x = X[:, -1]`. A head is a neuron,
@@ -57,7 +72,8 @@ class MultiHeadAttention(AbstractVectorOutput):
     `A⁽ᶜ⁾ = ½ [[0, (I_{d_v} ⊗ x̄) ⊗ e_cᵀ], [·ᵀ, 0]]`
 
     (`x̄ ⊗ I_{d_v}` in the paper's column-major vec). `Wᑫ` and `Wᴷ` enter at fourth order, and
-    the sign flip of a whole head leaves it unchanged, so the NQF error is `O(|W|⁴)`.
+    the sign flip of a whole head leaves it unchanged, so the NQF error is `O(|W|⁴)`. The learned
+    map is `Θ = Σ_i W_iᴠᵀ v_i` (`D × k`), read by `Φ_c(X) = x̄ e_cᵀ`.
 
     **Arguments:**
 
@@ -86,6 +102,9 @@ class MultiHeadAttention(AbstractVectorOutput):
         D, dk, dv, k = self.in_size, self.key_size, self.value_size, self._out_size
         return [(dk, D), (dk, D), (dv, D), (dv,) if k is None else (dv, k)]
 
+    def sample_shape(self, *, seq_len: int | None = None) -> tuple[int, int]:
+        return sequence_shape(self.in_size, seq_len)
+
     def unit(self, w: Float[Array, " p"], X: Float[Array, "D N"]) -> Float[Array, "*k"]:
         Wq, Wk, Wv, v = unpack(w, self._shapes)
         s = (Wk @ X).T @ (Wq @ X[:, -1]) / math.sqrt(self.key_size)
@@ -108,8 +127,29 @@ class MultiHeadAttention(AbstractVectorOutput):
             self.p, (start, start + self.value_size * self.in_size), (start + self.value_size * self.in_size, self.p), C
         )
 
+    def learned_map(self) -> Float[Array, "D k"]:
+        _, _, Wv, v = unpack(self.W, self._shapes)  # (d_v, D, h), (d_v, [k,] h)
+        return jnp.einsum("adh,a...h->d...", Wv, v).reshape(self.in_size, -1)
 
-class QKAttention(AbstractVectorOutput):
+    def map_features(self, X: Float[Array, "D N"]) -> Float[Array, "k D k"]:
+        return jnp.einsum("a,cb->cab", jnp.mean(X, axis=1), np.eye(self._k))
+
+    def shared_features(self, X: Float[Array, "D N"]) -> Float[Array, " D"]:
+        return jnp.mean(X, axis=1)
+
+    def output_slices(self, Theta: Float[Array, "D k"]) -> Float[Array, "k D"]:
+        return Theta.T
+
+    def draw_teacher(self, rng: np.random.Generator, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # Head j: Wᴠ = √s_j e_1 u_jᵀ, v = √s_j e_1 v_jᵀ, so Θ = Σ_i W_iᴠᵀ v_i = U S Vᵀ.
+        D, r = self.in_size, len(s)
+        U, V = orthonormal(rng, D, r), orthonormal(rng, self._k, r)
+        start = 2 * self.key_size * D  # Wᑫ = Wᴷ = 0; row 0 of Wᴠ (d_v × D) and of v (d_v × k), row-major
+        Z = teacher_neurons(self.p, [(start, U * np.sqrt(s)), (start + self.value_size * D, V * np.sqrt(s))], r)
+        return U, V, Z
+
+
+class QKAttention(AbstractVectorOutput, AbstractLearnedMap):
     """Query–key-only attention: heads with a fixed value readout `c`, `Σ_i cᵀ X softmax(s_i)`.
 
     `s_i = Xᵀ W_iᴷᵀ W_iᑫ x / √d_k`, `x = X[:, -1]`; neuron `w_i = [vec Wᑫ (d_k×D), vec Wᴷ (d_k×D)]`.
@@ -124,7 +164,8 @@ class QKAttention(AbstractVectorOutput):
     `A = 1/(2√d_k) [[0, I_{d_k} ⊗ x uᵀ], [I_{d_k} ⊗ u xᵀ, 0]]`
 
     (`x uᵀ ⊗ I_{d_k}` in the paper's column-major vec), one per column of `c`. The softmax's next
-    term is quadratic in the scores, so the NQF error is `O(|W|⁴)`.
+    term is quadratic in the scores, so the NQF error is `O(|W|⁴)`. The learned map is
+    `Θ = Σ_i W_iᴷᵀ W_iᑫ` (`D × D`), read by `Φ_c(X) = u_c xᵀ/√d_k`.
 
     **Arguments:**
 
@@ -169,6 +210,9 @@ class QKAttention(AbstractVectorOutput):
     def _c(self):
         return jax.lax.stop_gradient(self.readout)
 
+    def sample_shape(self, *, seq_len: int | None = None) -> tuple[int, int]:
+        return sequence_shape(self.in_size, seq_len)
+
     def f0(self, X: Float[Array, "D N"]) -> Float[Array, "*k"]:
         """`f_X(0) = d cᵀ x̄`: the output of all heads at `W = 0` (not included in `__call__`)."""
         X = check_sequence("X", X, self.in_size)
@@ -197,6 +241,23 @@ class QKAttention(AbstractVectorOutput):
         C = jnp.einsum("jl,...ab->...jalb", eye, xu).reshape(xu.shape[:-2] + (self.p // 2, self.p // 2))
         n = self.p // 2
         return bilinear(self.p, (0, n), (n, self.p), C / math.sqrt(self.key_size))
+
+    def learned_map(self) -> Float[Array, "D D"]:
+        Wq, Wk = unpack(self.W, self._shapes)  # (d_k, D, h) each
+        return jnp.einsum("jah,jbh->ab", Wk, Wq)
+
+    def map_features(self, X: Float[Array, "D N"]) -> Float[Array, "k D D"]:
+        c = self.readout if self.readout.ndim == 2 else self.readout[:, None]
+        N = X.shape[1]
+        xbar = jnp.mean(X, axis=1)
+        u = (X @ X.T / N - jnp.outer(xbar, xbar)) @ c  # (D, k)
+        return jnp.einsum("ac,b->cab", u, X[:, -1]) / math.sqrt(self.key_size)
+
+    def draw_teacher(self, rng: np.random.Generator, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # Head j: Wᑫ = √s_j e_1 v_jᵀ, Wᴷ = √s_j e_1 u_jᵀ, so Θ = Σ_i W_iᴷᵀ W_iᑫ = U S Vᵀ.
+        D, r = self.in_size, len(s)
+        U, V = orthonormal(rng, D, r), orthonormal(rng, D, r)
+        return U, V, teacher_neurons(self.p, [(0, V * np.sqrt(s)), (self.key_size * D, U * np.sqrt(s))], r)
 
 
 class AttentionLogits(AbstractArchitecture):
@@ -227,6 +288,9 @@ class AttentionLogits(AbstractArchitecture):
     @property
     def out_size(self) -> int:
         return self.seq_len
+
+    def sample_shape(self, *, seq_len: int | None = None) -> tuple[int, int]:
+        return (self.in_size, self.seq_len)
 
     def _check(self, X, dtype=None):
         X = check_sequence("X", X, self.in_size, dtype=dtype)

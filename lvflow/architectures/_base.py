@@ -1,12 +1,11 @@
-"""What every built-in architecture shares: the neuron array `W`, its packing, input checks.
+"""What every built-in architecture shares: the abstract bases (what a module provides), the
+neuron array `W`, its packing, input checks, and the pieces of a low-rank teacher.
 
 A module with `d` interchangeable neurons `w_1..w_d ∈ R^p` is stored as `W ∈ R^{p×d}` (columns
 are neurons, the paper's convention). A neuron made of several tensors (e.g. an attention head
 `(Wᑫ, Wᴷ, Wᴠ, v)`) is their row-major (C-order) flattenings concatenated in the listed order;
 `unpack` undoes this for one neuron `(p,)` or for all of them at once `(p, d)`.
 """
-
-from __future__ import annotations
 
 import abc
 from typing import Callable, Sequence
@@ -21,15 +20,14 @@ from .._errors import LvflowError, ZGZError
 from .._validate import _is_concrete, as_array, check_positive, check_positive_int
 
 
-class AbstractArchitecture(eqx.Module):
-    """A sum-form module `f_x(W) = Σ_i unit(w_i, x)` with a closed-form structure matrix.
+class AbstractSumForm(eqx.Module):
+    """A sum-form module `f_x(W) = Σ_i unit(w_i, x)` over `d` interchangeable neurons (Thm 1).
 
-    Near `W = 0` it is the neural quadratic form `Tr[W Wᵀ A(x)]` (Thm 1, Eq. 2), with
-    `A(x) = ½ ∇²_w unit(w, x)|_{w=0}`; `structure(x)` returns the paper's closed form of `A(x)`
-    (Props 1–6, Table 3), which `lvflow.structure_matrix(model.unit, x, model.p)` reproduces by
-    autodiff.
+    This is all `lvflow.nqf_twin` needs: the neuron array `W` (columns are neurons) and one
+    neuron's contribution `unit(w, x)`. Near `W = 0` the module is the neural quadratic form
+    `Tr[W Wᵀ A(x)]` (Eq. 2), `A(x) = ½ ∇²_w unit(w, x)|_{w=0}`, provided that `unit` has zero
+    gradient at zero (ZGZ). Subclass `AbstractArchitecture` instead when `A(x)` has a closed form.
 
-    Subclasses hold the trainable neuron array `W` of shape `(p, d)` and static configuration.
     Inputs are single samples; `jax.vmap` over a batch.
     """
 
@@ -45,6 +43,28 @@ class AbstractArchitecture(eqx.Module):
         """Number of neurons `d` (hidden width, channels, heads, experts, rank)."""
         return self.W.shape[1]
 
+    @abc.abstractmethod
+    def unit(self, w: Float[Array, " p"], x) -> Float[Array, "*k"]:
+        """One neuron's contribution `unit(w, x)`; `__call__(x) = Σ_i unit(W[:, i], x)`."""
+
+    @abc.abstractmethod
+    def __call__(self, x) -> Float[Array, "*k"]:
+        """The network's output on one input `x`."""
+
+
+class AbstractArchitecture(AbstractSumForm):
+    """A sum-form module `f_x(W) = Σ_i unit(w_i, x)` with a closed-form structure matrix.
+
+    Near `W = 0` it is the neural quadratic form `Tr[W Wᵀ A(x)]` (Thm 1, Eq. 2), with
+    `A(x) = ½ ∇²_w unit(w, x)|_{w=0}`; `structure(x)` returns the paper's closed form of `A(x)`
+    (Props 1–6, Table 3), which `lvflow.structure_matrix(model.unit, x, model.p)` reproduces by
+    autodiff.
+
+    Subclasses hold the trainable neuron array `W` of shape `(p, d)` and static configuration,
+    and say what one input looks like (`sample_shape`), so that `lvflow.gaussian_inputs` and
+    `lvflow.nqf_twin` can draw inputs for them.
+    """
+
     @property
     @abc.abstractmethod
     def out_size(self) -> int | None:
@@ -56,16 +76,135 @@ class AbstractArchitecture(eqx.Module):
         return 1 if self.out_size is None else self.out_size
 
     @abc.abstractmethod
-    def unit(self, w: Float[Array, " p"], x) -> Float[Array, "*k"]:
-        """One neuron's contribution `unit(w, x)`; `__call__(x) = Σ_i unit(W[:, i], x)`."""
-
-    @abc.abstractmethod
-    def __call__(self, x) -> Float[Array, "*k"]:
-        """The network's output on one input `x`."""
-
-    @abc.abstractmethod
     def structure(self, x) -> Float[Array, "*k p p"]:
         """The closed-form structure matrix `A(x)`, shape `(p, p)` or `(k, p, p)`."""
+
+    @abc.abstractmethod
+    def sample_shape(self, *, seq_len: int | None = None) -> tuple[int, ...]:
+        """The shape of ONE input `x`.
+
+        **Arguments:** `seq_len`: the number of tokens `N` of a sequence input (attention);
+        ignored by models whose input is not a sequence of free length.
+
+        **Raises:** `LvflowError` when the shape needs `seq_len` and it is `None`.
+        """
+
+
+class AbstractLearnedMap(AbstractArchitecture):
+    """An architecture whose NQF reads one learned map: `Tr[Wᵀ A_c(x) W] = ⟨Θ(W), Φ_c(x)⟩` (Eq. 17).
+
+    `Θ(W)` is an `(a, b)` matrix, an off-diagonal block of `M = W Wᵀ` between the input side
+    and the output side of a neuron (partially traced for attention), and `Φ_c(x)` are linear
+    features of the input, one per output `c`. This is what `lvflow.low_rank_teacher` needs to
+    plant a rank-`r` teacher `Θ* = U diag(s) Vᵀ` and to read `ŝ` off a model's outputs.
+    """
+
+    @abc.abstractmethod
+    def learned_map(self) -> Float[Array, "a b"]:
+        """`Θ(W)`, the block of `M = W Wᵀ` that the NQF reads (Eq. 17)."""
+
+    @abc.abstractmethod
+    def map_features(self, x) -> Float[Array, "k a b"]:
+        """`Φ_c(x)` for every output `c` (`k = 1` for a scalar output): `f_c ≈ ⟨Θ(W), Φ_c(x)⟩`."""
+
+    @abc.abstractmethod
+    def draw_teacher(self, rng: np.random.Generator, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A rank-`r` teacher `Θ* = U diag(s) Vᵀ` and `r` neurons realising it.
+
+        **Arguments:** `rng`: numpy generator of the directions; `s`: the `r` singular values.
+
+        **Returns:** `(U, V, Z)`: `U (a, r)` and `V (b, r)` with orthonormal columns (drawn from
+        `rng`), and `Z (p, r)` with `Tr[Z Zᵀ A_c(x)] = ⟨Θ*, Φ_c(x)⟩` for every `x` and `c`.
+        """
+
+    @property
+    def map_shape(self) -> tuple[int, int]:
+        """`(a, b)`, the shape of `Θ(W)`."""
+        return tuple(jax.eval_shape(type(self).learned_map, self).shape)
+
+
+class AbstractSeparableMap(AbstractLearnedMap):
+    """A learned-map architecture whose outputs each read their own slice of `Θ` with one
+    shared feature vector: `f_c = ψ(x)ᵀ output_slices(Θ)[c]` (MLP, CNN, multi-head attention,
+    mixture of experts; not QK attention, whose features depend on the output's readout).
+
+    `lvflow.low_rank_teacher` then fits `Θ̂` output by output from the `(m, F)` matrix of `ψ`,
+    not from the `(m·k, a·b)` matrix of `Φ`.
+    """
+
+    @abc.abstractmethod
+    def shared_features(self, x) -> Float[Array, " F"]:
+        """`ψ(x)`, the features every output reads."""
+
+    @abc.abstractmethod
+    def output_slices(self, Theta: Float[Array, "a b"]) -> Float[Array, "k F"]:
+        """Output `c`'s slice of `Θ` (a linear rearrangement of its entries), row `c`."""
+
+
+class AbstractPooledPerceptron(AbstractSeparableMap):
+    """`f(x) = Σ_i v_i Σ_q φ(u_iᵀ x_q)`: neurons `w_i = [u_i (n), v_i (k, or 1)]` read out summed
+    over the patches `x_q` of the input (MLP: one patch, `x` itself; CNN: Prop 2).
+
+    The structure matrix is `A⁽ᶜ⁾(x) = φ'(0)/2 · [[0, z(x) e_cᵀ], [e_c z(x)ᵀ, 0]]` with
+    `z(x) = Σ_q x_q` (Props 1–2), so to second order `f_c(x) = φ'(0) z(x)ᵀ U Vᵀ e_c`: the
+    learned map is `Θ = Σ_i u_i v_iᵀ = U Vᵀ` (`n × k`) and `Φ_c(x) = φ'(0) z(x) e_cᵀ`; each
+    output reads its own column of `Θ` with `ψ(x) = φ'(0) z(x)`.
+    """
+
+    dphi0: eqx.AbstractVar[float]
+
+    @property
+    @abc.abstractmethod
+    def _n(self) -> int:
+        """Size `n` of a neuron's input weights `u` (the input side of `Θ`)."""
+
+    @abc.abstractmethod
+    def _check(self, x, *, dtype=None) -> Array:
+        """`x` as an array of the input's shape (`sample_shape`); raises `LvflowError` otherwise."""
+
+    @abc.abstractmethod
+    def pooled_input(self, x) -> Float[Array, " n"]:
+        """`z(x) = Σ_q x_q`, the sum of the input's patches (no input check)."""
+
+    def _split(self, w: Float[Array, " p *d"]) -> tuple[Array, Array]:  # noqa: F821 (jaxtyping's variadic dims)
+        """`(u, v)` of one neuron, or `(U, V)` of all of them (`v` a scalar for a scalar output)."""
+        u, v = unpack(w, [(self._n,), (self._k,)])
+        return u, (v[0] if self.out_size is None else v)
+
+    def structure(self, x) -> Float[Array, "*k p p"]:
+        z = self.pooled_input(self._check(x, dtype=self.W.dtype))
+        C = per_output(self.dphi0 * z[:, None], self.out_size)
+        return bilinear(self.p, (0, self._n), (self._n, self.p), C)
+
+    def learned_map(self) -> Float[Array, "n k"]:
+        return self.W[: self._n] @ self.W[self._n :].T
+
+    def map_features(self, x) -> Float[Array, "k n k"]:
+        return self.dphi0 * jnp.einsum("a,cb->cab", self.pooled_input(x), np.eye(self._k))
+
+    def shared_features(self, x) -> Float[Array, " n"]:
+        return self.dphi0 * self.pooled_input(x)
+
+    def output_slices(self, Theta: Float[Array, "n k"]) -> Float[Array, "k n"]:
+        return Theta.T
+
+    def draw_teacher(self, rng: np.random.Generator, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # Z_j = √s_j [u_j; v_j]: Tr[Z Zᵀ A_c] = φ'(0) z(x)ᵀ U S Vᵀ e_c.
+        U, V = orthonormal(rng, self._n, len(s)), orthonormal(rng, self._k, len(s))
+        return U, V, teacher_neurons(self.p, [(0, U * np.sqrt(s)), (self._n, V * np.sqrt(s))], len(s))
+
+
+class AbstractVectorInput(AbstractArchitecture):
+    """An architecture whose input is one vector `x ∈ R^n`, `n = in_size`."""
+
+    in_size: eqx.AbstractVar[int]
+
+    def sample_shape(self, *, seq_len: int | None = None) -> tuple[int]:
+        return (self.in_size,)
+
+    def _check(self, x, *, dtype=None) -> Float[Array, " n"]:
+        """`x` as an array of shape `(n,)`; raises `LvflowError` otherwise."""
+        return check_input("x", x, (self.in_size,), "one input vector", dtype=dtype)
 
 
 class AbstractVectorOutput(AbstractArchitecture):
@@ -212,3 +351,21 @@ def check_sequence(name: str, X, D: int, *, dtype=None) -> Array:
 
 
 Activation = Callable[[Array], Array]
+
+
+# ---------------------------------------------------------------------------------------------
+# low-rank teachers (`AbstractLearnedMap.draw_teacher`)
+
+
+def orthonormal(rng: np.random.Generator, n: int, r: int) -> np.ndarray:
+    """`r` orthonormal columns in `R^n`, Haar-distributed (drawn with numpy from `rng`)."""
+    q, rr = np.linalg.qr(rng.standard_normal((n, r)))
+    return q * np.sign(np.diagonal(rr))
+
+
+def teacher_neurons(p: int, pieces: Sequence[tuple[int, np.ndarray]], r: int) -> np.ndarray:
+    """`r` teacher neurons `Z (p, r)` from blocks `[(start, (n_i, r) array)]`, zero elsewhere."""
+    Z = np.zeros((p, r))
+    for start, blk in pieces:
+        Z[start : start + blk.shape[0]] = blk
+    return Z

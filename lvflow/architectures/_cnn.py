@@ -9,16 +9,14 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._errors import LvflowError
 from ._base import (
+    AbstractPooledPerceptron,
     AbstractVectorOutput,
     Activation,
-    bilinear,
     check_activation,
     check_input,
     check_out_size,
     check_size,
     init_W,
-    per_output,
-    unpack,
 )
 
 
@@ -36,7 +34,7 @@ def _patch_index(input_shape, kernel_shape) -> tuple[np.ndarray, np.ndarray]:
     return rows, cols
 
 
-class CNN(AbstractVectorOutput):
+class CNN(AbstractVectorOutput, AbstractPooledPerceptron):
     """One-layer CNN on a single-channel 2-D input: `f(X) = Σ_i v_i Σ_p φ(k_iᵀ x_p)`.
 
     `x_p` runs over the `P` patches of size `kh × kw` (stride 1, no padding, each flattened
@@ -44,6 +42,8 @@ class CNN(AbstractVectorOutput):
     `v_i ∈ R^k`. Neuron `w_i = [vec k_i (kh·kw), v_i (k, or 1)]`. Structure matrix (Prop 2):
 
     `A⁽ᶜ⁾(X) = φ'(0)/2 · [[0, (Σ_p x_p) e_cᵀ], [e_c (Σ_p x_p)ᵀ, 0]]`.
+
+    The learned map is `Θ = Σ_i k_i v_iᵀ` (`kh·kw × k`), read by `Φ_c(X) = φ'(0) (Σ_p x_p) e_cᵀ`.
 
     **Arguments:**
 
@@ -86,32 +86,30 @@ class CNN(AbstractVectorOutput):
         self._out_size = check_out_size(out_size)
         self.dphi0 = check_activation("activation", activation)
         self.activation = activation
-        self.W = init_W(key, self._m + self._k, channels, init_scale)
+        self.W = init_W(key, self._n + self._k, channels, init_scale)
 
     @property
-    def _m(self) -> int:
+    def _n(self) -> int:
         return self.kernel_shape[0] * self.kernel_shape[1]
 
-    def _split(self, w):
-        kern, v = unpack(w, [(self._m,), (self._k,)])
-        return kern, (v[0] if self._out_size is None else v)
+    def sample_shape(self, *, seq_len: int | None = None) -> tuple[int, int]:
+        return tuple(self.input_shape)
+
+    def _check(self, X, *, dtype=None) -> Float[Array, "H W"]:
+        return check_input("X", X, self.input_shape, "one single-channel image", dtype=dtype)
 
     def patches(self, X: Float[Array, "H W"]) -> Float[Array, "P m"]:
         """All `P` patches `x_p` of `X`, flattened row-major: shape `(P, kh·kw)`."""
         rows, cols = _patch_index(self.input_shape, self.kernel_shape)
         return X[rows, cols]
 
+    def pooled_input(self, X: Float[Array, "H W"]) -> Float[Array, " m"]:
+        return jnp.sum(self.patches(X), axis=0)  # Σ_p x_p
+
     def unit(self, w: Float[Array, " p"], X: Float[Array, "H W"]) -> Float[Array, "*k"]:
         kern, v = self._split(w)
         return v * jnp.sum(self.activation(self.patches(X) @ kern))
 
     def __call__(self, X: Float[Array, "H W"]) -> Float[Array, "*k"]:
-        X = check_input("X", X, self.input_shape, "one single-channel image")
         K, V = self._split(self.W)  # (m, d), (d,) or (k, d)
-        return V @ jnp.sum(self.activation(self.patches(X) @ K), axis=0)
-
-    def structure(self, X: Float[Array, "H W"]) -> Float[Array, "*k p p"]:
-        X = check_input("X", X, self.input_shape, "one single-channel image", dtype=self.W.dtype)
-        xsum = jnp.sum(self.patches(X), axis=0)  # Σ_p x_p
-        C = per_output(self.dphi0 * xsum[:, None], self._out_size)
-        return bilinear(self.p, (0, self._m), (self._m, self.p), C)
+        return V @ jnp.sum(self.activation(self.patches(self._check(X)) @ K), axis=0)

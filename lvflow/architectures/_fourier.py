@@ -46,6 +46,9 @@ class FourierMLP(AbstractArchitecture):
     def out_size(self) -> None:
         return None
 
+    def sample_shape(self, *, seq_len: int | None = None) -> tuple[()]:
+        return ()
+
     def features(self, x: Float[Array, ""]) -> Float[Array, " P"]:
         """`s_k ψ_k(x) / √P`, `k = 1..P`: the diagonal of `D(x)`."""
         k = jnp.arange(1, self.num_modes + 1, dtype=jnp.result_type(float))

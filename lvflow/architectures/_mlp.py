@@ -7,20 +7,18 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ._base import (
+    AbstractPooledPerceptron,
+    AbstractVectorInput,
     AbstractVectorOutput,
     Activation,
-    bilinear,
     check_activation,
-    check_input,
     check_out_size,
     check_size,
     init_W,
-    per_output,
-    unpack,
 )
 
 
-class MLP(AbstractVectorOutput):
+class MLP(AbstractVectorInput, AbstractVectorOutput, AbstractPooledPerceptron):
     """Two-layer MLP without bias, `f(x) = Σ_i v_i φ(u_iᵀ x)` (`v_i ∈ R^k` for vector output).
 
     Neuron `w_i = [u_i (n), v_i (k, or 1 for a scalar output)]`, so `p = n + k`. Its structure
@@ -29,7 +27,8 @@ class MLP(AbstractVectorOutput):
     `A⁽ᶜ⁾(x) = φ'(0)/2 · [[0, x e_cᵀ], [e_c xᵀ, 0]]`
 
     (for a scalar output, `φ'(0)/2 · [[0, x], [xᵀ, 0]]`). The error of the NQF is `O(|W|³)`, and
-    `O(|W|⁴)` for odd `φ` (per-neuron sign symmetry `(u, v) → (−u, −v)`).
+    `O(|W|⁴)` for odd `φ` (per-neuron sign symmetry `(u, v) → (−u, −v)`). The learned map is
+    `Θ = Σ_i u_i v_iᵀ` (`n × k`), read by `Φ_c(x) = φ'(0) x e_cᵀ`.
 
     **Arguments:**
 
@@ -55,20 +54,17 @@ class MLP(AbstractVectorOutput):
         self.activation = activation
         self.W = init_W(key, self.in_size + self._k, width, init_scale)
 
-    def _split(self, w):
-        u, v = unpack(w, [(self.in_size,), (self._k,)])
-        return u, (v[0] if self._out_size is None else v)
+    @property
+    def _n(self) -> int:
+        return self.in_size
+
+    def pooled_input(self, x: Float[Array, " n"]) -> Float[Array, " n"]:
+        return x
 
     def unit(self, w: Float[Array, " p"], x: Float[Array, " n"]) -> Float[Array, "*k"]:
         u, v = self._split(w)
         return v * self.activation(u @ x)
 
     def __call__(self, x: Float[Array, " n"]) -> Float[Array, "*k"]:
-        x = check_input("x", x, (self.in_size,), "one input vector")
         U, V = self._split(self.W)  # (n, d), (d,) or (k, d)
-        return V @ self.activation(x @ U)
-
-    def structure(self, x: Float[Array, " n"]) -> Float[Array, "*k p p"]:
-        x = check_input("x", x, (self.in_size,), "one input vector", dtype=self.W.dtype)
-        C = per_output(self.dphi0 * x[:, None], self._out_size)
-        return bilinear(self.p, (0, self.in_size), (self.in_size, self.p), C)
+        return V @ self.activation(self._check(x) @ U)

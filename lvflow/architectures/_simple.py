@@ -10,16 +10,27 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ._base import AbstractArchitecture, bilinear, check_input, check_size, init_W, unpack
+from ._base import AbstractArchitecture, AbstractVectorInput, bilinear, check_input, check_size, init_W, unpack
 
 
-class _Scalar(AbstractArchitecture):
+class _AbstractScalarOutput(AbstractArchitecture):
+    """An architecture with a scalar output."""
+
     @property
     def out_size(self) -> None:
         return None
 
 
-class QuadraticNet(_Scalar):
+class _AbstractInputSpace(AbstractVectorInput, _AbstractScalarOutput):
+    """Neurons that live in the input space, `w ∈ R^n` (`p = n`), with a scalar output."""
+
+    @property
+    def in_size(self) -> int:
+        """Input dimension `n` (= `p`)."""
+        return self.p
+
+
+class QuadraticNet(_AbstractInputSpace):
     """Quadratic network / phase retrieval `f(x) = Σ_r (w_rᵀ x)²`; `A(x) = x xᵀ`.
 
     **Arguments:** `in_size` `n`, `width` `d`; `key`, `init_scale`: `W ~ N(0, init_scale²)`.
@@ -30,24 +41,19 @@ class QuadraticNet(_Scalar):
     def __init__(self, in_size, width, *, key: PRNGKeyArray, init_scale=0.01):
         self.W = init_W(key, check_size("in_size", in_size), check_size("width", width), init_scale)
 
-    @property
-    def in_size(self) -> int:
-        """Input dimension `n` (= `p`)."""
-        return self.p
-
     def unit(self, w: Float[Array, " n"], x: Float[Array, " n"]) -> Float[Array, ""]:
         return (w @ x) ** 2
 
     def __call__(self, x: Float[Array, " n"]) -> Float[Array, ""]:
-        x = check_input("x", x, (self.p,), "one input vector")
+        x = self._check(x)
         return jnp.sum((x @ self.W) ** 2)
 
     def structure(self, x: Float[Array, " n"]) -> Float[Array, "n n"]:
-        x = check_input("x", x, (self.p,), "one input vector", dtype=self.W.dtype)
+        x = self._check(x, dtype=self.W.dtype)
         return jnp.outer(x, x)
 
 
-class DiagonalLinear(_Scalar):
+class DiagonalLinear(_AbstractInputSpace):
     """Diagonal linear network `f(x) = Σ_i Σ_k x_k u_{ik}² / 4`; `A(x) = ¼ Diag(x)`.
 
     The effective linear predictor is `β = Σ_i u_i ⊙ u_i / 4`, `f(x) = βᵀ x`.
@@ -60,24 +66,19 @@ class DiagonalLinear(_Scalar):
     def __init__(self, in_size, width=1, *, key: PRNGKeyArray, init_scale=0.01):
         self.W = init_W(key, check_size("in_size", in_size), check_size("width", width), init_scale)
 
-    @property
-    def in_size(self) -> int:
-        """Input dimension `n` (= `p`)."""
-        return self.p
-
     def unit(self, w: Float[Array, " n"], x: Float[Array, " n"]) -> Float[Array, ""]:
         return x @ (w * w) / 4
 
     def __call__(self, x: Float[Array, " n"]) -> Float[Array, ""]:
-        x = check_input("x", x, (self.p,), "one input vector")
+        x = self._check(x)
         return x @ jnp.sum(self.W * self.W, axis=1) / 4
 
     def structure(self, x: Float[Array, " n"]) -> Float[Array, "n n"]:
-        x = check_input("x", x, (self.p,), "one input vector", dtype=self.W.dtype)
+        x = self._check(x, dtype=self.W.dtype)
         return jnp.diag(x) / 4
 
 
-class SignedDiagonal(_Scalar):
+class SignedDiagonal(AbstractVectorInput, _AbstractScalarOutput):
     """Signed diagonal network `f(x) = Σ_i u_iᵀ Diag(x) v_i`; neuron `[u, v]`,
 
     `A(x) = ½ [[0, Diag x], [Diag x, 0]]`.
@@ -97,17 +98,17 @@ class SignedDiagonal(_Scalar):
         return jnp.sum(u * x * v)
 
     def __call__(self, x: Float[Array, " n"]) -> Float[Array, ""]:
-        x = check_input("x", x, (self.in_size,), "one input vector")
+        x = self._check(x)
         U, V = unpack(self.W, [(self.in_size,)] * 2)
         return jnp.sum(U * x[:, None] * V)
 
     def structure(self, x: Float[Array, " n"]) -> Float[Array, "p p"]:
-        x = check_input("x", x, (self.in_size,), "one input vector", dtype=self.W.dtype)
+        x = self._check(x, dtype=self.W.dtype)
         n = self.in_size
         return bilinear(self.p, (0, n), (n, 2 * n), jnp.diag(x))
 
 
-class MatrixSensing(_Scalar):
+class MatrixSensing(_AbstractScalarOutput):
     """Symmetric (PSD) matrix sensing `f(S) = ⟨S, W Wᵀ⟩ = Tr[Sᵀ W Wᵀ]`; `A(S) = Sym(S) = (S + Sᵀ)/2`.
 
     `W ∈ R^{n×r}`: the `r` columns (rows of the paper's factor) are the neurons; the input is a
@@ -121,6 +122,9 @@ class MatrixSensing(_Scalar):
     def __init__(self, size, rank, *, key: PRNGKeyArray, init_scale=0.01):
         self.W = init_W(key, check_size("size", size), check_size("rank", rank), init_scale)
 
+    def sample_shape(self, *, seq_len: int | None = None) -> tuple[int, int]:
+        return (self.p, self.p)
+
     def unit(self, w: Float[Array, " n"], S: Float[Array, "n n"]) -> Float[Array, ""]:
         return w @ S @ w
 
@@ -133,7 +137,7 @@ class MatrixSensing(_Scalar):
         return (S + S.T) / 2
 
 
-class RectangularSensing(_Scalar):
+class RectangularSensing(_AbstractScalarOutput):
     """Rectangular matrix sensing `f(S) = ⟨S, U Vᵀ⟩`, `U ∈ R^{n₁×r}`, `V ∈ R^{n₂×r}`.
 
     A neuron is a pair of columns `[u, v] ∈ R^{n₁+n₂}`, and `A(S) = ½ [[0, S], [Sᵀ, 0]]`.
@@ -149,6 +153,9 @@ class RectangularSensing(_Scalar):
     def __init__(self, rows, cols, rank, *, key: PRNGKeyArray, init_scale=0.01):
         self.shape = (check_size("rows", rows), check_size("cols", cols))
         self.W = init_W(key, sum(self.shape), check_size("rank", rank), init_scale)
+
+    def sample_shape(self, *, seq_len: int | None = None) -> tuple[int, int]:
+        return self.shape
 
     def _split(self, w):
         return unpack(w, [(self.shape[0],), (self.shape[1],)])
