@@ -159,7 +159,7 @@ def effective_exponent(
     C: Float[ArrayLike, "*b"] | None = None,
     c: Float[ArrayLike, "*b"] | None = None,
     beta: float = 0.0,
-) -> Float[np.ndarray, "*b"]:
+) -> Float[ArrayLike, "*b"]:
     """The local decay exponent of the loss at the switch-on of mode `k`, at finite `ε` (Eq. 292):
 
     `κ_eff(k, ε) = (α₁ − 1) / (α₂ − (α₁ − α₂ − β) / ln(ζ_k / (C_k c_k ε)))`.
@@ -198,7 +198,7 @@ def effective_exponent(
 
 def effective_exponent_time(
     t: Float[ArrayLike, "*b"], eps: float, *, alpha1: float, alpha2: float, const: float = 0.0
-) -> Float[np.ndarray, "*b"]:
+) -> Float[ArrayLike, "*b"]:
     """The time form of the finite-ε exponent (Eq. 295), `α = (α₁ − α₂)/α₂`:
 
     `κ_eff(t) ≈ (α₁−1)/α₂ · [1 + α / (ln(1/ε) + α ln ln(1/ε) + const − α ln t)]`.

@@ -122,6 +122,7 @@ def test_compare_histories_closed_form():
         compare_histories(h1, h2, s=np.ones(3))
 
 
+@pytest.mark.bad_input
 def test_recovered_singular_values_errors():
     T = low_rank_teacher(arch.MLP(3, 2, 2, key=KEY), 10, s=(1.0, 0.5))
     with pytest.raises(lvflow.LvflowError, match="source"):

@@ -202,6 +202,7 @@ def test_zgz_violations_raise():
         lvflow.structure_matrix(biased, jnp.ones(4), 5)
 
 
+@pytest.mark.bad_input
 def test_bad_input_raises():
     m = CASES["mlp"][0]
     with pytest.raises(lvflow.LvflowError, match=r"x: expected shape \(4,\)"):

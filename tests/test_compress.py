@@ -82,6 +82,7 @@ def test_rank_tolerance():
     assert compress(noisy, np.eye(p), d=d, lr=0.1, rtol=1e-6).k_V == kV
 
 
+@pytest.mark.bad_input
 def test_errors():
     nqf, _ = _problem(True, seed=0)
     Err = lvflow.LvflowError

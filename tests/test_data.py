@@ -111,6 +111,7 @@ def test_teacher_stream_readout_scale():
         teacher_student_stream(readout_scale=-1.0)
 
 
+@pytest.mark.bad_input
 def test_data_errors():
     net = ARCHS["mlp"]
     with pytest.raises(lvflow.LvflowError, match="s: singular values must be positive"):

@@ -99,6 +99,7 @@ def test_flow_keeps_M_psd_and_never_raises_the_loss(problem):
     assert np.all(np.diff(loss) <= 1e-9 * loss[0])
 
 
+@pytest.mark.bad_input
 def test_errors():
     rng = np.random.default_rng(0)
     A = _sym(rng.normal(size=(3, 2, 2)))

@@ -119,6 +119,7 @@ def test_momentum_state_at_beta_zero_is_thm2(seed, lr, d):
         np.testing.assert_allclose(got_mu, want_mu, rtol=1e-11, atol=1e-11 * np.abs(want_mu).max())
 
 
+@pytest.mark.bad_input
 def test_errors():
     nqf, zgz = _nqf(True), _nqf(False)
     M0, mu0 = np.eye(P), 0.5 * np.ones(P)

@@ -53,6 +53,13 @@ def test_spectrum_exponents_from_r_C_and_zeta_V():
     assert s.predicted == pytest.approx(1.25, rel=1e-12)
     s2 = spectrum_exponents(zeta=np.r_[r, -1.0], V=np.r_[V, 5.0], kmin=3, kmax=150)  # ζ ≤ 0 never ignites
     assert (s2.alpha1, s2.alpha2) == (pytest.approx(2.0, rel=1e-12), pytest.approx(0.8, rel=1e-12))
+
+
+@pytest.mark.bad_input
+def test_spectrum_exponents_errors():
+    k = np.arange(1, 201, dtype=float)
+    r, V = k**-0.8, k**-2.0
+    Ckk = r**2 / (8 * V)
     with pytest.raises(lvflow.LvflowError, match="give either"):
         spectrum_exponents(zeta=r, r=r)
     with pytest.raises(lvflow.LvflowError, match="C: every diagonal entry"):
@@ -159,6 +166,7 @@ def test_fit_power_law_on_summed_steps_gives_thm9_slope():
     assert fit.window[1] < K**a2  # stops before the last mode (finite-size cutoff)
 
 
+@pytest.mark.bad_input
 def test_fit_power_law_errors():
     t = np.arange(1.0, 100.0)
     with pytest.raises(lvflow.LvflowError, match="t: must be positive and strictly increasing"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from .._errors import LvflowError
 from .._training.twin import AbstractTwin, nqf_twin
@@ -43,7 +43,7 @@ class BilinearTwin(AbstractTwin):
                 "(not an lvflow.architectures.AbstractLearnedMap)"
             )
 
-    def unit(self, w: Float[Array, " p"], x) -> Float[Array, "*k"]:
+    def unit(self, w: Float[ArrayLike, " p"], x) -> Float[Array, "*k"]:
         """`wᵀ A(x) w`: one neuron's quadratic form (Eq. 2)."""
         return jnp.einsum("...ij,i,j->...", self.network.structure(x), w, w)
 

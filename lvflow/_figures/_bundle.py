@@ -20,13 +20,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from .._training.twin import AbstractTwin
 from ..architectures import AbstractSumForm
 
 
-def with_W(model: AbstractSumForm, W: Float[Array, "p d"]) -> AbstractSumForm:
+def with_W(model: AbstractSumForm, W: Float[ArrayLike, "p d"]) -> AbstractSumForm:
     """`model` with its neuron array replaced by `W`.
 
     A twin's `W` is its network's (`AbstractTwin`: `NQFModel`, `BilinearTwin`), so the network's

@@ -66,9 +66,9 @@ def _fourier_loss(net, X, y, *, quadratic: bool):
     rootP = math.sqrt(net.num_modes)
     yj = jnp.asarray(y)
     if quadratic:
-        f = lambda a, W: (F * a) @ W
+        f = lambda a, W: (F * a[None, :]) @ W
     else:
-        f = lambda a, W: jnp.tanh(F * rootP * a) @ W / rootP
+        f = lambda a, W: jnp.tanh(F * rootP * a[None, :]) @ W / rootP
     return lambda p: jnp.mean((f(*p) - yj) ** 2), f
 
 
@@ -153,7 +153,7 @@ def make(out: Path, *, quick: bool = False) -> dict:
     mlp = MLP(1, 256, key=jax.random.PRNGKey(1), init_scale=0.1)
     u0, v0 = mlp.W[0], mlp.W[1]  # neuron i = (u_i, v_i): f(x) = Σ_i v_i tanh(u_i x)
     X1, yj = jnp.asarray(x), jnp.asarray(y)
-    f_mlp = lambda u, v: jnp.tanh(X1[:, None] * u) @ v
+    f_mlp = lambda u, v: jnp.tanh(X1[:, None] * u[None, :]) @ v
     checks["plain_mlp"] = float(jnp.max(jnp.abs(jax.vmap(mlp)(X1[:, None]) - f_mlp(u0, v0))))
     t_mlp, E_mlp, _ = gd_losses(
         lambda p: jnp.mean((f_mlp(*p) - yj) ** 2), (u0, v0), lr=lr_mlp, steps=steps_mlp, every=steps_mlp // 1000

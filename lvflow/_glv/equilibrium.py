@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float
+from jaxtyping import ArrayLike, Bool, Float
 
 from .._errors import LvflowError, SolverError
 from .._validate import _is_concrete

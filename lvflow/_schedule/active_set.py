@@ -32,12 +32,11 @@ from __future__ import annotations
 import numpy as np
 
 from .._errors import LvflowError, NotPSDError, SolverError
-
-try:  # scipy comes with scikit-learn; BLAS rank-one update in place
-    from scipy.linalg.blas import dger as _dger
-except ImportError:  # pragma: no cover
-    _dger = None
 from .._glv.lv import LowRankLotkaVolterra
+
+# From this size on, Q's rank-one update is BLAS's in-place dger (scipy, imported then: the CLI's
+# small systems do not pay scipy's import); below it numpy's outer product is as fast.
+_DGER_MIN_K = 256
 
 # A Schur complement below this fraction of C_kk means a linearly dependent mode.
 _SCHUR_RTOL = 1e-10
@@ -61,8 +60,10 @@ class _DenseBackend:
 
     def _rank_one(self, x, alpha, Cx):
         """`Q += α x xᵀ`, and the matching `z`, `φ`, `γ` updates (`Cx = C x`)."""
-        if _dger is not None:  # in place, one pass over Q (Q is symmetric, so C/F order agree)
-            self.Q = _dger(alpha, x, x, a=self.Q.T, overwrite_a=True).T
+        if x.shape[0] >= _DGER_MIN_K:  # in place, one pass over Q (Q is symmetric, so C/F order agree)
+            from scipy.linalg.blas import dger
+
+            self.Q = dger(alpha, x, x, a=self.Q.T, overwrite_a=True).T
         else:
             self.Q += np.multiply.outer(alpha * x, x)
         xr = alpha * (x @ self.r)

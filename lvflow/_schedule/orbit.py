@@ -37,7 +37,6 @@ from typing import NamedTuple
 
 import numpy as np
 from jaxtyping import Float
-from scipy.integrate import solve_ivp
 
 from .._errors import SolverError
 
@@ -109,6 +108,8 @@ def transient(
     hit.terminal, hit.direction = True, 1
     y0 = np.concatenate([np.log(np.where(z0 > 0, z0, 1.0)), np.zeros(n)])
     t_max = 10 * (math.log(1 / _AMPLITUDE) + 10) / sig_k + _SETTLE / rate
+    from scipy.integrate import solve_ivp  # here, not at import: only `transients=True` needs it
+
     opts = dict(method="LSODA", jac=jac, rtol=_RTOL, atol=_ATOL)
     with np.errstate(over="ignore"):  # rejected trial steps may overflow
         rise = solve_ivp(f, (0.0, t_max), y0, events=hit, **opts)

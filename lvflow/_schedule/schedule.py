@@ -261,7 +261,7 @@ class PlateauSchedule(eqx.Module):
         `active_at(tau)` (unique up to `C`'s null space; `Cz*` and the loss are unique)."""
         return self.system.equilibrium(self.active_at(tau))
 
-    def equilibria(self) -> Float[Array, "n+1 K"]:
+    def equilibria(self) -> Float[Array, "plateaus K"]:
         """`z*` on every plateau: row 0 before the first event, row `i+1` after event `i`
         (recomputed, one restricted solve per plateau: for small systems)."""
         ts = [-1.0] + [float(t) for t in np.asarray(self.tau)]

@@ -89,7 +89,7 @@ def compare_histories(h1, h2, *, s=None, extra: str = "s_hat") -> Agreement:
         a, b = _s_hat(h1, extra), _s_hat(h2, extra)
         if a.shape != b.shape or a.shape[-1] != s.shape[0]:
             raise LvflowError(f"s: {s.shape[0]} singular values, but recorded ŝ have shapes {a.shape} and {b.shape}")
-        diff = jnp.abs(a - b) / s
+        diff = jnp.abs(a - b) / jnp.broadcast_to(s, a.shape)
         gap, per_mode, gap_t = jnp.max(diff), jnp.max(diff, axis=0), jnp.max(diff, axis=1)
     return Agreement(
         sv_gap=gap,

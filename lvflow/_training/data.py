@@ -9,7 +9,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._errors import LvflowError
 from .._validate import as_array, check_positive
@@ -123,8 +123,9 @@ class LowRankTeacher(AbstractDataset):
     def data(self) -> Dataset:
         return Dataset(self.X, self.y)
 
-    def singular_values(self, outputs: Float[Array, "*n m"] | Float[Array, "*n m k"]) -> Float[Array, "*n r"]:
-        """`ŝ` from model outputs on `X` (optionally with leading time axes)."""
+    def singular_values(self, outputs: Float[ArrayLike, "..."]) -> Float[Array, "... j"]:
+        """`ŝ` from model outputs on `X`, shape `(*n, m)` or `(*n, m, k)` (optionally with leading
+        time axes `*n`); returns shape `(*n, r)`."""
         out = outputs if self.y.ndim == 2 else outputs[..., None]
         return jnp.einsum("jmc,...mc->...j", self.readout, out)
 

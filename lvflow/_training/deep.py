@@ -34,7 +34,7 @@ from typing import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._errors import LvflowError
 from ..architectures import MLP, AbstractArchitecture, MultiHeadAttention
@@ -63,7 +63,7 @@ class AllQueriesChain(AbstractChain):
     a sequence `(k, N)` (two-layer attention: softmax attention is equivariant under permuting
     the keys, so token `n` is made the last one, the query of `MultiHeadAttention`)."""
 
-    def __call__(self, block: AbstractArchitecture, X: Float[Array, "D N"]) -> Float[Array, "k N"]:
+    def __call__(self, block: AbstractArchitecture, X: Float[ArrayLike, "D N"]) -> Float[Array, "k N"]:
         N = X.shape[1]
         out = jax.vmap(lambda n: block(jnp.roll(X, -(n + 1), axis=1)))(jnp.arange(N))
         return out.T

@@ -6,7 +6,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from .._errors import LvflowError
 from .._form.nqf import NQF
@@ -17,7 +17,7 @@ from .data import gaussian_inputs
 from .deep import AbstractDeepModel, DeepNQF
 
 
-def quadratic_part(unit, w: Float[Array, " p"], x) -> Float[Array, "*k"]:
+def quadratic_part(unit, w: Float[ArrayLike, " p"], x) -> Float[Array, "*k"]:
     """`wᵀ A(x) w = ½ d²/ds² unit(s w, x)|_{s=0}` (Eq. 2), by forward-over-forward differentiation.
 
     Equal to `wᵀ A(x) w` with `A = ½ ∇²_w unit|_{w=0}`, without forming the `p × p` matrix.
@@ -99,7 +99,7 @@ class NQFModel(AbstractTwin):
                 f"method: a {type(self.network).__name__} has no closed-form structure(x); use method='jvp'"
             )
 
-    def unit(self, w: Float[Array, " p"], x) -> Float[Array, "*k"]:
+    def unit(self, w: Float[ArrayLike, " p"], x) -> Float[Array, "*k"]:
         """`wᵀ A(x) w`: the quadratic unit of the NQF."""
         if self.method == "structure":
             return jnp.einsum("...ij,i,j->...", self.network.structure(x), w, w)

@@ -29,7 +29,8 @@ class Prediction(eqx.Module):
     - `method`: `"lv"` (reduced to the gLV, Eq. 32) or `"matrix_flow"` (the full M-flow, Eq. 28,
       used when the structure matrices do not commute; no per-mode table then).
     - `eps`, `c`, `rho`, `learning_rate`, `t1`: the initial scale `z_k0 = ε c_k`, the switch-on
-      fraction `ρ`, the learning rate `η` (steps = t/η; `None` if not given), and the horizon.
+      fraction `ρ`, the learning rate `η` (steps = t/η; `None` if not given), and the horizon
+      (`c` in input order; one entry, `M0 = ε c I`, for the matrix flow).
     - `order`, `r`, `C_diag`, `V`: the modes in ignition order: `r_k`, `C_kk`,
       `V_k = r_k²/(8 C_kk)`.
     - `t_star`: finite-ε switch-on times (`z_k = ρ z_k(∞)`, from the ODE solve); `steps_star = t_star/η`.
@@ -50,7 +51,7 @@ class Prediction(eqx.Module):
     t1: float = eqx.field(static=True)
     exponent: float = eqx.field(static=True)
     notes: tuple[str, ...] = eqx.field(static=True)
-    c: Float[Array, " K"]
+    c: Float[Array, " Kc"]  # K entries, or one for the matrix flow
     order: Int[Array, " K"]
     r: Float[Array, " K"]
     C_diag: Float[Array, " K"]

@@ -15,7 +15,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._errors import LvflowError
 from .._validate import as_array
@@ -47,16 +47,16 @@ def sequence_shape(D: int, seq_len: int | None) -> tuple[int, int]:
     return (D, int(seq_len))
 
 
-def centered_softmax(s: Float[Array, " N"]) -> Float[Array, " N"]:
+def centered_softmax(s: Float[ArrayLike, "N *b"]) -> Float[Array, "N *b"]:  # noqa: F821 (jaxtyping's variadic dims)
     """`softmax(s) − 1/N`, accurate to relative precision when `s` is tiny.
 
     Written as `(e_n − ē) / (N (1 + ē))` with `e = expm1(s − c)`: the difference of two numbers
     close to `1/N` would lose everything below `1e-16 · N`, while the NQF regime has `|s| ~ |W|²`.
     The shift `c = max s` (gradient stopped; the value does not depend on it) prevents overflow.
     """
-    c = jax.lax.stop_gradient(jnp.max(s, axis=0))
+    c = jax.lax.stop_gradient(jnp.max(s, axis=0, keepdims=True))
     e = jnp.expm1(s - c)
-    ebar = jnp.mean(e, axis=0)
+    ebar = jnp.mean(e, axis=0, keepdims=True)
     return (e - ebar) / (s.shape[0] * (1.0 + ebar))
 
 
@@ -105,12 +105,12 @@ class MultiHeadAttention(AbstractVectorOutput, AbstractSeparableMap):
     def sample_shape(self, *, seq_len: int | None = None) -> tuple[int, int]:
         return sequence_shape(self.in_size, seq_len)
 
-    def unit(self, w: Float[Array, " p"], X: Float[Array, "D N"]) -> Float[Array, "*k"]:
+    def unit(self, w: Float[ArrayLike, " p"], X: Float[ArrayLike, "D N"]) -> Float[Array, "*k"]:
         Wq, Wk, Wv, v = unpack(w, self._shapes)
         s = (Wk @ X).T @ (Wq @ X[:, -1]) / math.sqrt(self.key_size)
         return (Wv @ (X @ jax.nn.softmax(s))) @ v
 
-    def __call__(self, X: Float[Array, "D N"]) -> Float[Array, "*k"]:
+    def __call__(self, X: Float[ArrayLike, "D N"]) -> Float[Array, "*k"]:
         X = check_sequence("X", X, self.in_size)
         Wq, Wk, Wv, v = unpack(self.W, self._shapes)  # head axis h last
         q = jnp.einsum("jbh,b->jh", Wq, X[:, -1])
@@ -118,7 +118,7 @@ class MultiHeadAttention(AbstractVectorOutput, AbstractSeparableMap):
         z = jnp.einsum("abh,bn,nh->ah", Wv, X, jax.nn.softmax(s, axis=0))
         return jnp.einsum("ah,a...h->...", z, v)
 
-    def structure(self, X: Float[Array, "D N"]) -> Float[Array, "*k p p"]:
+    def structure(self, X: Float[ArrayLike, "D N"]) -> Float[Array, "*k p p"]:
         X = check_sequence("X", X, self.in_size, dtype=self.W.dtype)
         xbar = jnp.mean(X, axis=1)
         C = per_output(jnp.kron(jnp.eye(self.value_size, dtype=X.dtype), xbar[:, None]), self._out_size)
@@ -131,13 +131,13 @@ class MultiHeadAttention(AbstractVectorOutput, AbstractSeparableMap):
         _, _, Wv, v = unpack(self.W, self._shapes)  # (d_v, D, h), (d_v, [k,] h)
         return jnp.einsum("adh,a...h->d...", Wv, v).reshape(self.in_size, -1)
 
-    def map_features(self, X: Float[Array, "D N"]) -> Float[Array, "k D k"]:
+    def map_features(self, X: Float[ArrayLike, "D N"]) -> Float[Array, "k D k"]:
         return jnp.einsum("a,cb->cab", jnp.mean(X, axis=1), np.eye(self._k))
 
-    def shared_features(self, X: Float[Array, "D N"]) -> Float[Array, " D"]:
+    def shared_features(self, X: Float[ArrayLike, "D N"]) -> Float[Array, " D"]:
         return jnp.mean(X, axis=1)
 
-    def output_slices(self, Theta: Float[Array, "D k"]) -> Float[Array, "k D"]:
+    def output_slices(self, Theta: Float[ArrayLike, "D k"]) -> Float[ArrayLike, "k D"]:
         return Theta.T
 
     def draw_teacher(self, rng: np.random.Generator, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -213,24 +213,24 @@ class QKAttention(AbstractVectorOutput, AbstractLearnedMap):
     def sample_shape(self, *, seq_len: int | None = None) -> tuple[int, int]:
         return sequence_shape(self.in_size, seq_len)
 
-    def f0(self, X: Float[Array, "D N"]) -> Float[Array, "*k"]:
+    def f0(self, X: Float[ArrayLike, "D N"]) -> Float[Array, "*k"]:
         """`f_X(0) = d cᵀ x̄`: the output of all heads at `W = 0` (not included in `__call__`)."""
         X = check_sequence("X", X, self.in_size)
         return self.d * (jnp.mean(X, axis=1) @ self._c)
 
-    def unit(self, w: Float[Array, " p"], X: Float[Array, "D N"]) -> Float[Array, "*k"]:
+    def unit(self, w: Float[ArrayLike, " p"], X: Float[ArrayLike, "D N"]) -> Float[Array, "*k"]:
         Wq, Wk = unpack(w, self._shapes)
         s = (Wk @ X).T @ (Wq @ X[:, -1]) / math.sqrt(self.key_size)
         return (X @ centered_softmax(s)) @ self._c
 
-    def __call__(self, X: Float[Array, "D N"]) -> Float[Array, "*k"]:
+    def __call__(self, X: Float[ArrayLike, "D N"]) -> Float[Array, "*k"]:
         X = check_sequence("X", X, self.in_size)
         Wq, Wk = unpack(self.W, self._shapes)
         q = jnp.einsum("jbh,b->jh", Wq, X[:, -1])
         s = jnp.einsum("jh,jbh,bn->nh", q, Wk, X) / math.sqrt(self.key_size)
         return jnp.sum(X @ centered_softmax(s), axis=1) @ self._c
 
-    def structure(self, X: Float[Array, "D N"]) -> Float[Array, "*k p p"]:
+    def structure(self, X: Float[ArrayLike, "D N"]) -> Float[Array, "*k p p"]:
         X = check_sequence("X", X, self.in_size, dtype=self.W.dtype)
         N = X.shape[1]
         xbar = jnp.mean(X, axis=1)
@@ -246,7 +246,7 @@ class QKAttention(AbstractVectorOutput, AbstractLearnedMap):
         Wq, Wk = unpack(self.W, self._shapes)  # (d_k, D, h) each
         return jnp.einsum("jah,jbh->ab", Wk, Wq)
 
-    def map_features(self, X: Float[Array, "D N"]) -> Float[Array, "k D D"]:
+    def map_features(self, X: Float[ArrayLike, "D N"]) -> Float[Array, "k D D"]:
         c = self.readout if self.readout.ndim == 2 else self.readout[:, None]
         N = X.shape[1]
         xbar = jnp.mean(X, axis=1)
@@ -298,16 +298,16 @@ class AttentionLogits(AbstractArchitecture):
             raise LvflowError(f"X: expected {self.seq_len} tokens (seq_len), got shape {tuple(X.shape)}")
         return X
 
-    def unit(self, w: Float[Array, " p"], X: Float[Array, "D N"]) -> Float[Array, " N"]:
+    def unit(self, w: Float[ArrayLike, " p"], X: Float[ArrayLike, "D N"]) -> Float[Array, " N"]:
         wq, wk = unpack(w, [(self.in_size,)] * 2)
         return (wq @ X[:, -1]) * (wk @ X) / math.sqrt(self.d)
 
-    def __call__(self, X: Float[Array, "D N"]) -> Float[Array, " N"]:
+    def __call__(self, X: Float[ArrayLike, "D N"]) -> Float[Array, " N"]:
         X = self._check(X)
         Wq, Wk = unpack(self.W, [(self.in_size,)] * 2)  # (D, d_k) each
         return (X.T @ Wk) @ (Wq.T @ X[:, -1]) / math.sqrt(self.d)
 
-    def structure(self, X: Float[Array, "D N"]) -> Float[Array, "N p p"]:
+    def structure(self, X: Float[ArrayLike, "D N"]) -> Float[Array, "N p p"]:
         X = self._check(X, dtype=self.W.dtype)
         C = jnp.einsum("a,bn->nab", X[:, -1], X) / math.sqrt(self.d)
         return bilinear(self.p, (0, self.in_size), (self.in_size, self.p), C)

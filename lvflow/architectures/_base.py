@@ -14,7 +14,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._errors import LvflowError, ZGZError
 from .._validate import _is_concrete, as_array, check_positive, check_positive_int
@@ -44,7 +44,7 @@ class AbstractSumForm(eqx.Module):
         return self.W.shape[1]
 
     @abc.abstractmethod
-    def unit(self, w: Float[Array, " p"], x) -> Float[Array, "*k"]:
+    def unit(self, w: Float[ArrayLike, " p"], x) -> Float[Array, "*k"]:
         """One neuron's contribution `unit(w, x)`; `__call__(x) = Σ_i unit(W[:, i], x)`."""
 
     @abc.abstractmethod
@@ -137,7 +137,7 @@ class AbstractSeparableMap(AbstractLearnedMap):
         """`ψ(x)`, the features every output reads."""
 
     @abc.abstractmethod
-    def output_slices(self, Theta: Float[Array, "a b"]) -> Float[Array, "k F"]:
+    def output_slices(self, Theta: Float[ArrayLike, "a b"]) -> Float[ArrayLike, "k F"]:
         """Output `c`'s slice of `Θ` (a linear rearrangement of its entries), row `c`."""
 
 
@@ -163,10 +163,10 @@ class AbstractPooledPerceptron(AbstractSeparableMap):
         """`x` as an array of the input's shape (`sample_shape`); raises `LvflowError` otherwise."""
 
     @abc.abstractmethod
-    def pooled_input(self, x) -> Float[Array, " n"]:
+    def pooled_input(self, x) -> Float[ArrayLike, " n"]:
         """`z(x) = Σ_q x_q`, the sum of the input's patches (no input check)."""
 
-    def _split(self, w: Float[Array, " p *d"]) -> tuple[Array, Array]:  # noqa: F821 (jaxtyping's variadic dims)
+    def _split(self, w: Float[ArrayLike, " p *d"]) -> tuple[Array, Array]:  # noqa: F821 (jaxtyping's variadic dims)
         """`(u, v)` of one neuron, or `(U, V)` of all of them (`v` a scalar for a scalar output)."""
         u, v = unpack(w, [(self._n,), (self._k,)])
         return u, (v[0] if self.out_size is None else v)
@@ -185,7 +185,7 @@ class AbstractPooledPerceptron(AbstractSeparableMap):
     def shared_features(self, x) -> Float[Array, " n"]:
         return self.dphi0 * self.pooled_input(x)
 
-    def output_slices(self, Theta: Float[Array, "n k"]) -> Float[Array, "k n"]:
+    def output_slices(self, Theta: Float[ArrayLike, "n k"]) -> Float[ArrayLike, "k n"]:
         return Theta.T
 
     def draw_teacher(self, rng: np.random.Generator, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -288,7 +288,7 @@ def sizes_of(shapes: Sequence[tuple[int, ...]]) -> list[int]:
     return [int(np.prod(s, dtype=int)) for s in shapes]
 
 
-def unpack(w: Float[Array, "p *d"], shapes: Sequence[tuple[int, ...]]) -> list[Array]:  # noqa: F821 (jaxtyping's variadic dims)
+def unpack(w: Float[ArrayLike, "p *d"], shapes: Sequence[tuple[int, ...]]) -> list[Array]:  # noqa: F821 (jaxtyping's variadic dims)
     """Split the leading axis of `w` into row-major tensors of the given shapes.
 
     For one neuron `w` of shape `(p,)` the pieces have shapes `shapes`; for the whole array

@@ -5,7 +5,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._errors import LvflowError
 from ._base import (
@@ -98,18 +98,18 @@ class CNN(AbstractVectorOutput, AbstractPooledPerceptron):
     def _check(self, X, *, dtype=None) -> Float[Array, "H W"]:
         return check_input("X", X, self.input_shape, "one single-channel image", dtype=dtype)
 
-    def patches(self, X: Float[Array, "H W"]) -> Float[Array, "P m"]:
+    def patches(self, X: Float[ArrayLike, "H W"]) -> Float[ArrayLike, "P m"]:
         """All `P` patches `x_p` of `X`, flattened row-major: shape `(P, kh·kw)`."""
         rows, cols = _patch_index(self.input_shape, self.kernel_shape)
         return X[rows, cols]
 
-    def pooled_input(self, X: Float[Array, "H W"]) -> Float[Array, " m"]:
+    def pooled_input(self, X: Float[ArrayLike, "H W"]) -> Float[Array, " m"]:
         return jnp.sum(self.patches(X), axis=0)  # Σ_p x_p
 
-    def unit(self, w: Float[Array, " p"], X: Float[Array, "H W"]) -> Float[Array, "*k"]:
+    def unit(self, w: Float[ArrayLike, " p"], X: Float[ArrayLike, "H W"]) -> Float[Array, "*k"]:
         kern, v = self._split(w)
         return v * jnp.sum(self.activation(self.patches(X) @ kern))
 
-    def __call__(self, X: Float[Array, "H W"]) -> Float[Array, "*k"]:
+    def __call__(self, X: Float[ArrayLike, "H W"]) -> Float[Array, "*k"]:
         K, V = self._split(self.W)  # (m, d), (d,) or (k, d)
         return V @ jnp.sum(self.activation(self.patches(self._check(X)) @ K), axis=0)

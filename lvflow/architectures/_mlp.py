@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from ._base import (
     AbstractPooledPerceptron,
@@ -58,13 +58,13 @@ class MLP(AbstractVectorInput, AbstractVectorOutput, AbstractPooledPerceptron):
     def _n(self) -> int:
         return self.in_size
 
-    def pooled_input(self, x: Float[Array, " n"]) -> Float[Array, " n"]:
+    def pooled_input(self, x: Float[ArrayLike, " n"]) -> Float[ArrayLike, " n"]:
         return x
 
-    def unit(self, w: Float[Array, " p"], x: Float[Array, " n"]) -> Float[Array, "*k"]:
+    def unit(self, w: Float[ArrayLike, " p"], x: Float[ArrayLike, " n"]) -> Float[Array, "*k"]:
         u, v = self._split(w)
         return v * self.activation(u @ x)
 
-    def __call__(self, x: Float[Array, " n"]) -> Float[Array, "*k"]:
+    def __call__(self, x: Float[ArrayLike, " n"]) -> Float[Array, "*k"]:
         U, V = self._split(self.W)  # (n, d), (d,) or (k, d)
         return V @ self.activation(self._check(x) @ U)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from ._base import (
     AbstractSeparableMap,
@@ -68,16 +68,16 @@ class MixtureOfExperts(AbstractVectorInput, AbstractVectorOutput, AbstractSepara
         n, k = self.in_size, self._out_size
         return [(n,), (n,) if k is None else (k, n)]
 
-    def unit(self, w: Float[Array, " p"], x: Float[Array, " n"]) -> Float[Array, "*k"]:
+    def unit(self, w: Float[ArrayLike, " p"], x: Float[ArrayLike, " n"]) -> Float[Array, "*k"]:
         r, Theta = unpack(w, self._shapes)
         return self.gate(r @ x) * (Theta @ x)
 
-    def __call__(self, x: Float[Array, " n"]) -> Float[Array, "*k"]:
+    def __call__(self, x: Float[ArrayLike, " n"]) -> Float[Array, "*k"]:
         x = self._check(x)
         R, Theta = unpack(self.W, self._shapes)  # (n, d), (n, d) or (k, n, d)
         return jnp.einsum("...bh,b,h->...", Theta, x, self.gate(x @ R))
 
-    def structure(self, x: Float[Array, " n"]) -> Float[Array, "*k p p"]:
+    def structure(self, x: Float[ArrayLike, " n"]) -> Float[Array, "*k p p"]:
         x = self._check(x, dtype=self.W.dtype)
         n, k = self.in_size, self._out_size
         if k is None:
@@ -89,14 +89,14 @@ class MixtureOfExperts(AbstractVectorInput, AbstractVectorOutput, AbstractSepara
     def learned_map(self) -> Float[Array, "n kn"]:
         return self.W[: self.in_size] @ self.W[self.in_size :].T
 
-    def map_features(self, x: Float[Array, " n"]) -> Float[Array, "k n kn"]:
+    def map_features(self, x: Float[ArrayLike, " n"]) -> Float[Array, "k n kn"]:
         n, k = self.in_size, self._k
         return self.dpsi0 * jnp.einsum("a,cd,b->cadb", x, np.eye(k), x).reshape(k, n, k * n)
 
-    def shared_features(self, x: Float[Array, " n"]) -> Float[Array, " nn"]:
+    def shared_features(self, x: Float[ArrayLike, " n"]) -> Float[Array, " nn"]:
         return self.dpsi0 * jnp.outer(x, x).reshape(self.in_size**2)
 
-    def output_slices(self, R: Float[Array, "n kn"]) -> Float[Array, "k nn"]:
+    def output_slices(self, R: Float[ArrayLike, "n kn"]) -> Float[ArrayLike, "k nn"]:
         n, k = self.in_size, self._k  # R[a, c·n + b] -> [c, a·n + b]
         return R.reshape(n, k, n).transpose(1, 0, 2).reshape(k, n * n)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from ._base import AbstractArchitecture, AbstractVectorInput, bilinear, check_input, check_size, init_W, unpack
 
@@ -41,14 +41,14 @@ class QuadraticNet(_AbstractInputSpace):
     def __init__(self, in_size, width, *, key: PRNGKeyArray, init_scale=0.01):
         self.W = init_W(key, check_size("in_size", in_size), check_size("width", width), init_scale)
 
-    def unit(self, w: Float[Array, " n"], x: Float[Array, " n"]) -> Float[Array, ""]:
+    def unit(self, w: Float[ArrayLike, " n"], x: Float[ArrayLike, " n"]) -> Float[Array, ""]:
         return (w @ x) ** 2
 
-    def __call__(self, x: Float[Array, " n"]) -> Float[Array, ""]:
+    def __call__(self, x: Float[ArrayLike, " n"]) -> Float[Array, ""]:
         x = self._check(x)
         return jnp.sum((x @ self.W) ** 2)
 
-    def structure(self, x: Float[Array, " n"]) -> Float[Array, "n n"]:
+    def structure(self, x: Float[ArrayLike, " n"]) -> Float[Array, "n n"]:
         x = self._check(x, dtype=self.W.dtype)
         return jnp.outer(x, x)
 
@@ -66,14 +66,14 @@ class DiagonalLinear(_AbstractInputSpace):
     def __init__(self, in_size, width=1, *, key: PRNGKeyArray, init_scale=0.01):
         self.W = init_W(key, check_size("in_size", in_size), check_size("width", width), init_scale)
 
-    def unit(self, w: Float[Array, " n"], x: Float[Array, " n"]) -> Float[Array, ""]:
+    def unit(self, w: Float[ArrayLike, " n"], x: Float[ArrayLike, " n"]) -> Float[Array, ""]:
         return x @ (w * w) / 4
 
-    def __call__(self, x: Float[Array, " n"]) -> Float[Array, ""]:
+    def __call__(self, x: Float[ArrayLike, " n"]) -> Float[Array, ""]:
         x = self._check(x)
         return x @ jnp.sum(self.W * self.W, axis=1) / 4
 
-    def structure(self, x: Float[Array, " n"]) -> Float[Array, "n n"]:
+    def structure(self, x: Float[ArrayLike, " n"]) -> Float[Array, "n n"]:
         x = self._check(x, dtype=self.W.dtype)
         return jnp.diag(x) / 4
 
@@ -93,16 +93,16 @@ class SignedDiagonal(AbstractVectorInput, _AbstractScalarOutput):
         self.in_size = check_size("in_size", in_size)
         self.W = init_W(key, 2 * self.in_size, check_size("width", width), init_scale)
 
-    def unit(self, w: Float[Array, " p"], x: Float[Array, " n"]) -> Float[Array, ""]:
+    def unit(self, w: Float[ArrayLike, " p"], x: Float[ArrayLike, " n"]) -> Float[Array, ""]:
         u, v = unpack(w, [(self.in_size,)] * 2)
         return jnp.sum(u * x * v)
 
-    def __call__(self, x: Float[Array, " n"]) -> Float[Array, ""]:
+    def __call__(self, x: Float[ArrayLike, " n"]) -> Float[Array, ""]:
         x = self._check(x)
         U, V = unpack(self.W, [(self.in_size,)] * 2)
         return jnp.sum(U * x[:, None] * V)
 
-    def structure(self, x: Float[Array, " n"]) -> Float[Array, "p p"]:
+    def structure(self, x: Float[ArrayLike, " n"]) -> Float[Array, "p p"]:
         x = self._check(x, dtype=self.W.dtype)
         n = self.in_size
         return bilinear(self.p, (0, n), (n, 2 * n), jnp.diag(x))
@@ -125,14 +125,14 @@ class MatrixSensing(_AbstractScalarOutput):
     def sample_shape(self, *, seq_len: int | None = None) -> tuple[int, int]:
         return (self.p, self.p)
 
-    def unit(self, w: Float[Array, " n"], S: Float[Array, "n n"]) -> Float[Array, ""]:
+    def unit(self, w: Float[ArrayLike, " n"], S: Float[ArrayLike, "n n"]) -> Float[Array, ""]:
         return w @ S @ w
 
-    def __call__(self, S: Float[Array, "n n"]) -> Float[Array, ""]:
+    def __call__(self, S: Float[ArrayLike, "n n"]) -> Float[Array, ""]:
         S = check_input("S", S, (self.p, self.p), "one sensing matrix")
         return jnp.sum(S * (self.W @ self.W.T))
 
-    def structure(self, S: Float[Array, "n n"]) -> Float[Array, "n n"]:
+    def structure(self, S: Float[ArrayLike, "n n"]) -> Float[Array, "n n"]:
         S = check_input("S", S, (self.p, self.p), "one sensing matrix", dtype=self.W.dtype)
         return (S + S.T) / 2
 
@@ -160,16 +160,16 @@ class RectangularSensing(_AbstractScalarOutput):
     def _split(self, w):
         return unpack(w, [(self.shape[0],), (self.shape[1],)])
 
-    def unit(self, w: Float[Array, " p"], S: Float[Array, "n1 n2"]) -> Float[Array, ""]:
+    def unit(self, w: Float[ArrayLike, " p"], S: Float[ArrayLike, "n1 n2"]) -> Float[Array, ""]:
         u, v = self._split(w)
         return u @ S @ v
 
-    def __call__(self, S: Float[Array, "n1 n2"]) -> Float[Array, ""]:
+    def __call__(self, S: Float[ArrayLike, "n1 n2"]) -> Float[Array, ""]:
         S = check_input("S", S, self.shape, "one sensing matrix")
         U, V = self._split(self.W)
         return jnp.sum(S * (U @ V.T))
 
-    def structure(self, S: Float[Array, "n1 n2"]) -> Float[Array, "p p"]:
+    def structure(self, S: Float[ArrayLike, "n1 n2"]) -> Float[Array, "p p"]:
         S = check_input("S", S, self.shape, "one sensing matrix", dtype=self.W.dtype)
         n1 = self.shape[0]
         return bilinear(self.p, (0, n1), (n1, self.p), S)
