@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
 
@@ -30,6 +31,13 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)  # prints help / errors
         parser.print_help()
         return 0 if not argv else 2
+    if argv[0] == "bench" and not _benchmarks_importable():
+        print(
+            "lvflow bench: error: the benchmarks are not installed with the package; run this from a "
+            "checkout of the lvflow repository (or `python -m benchmarks` there)",
+            file=sys.stderr,
+        )
+        return 2
     mod = importlib.import_module(_COMMANDS[argv[0]][0])
     sp = argparse.ArgumentParser(prog=f"lvflow {argv[0]}", description=_COMMANDS[argv[0]][1])
     mod.add_arguments(sp)
@@ -37,6 +45,18 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] != "bench":  # benchmarks time cold starts themselves
         _persistent_cache()
     return int(mod.run(args) or 0)
+
+
+def _benchmarks_importable() -> bool:
+    """Whether `benchmarks/` (in a checkout, beside `lvflow/`; not installed) can be imported;
+    puts the checkout on `sys.path` when `lvflow` itself is imported from one."""
+    if importlib.util.find_spec("benchmarks") is not None:
+        return True
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if not os.path.isfile(os.path.join(root, "benchmarks", "__main__.py")):
+        return False
+    sys.path.insert(0, root)
+    return True
 
 
 def _persistent_cache() -> None:
