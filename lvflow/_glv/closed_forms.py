@@ -161,7 +161,7 @@ def ignition_time(zeta: ArrayLike, C_k: ArrayLike, c_k: ArrayLike, eps: ArrayLik
     safe_zeta = jnp.where(live, zeta, 1.0)
     gap = jnp.where(live, zeta - C_k * z0, 1.0)
     above = gap <= 0  # starts at or above saturation
-    t = (jnp.log(1 / eps) - jnp.log(C_k * c_k / jnp.where(above, 1.0, gap) * (1 - rho) / rho)) / (a * safe_zeta)
+    t = (-jnp.log(eps) - jnp.log(C_k * c_k / jnp.where(above, 1.0, gap) * (1 - rho) / rho)) / (a * safe_zeta)
     t = jnp.maximum(jnp.where(above, 0.0, t), 0.0)
     return jnp.where(live, t, jnp.inf)
 

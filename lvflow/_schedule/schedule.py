@@ -241,7 +241,7 @@ class PlateauSchedule(eqx.Module):
             raise LvflowError(
                 f"eps: this schedule was built for eps = {self.eps:g} (corrected or explicit z0), got {eps:g}"
             )
-        return self.tau * math.log(1 / eps)
+        return self.tau * -math.log(eps)
 
     def loss_at(self, tau: Float[ArrayLike, "*b"]) -> Float[Array, "*b"]:
         """The limiting step-function loss `L(τ)` (right-continuous: at an event time, the value after it)."""
@@ -299,7 +299,7 @@ def _tol(r) -> float:
 
 def _initial_u(system, eps: float, z0, corrected: bool):
     K = system.K
-    L = math.log(1 / eps)
+    L = -math.log(eps)
     if z0 is None:
         lnz0 = np.full(K, -L)
     else:

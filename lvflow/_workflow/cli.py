@@ -6,6 +6,7 @@ import argparse
 import importlib
 import importlib.util
 import os
+import re
 import sys
 
 # Each subcommand lives in its own module exposing `add_arguments(parser)` and `run(args) -> int`;
@@ -28,9 +29,15 @@ def main(argv: list[str] | None = None) -> int:
     for name, (_, help_) in _COMMANDS.items():
         sub.add_parser(name, help=help_, add_help=False)
     if not argv or argv[0] not in _COMMANDS:
-        args = parser.parse_args(argv)  # prints help / errors
-        parser.print_help()
-        return 0 if not argv else 2
+        if argv and argv[0] in ("-h", "--help"):
+            parser.print_help()
+            return 0
+        parser.print_usage(sys.stderr)
+        sys.stderr.write(
+            f"lvflow: error: {'name a command' if not argv else f'unknown command {argv[0]!r}'}"
+            f" ({', '.join(_COMMANDS)}; `lvflow --help` says what each does)\n"
+        )
+        return 2
     if argv[0] == "bench" and not _benchmarks_importable():
         print(
             "lvflow bench: error: the benchmarks are not installed with the package; run this from a "
@@ -41,10 +48,56 @@ def main(argv: list[str] | None = None) -> int:
     mod = importlib.import_module(_COMMANDS[argv[0]][0])
     sp = argparse.ArgumentParser(prog=f"lvflow {argv[0]}", description=_COMMANDS[argv[0]][1])
     mod.add_arguments(sp)
-    args = sp.parse_args(argv[1:])
+    args = sp.parse_args(_negative_values_attached(argv[1:]))
     if argv[0] != "bench":  # benchmarks time cold starts themselves
         _persistent_cache()
-    return int(mod.run(args) or 0)
+    return _run_reporting(f"lvflow {argv[0]}", mod, args)
+
+
+def _run_reporting(prog: str, mod, args: argparse.Namespace) -> int:
+    """`mod.run(args)`, with every failure as one line on stderr: exit 2 for bad input
+    (`LvflowError`), 1 for a solver failure or an internal error (`--debug`: the traceback)."""
+    try:
+        return int(mod.run(args) or 0)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted\n")
+        return 130
+    except BrokenPipeError:  # `lvflow predict … | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except Exception as e:  # noqa: BLE001 — one line per failure, the traceback only on request
+        if getattr(args, "debug", False):
+            raise
+        from .._errors import LvflowError, SolverError
+        from .predict_cli import flagged
+
+        msg = " ".join(str(e).split()) or type(e).__name__
+        if isinstance(e, LvflowError):
+            sys.stderr.write(f"{prog}: error: {flagged(msg)}\n")
+            return 2
+        if isinstance(e, SolverError):
+            sys.stderr.write(f"{prog}: solver failed: {msg}\n")
+            return 1
+        sys.stderr.write(f"{prog}: internal error: {type(e).__name__}: {msg} (rerun with --debug for the traceback)\n")
+        return 1
+
+
+def _negative_values_attached(argv: list[str]) -> list[str]:
+    """`--eps -1e-3` → `--eps=-1e-3`: argparse reads a negative number in exponent form as a flag
+    (its own check knows only `-1` and `-0.5`), so `--eps -1e-3` would say "expected one argument"
+    instead of the real problem with the value."""
+    out: list[str] = []
+    for tok in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and _NEGATIVE_NUMBER.fullmatch(tok):
+            out[-1] = f"{out[-1]}={tok}"
+        else:
+            out.append(tok)
+    return out
+
+
+_NEGATIVE_NUMBER = re.compile(r"-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?|-inf|-nan", re.IGNORECASE)
 
 
 def _benchmarks_importable() -> bool:

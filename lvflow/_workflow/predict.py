@@ -223,7 +223,7 @@ def _predict_matrix_flow(nqf: NQF, *, eps, c, z0, init_std, width, lr, rho, t1, 
     if pos.size == 0:
         raise LvflowError("data: Y = (4/m) Σ y_μ A_μ has no positive eigenvalue, so nothing is learned from small init")
     if t1 is None:
-        t1 = float(1.5 * math.log(1 / eps) / pos.min() + 10.0 / pos.min())
+        t1 = float(1.5 * -math.log(eps) / pos.min() + 10.0 / pos.min())
     ts = _time_grid(t1, num_points)
     sol = matrix_flow(nqf, eps * float(cvec[0]) * np.eye(nqf.p), ts)
     loss = np.asarray(sol.loss)
@@ -258,9 +258,10 @@ def _default_horizon(lv: AbstractLotkaVolterra, eps: float, c: np.ndarray, tau_s
     grow = (r > 0) & (Ckk > 0)
     if not np.any(r > 0):
         raise LvflowError("system: no mode has r_k > 0, so nothing is ever learned (the loss stays flat)")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t_iso = np.where(grow, np.log(np.maximum(r / (Ckk * c * eps), math.e)) / r, 0.0)
-    t_sched = np.where(np.isfinite(tau_star), tau_star, 0.0) * math.log(1 / eps)
+    with np.errstate(divide="ignore", invalid="ignore"):  # logs of each factor: ε may be subnormal
+        log_ratio = np.log(r) - np.log(Ckk) - np.log(c) - math.log(eps)
+        t_iso = np.where(grow, np.maximum(log_ratio, 1.0) / r, 0.0)
+    t_sched = np.where(np.isfinite(tau_star), tau_star, 0.0) * -math.log(eps)
     rmin = float(np.min(r[r > 0]))
     return float(1.2 * max(np.max(t_iso), np.max(t_sched)) + 8.0 / rmin)
 

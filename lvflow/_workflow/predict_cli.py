@@ -186,38 +186,13 @@ def _build(args):
     return system, kw
 
 
+def flagged(msg: str) -> str:
+    """An error message in the user's terms: `eps: must lie …` → `--eps: must lie …`."""
+    return _flagged(msg)
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run `lvflow predict`; returns the exit code."""
-    prog = "lvflow predict"
-    try:
-        return _run(args)
-    except SystemExit:
-        raise
-    except KeyboardInterrupt:
-        sys.stderr.write(f"{prog}: interrupted\n")
-        return 130
-    except BrokenPipeError:  # `lvflow predict … | head`: the reader left; say nothing more
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
-    except Exception as e:  # noqa: BLE001 — one line per failure, the traceback only on request
-        if getattr(args, "debug", False):
-            raise
-        from .._errors import LvflowError, SolverError
-
-        msg = " ".join(str(e).split()) or type(e).__name__
-        if isinstance(e, LvflowError):
-            sys.stderr.write(f"{prog}: error: {_flagged(msg)}\n")
-            return 2
-        if isinstance(e, SolverError):
-            sys.stderr.write(f"{prog}: solver failed: {msg}\n")
-            return 1
-        sys.stderr.write(f"{prog}: internal error: {type(e).__name__}: {msg} (rerun with --debug for the traceback)\n")
-        return 1
-
-
-def _run(args) -> int:
+    """Run `lvflow predict`; returns the exit code (errors are reported by `lvflow`'s `main`)."""
     if args.list_architectures:
         from .predict_data import architecture_names
 

@@ -102,7 +102,7 @@ class Prediction(eqx.Module):
             method=self.method,
             source=self.source,
             eps=self.eps,
-            ln_inv_eps=math.log(1 / self.eps),
+            ln_inv_eps=-math.log(self.eps),
             c=np.asarray(self.c).tolist(),
             rho=self.rho,
             learning_rate=self.learning_rate,
@@ -164,7 +164,7 @@ class Prediction(eqx.Module):
         """Header lines, the table, and the notes."""
         lines = [
             f"lvflow predict: {self.source}",
-            f"method {self.method}, eps = {self.eps:.6g} (ln 1/eps = {math.log(1 / self.eps):.6g}), rho = {self.rho:g}"
+            f"method {self.method}, eps = {self.eps:.6g} (ln 1/eps = {-math.log(self.eps):.6g}), rho = {self.rho:g}"
             + (f", learning rate {self.learning_rate:g}" if self.learning_rate else "")
             + f", horizon t1 = {self.t1:.6g}",
         ]
