@@ -3,6 +3,7 @@ coupled systems, restricted NNLS by scipy, and a direct stiff integration of the
 
 import math
 
+import jax
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -339,6 +340,13 @@ def test_errors():
         plateau_schedule(lvflow.LotkaVolterra([1.0, 1.0, 1.0], C), 1e-3)
     with pytest.raises(lvflow.SolverError, match="max_events"):
         plateau_schedule(lvflow.LotkaVolterra(R4, C4), 1e-3, max_events=3)
+    for bad in (0, -1, 2.5, True, "8"):  # one line naming the input, not a raw exception
+        with pytest.raises(lvflow.LvflowError, match="max_events: must be a positive integer"):
+            plateau_schedule(lvflow.LotkaVolterra(R4, C4), 1e-3, max_events=bad)
+    with pytest.raises(lvflow.LvflowError, match="tau: contains NaN"):
+        plateau_schedule(lv, 1e-3).loss_at(np.array([0.5, np.nan]))
+    sched = plateau_schedule(lv, 1e-3)
+    assert np.isnan(float(jax.jit(lambda t: sched.loss_at(t))(np.nan)))  # traced: NaN in, NaN out
     s = plateau_schedule(lv, 1e-3, corrected=True)
     with pytest.raises(lvflow.LvflowError, match="eps"):
         s.times(1e-5)

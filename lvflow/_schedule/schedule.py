@@ -36,7 +36,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._errors import LvflowError, SolverError
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
-from .._validate import as_array, check_in_open_interval, check_psd
+from .._validate import _is_concrete, as_array, check_in_open_interval, check_positive_int, check_psd
 from .active_set import _backend, _repair
 from .orbit import transient
 
@@ -244,8 +244,15 @@ class PlateauSchedule(eqx.Module):
         return self.tau * -math.log(eps)
 
     def loss_at(self, tau: Float[ArrayLike, "*b"]) -> Float[Array, "*b"]:
-        """The limiting step-function loss `L(τ)` (right-continuous: at an event time, the value after it)."""
-        return self.loss[jnp.searchsorted(self.tau, jnp.asarray(tau), side="right")]
+        """The limiting step-function loss `L(τ)` (right-continuous: at an event time, the value after it).
+
+        **Raises:** `LvflowError` for a NaN `tau` (concrete); under `jit` a NaN `tau` gives NaN.
+        """
+        tau = jnp.asarray(tau, dtype=float)
+        if _is_concrete(tau) and np.any(np.isnan(np.asarray(tau))):
+            raise LvflowError("tau: contains NaN")
+        value = self.loss[jnp.searchsorted(self.tau, tau, side="right")]
+        return jnp.where(jnp.isnan(tau), jnp.nan, value)
 
     def active_at(self, tau: float) -> Bool[Array, " K"]:
         """The modes on the plateau (`s_k = 0`) at time `tau`."""
@@ -421,9 +428,9 @@ def plateau_schedule(
     **Complexity:** diagonal `O(K log K)`; low rank `O(K q)` per event; dense `O(K²)` per event
     plus the `O(K³)` PSD check. Roughly one event per mode.
 
-    **Raises:** `LvflowError` for `eps ∉ (0, 1)`, bad `z0`, `transients` without `corrected` (or
-    on the cases above), or a singular `C` with `r` outside its range along it (no saturated
-    equilibrium); `NotPSDError` for a non-PSD `C`; `SolverError` if the event buffer overflows
+    **Raises:** `LvflowError` for `eps ∉ (0, 1)`, bad `z0`, `max_events` not a positive integer,
+    `transients` without `corrected` (or on the cases above), or a singular `C` with `r` outside
+    its range along it (no saturated equilibrium); `NotPSDError` for a non-PSD `C`; `SolverError` if the event buffer overflows
     (or an orbit fails).
     """
     eps = check_in_open_interval("eps", eps, 0.0, 1.0)
@@ -431,6 +438,8 @@ def plateau_schedule(
         raise LvflowError(f"system: expected a LotkaVolterra or LowRankLotkaVolterra, got {type(system).__name__}")
     if transients and not corrected:
         raise LvflowError("transients: needs corrected=True (it refines the finite-ε schedule)")
+    if max_events is not None:
+        max_events = check_positive_int("max_events", max_events)
     u0, active0, L = _initial_u(system, eps, z0, corrected)
     K = system.K
     r = np.asarray(system.r, dtype=float)
@@ -448,7 +457,7 @@ def plateau_schedule(
     if diagonal:
         ev_t, ev_mode, ev_ign, ev_loss, loss0, tstar, z_final = _diagonal_schedule(r, c, y2, u0, active0, L, corrected)
     else:
-        N = 4 * K + 16 if max_events is None else int(max_events)
+        N = 4 * K + 16 if max_events is None else max_events
         with _one_blas_thread():
             (ev_t, ev_mode, ev_ign, ev_loss), loss0, tstar, z_final = _run(
                 _backend(system, corrected),
