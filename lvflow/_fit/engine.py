@@ -1,0 +1,193 @@
+"""The least-squares engine: the reduced log, the residuals, multi-start Levenberg–Marquardt."""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+
+from .base import AbstractCurveModel
+
+
+class Binned(eqx.Module):
+    """A log reduced to `B` bins of `ln t` (padded; empty bins have weight 0): `t` the geometric
+    mean time of each bin's points (`0` for a bin of `t = 0` only), `y` the mean of `ln loss`,
+    `count` the number of points and `weight` the least-squares weight (1 for a non-empty bin,
+    times the robust weight)."""
+
+    t: jax.Array
+    y: jax.Array
+    count: jax.Array
+    weight: jax.Array
+
+    @property
+    def n(self) -> int:
+        """The number of non-empty bins (the residuals the fit counts)."""
+        return int(np.count_nonzero(np.asarray(self.count)))
+
+
+def bin_log(t: np.ndarray, loss: np.ndarray, bins: int) -> Binned:
+    """Means of `ln loss` over `bins` equal bins of `ln t` between the first positive time and the
+    last (points at `t = 0` join the first bin). Each bin weighs the same in the fit: every
+    stretch of log-time counts equally however densely or irregularly it was logged, and
+    minibatch noise averages within a bin."""
+    t = np.asarray(t, float)
+    y = np.log(np.asarray(loss, float))
+    pos = t[t > 0]
+    if pos.size == 0:
+        x = np.zeros_like(t)
+        idx = np.zeros(t.size, int)
+    else:
+        x = np.log(np.maximum(t, pos[0]))
+        lo, hi = x.min(), x.max()
+        if hi > lo:
+            idx = np.clip(((x - lo) / (hi - lo) * bins).astype(int), 0, bins - 1)
+        else:
+            idx = np.zeros(t.size, int)
+    cnt = np.bincount(idx, minlength=bins).astype(float)
+    sx = np.bincount(idx, weights=np.where(t > 0, x, 0.0), minlength=bins)
+    npos = np.bincount(idx, weights=(t > 0).astype(float), minlength=bins)
+    sy = np.bincount(idx, weights=y, minlength=bins)
+    ok = cnt > 0
+    tb = np.where(npos > 0, np.exp(sx / np.maximum(npos, 1)), 0.0)
+    yb = np.where(ok, sy / np.maximum(cnt, 1), 0.0)
+    return Binned(jnp.asarray(tb), jnp.asarray(yb), jnp.asarray(cnt), jnp.asarray(ok.astype(float)))
+
+
+def residuals(theta, args):
+    """`√w_b (ln L̂(t_b) − ȳ_b)` for every bin: the fit's residual vector."""
+    template, data = args
+    model = template.from_vector(theta)
+    r = model.log_loss(data.t) - data.y
+    r = jnp.where(data.weight > 0, jnp.sqrt(data.weight) * r, 0.0)
+    return jnp.concatenate([r, model.penalty()])
+
+
+@eqx.filter_jit
+def _solve_many(template: AbstractCurveModel, thetas, data: Binned, max_steps: int):
+    solver = optx.LevenbergMarquardt(rtol=1e-7, atol=1e-7)
+
+    def one(theta0):
+        sol = optx.least_squares(residuals, solver, theta0, args=(template, data), max_steps=max_steps, throw=False)
+        res = residuals(sol.value, (template, data))[: data.y.shape[0]]
+        rss = jnp.sum(res**2)
+        rss = jnp.where(jnp.all(jnp.isfinite(sol.value)) & jnp.isfinite(rss), rss, jnp.inf)
+        return sol.value, rss, sol.stats["num_steps"]
+
+    return jax.vmap(one)(thetas)
+
+
+#: Starts are solved in batches of this size (padded by repeating the last), so that one
+#: compiled solver serves every call of a fit: compiling it costs more than solving.
+BATCH = 32
+
+
+def solve_many(template: AbstractCurveModel, thetas, data: Binned, *, max_steps: int = 100, batch: int = BATCH):
+    """Levenberg–Marquardt (`optimistix.least_squares`) from every row of `thetas` at once
+    (vmapped, in batches of `batch`). Returns `(values, rss, steps)` as numpy arrays; a start
+    that fails or leaves non-finite values has `rss = inf`."""
+    thetas = np.atleast_2d(np.asarray(thetas, dtype=float))
+    out = []
+    for i in range(0, thetas.shape[0], batch):
+        chunk = thetas[i : i + batch]
+        n = chunk.shape[0]
+        pad = np.concatenate([chunk, np.repeat(chunk[-1:], batch - n, axis=0)])
+        v, rss, steps = _solve_many(template, jnp.asarray(pad), data, max_steps)
+        out.append((np.asarray(v)[:n], np.asarray(rss)[:n], np.asarray(steps)[:n]))
+    return tuple(np.concatenate(parts) for parts in zip(*out))
+
+
+def jacobian(template: AbstractCurveModel, theta, data: Binned):
+    """`∂ residuals / ∂θ` at `theta` (forward mode, `jax.jacfwd`), shape `(B, p)`."""
+    return np.asarray(_jac(template, jnp.asarray(theta), data))
+
+
+@eqx.filter_jit
+def _jac(template, theta, data):
+    return jax.jacfwd(residuals)(theta, (template, data))
+
+
+def information_criterion(rss: float, n: int, p: int, kind: str) -> float:
+    """`n ln(RSS/n) + penalty`: `2p` (AIC) or `p ln n` (BIC)."""
+    if not math.isfinite(rss) or n <= 0:
+        return math.inf
+    base = n * math.log(max(rss, 1e-300) / n)
+    return base + (2 * p if kind == "aic" else p * math.log(n))
+
+
+# Compiled helpers: the fit's bookkeeping through these instead of eager JAX operations, each of
+# which would compile on first use (hundreds of small compilations cost more than the fit).
+
+
+@eqx.filter_jit
+def model_of(template: AbstractCurveModel, theta) -> AbstractCurveModel:
+    """`template.from_vector(theta)`, compiled."""
+    return template.from_vector(theta)
+
+
+@eqx.filter_jit
+def vector_of(model: AbstractCurveModel):
+    """`model.to_vector()`, compiled."""
+    return model.to_vector()
+
+
+@eqx.filter_jit
+def data_residuals(template: AbstractCurveModel, theta, data: Binned):
+    """The data rows of `residuals` (without the prior's)."""
+    return residuals(theta, (template, data))[: data.y.shape[0]]
+
+
+@eqx.filter_jit
+def drops_of(model: AbstractCurveModel):
+    """`model.drops()`, compiled."""
+    return model.drops()
+
+
+@eqx.filter_jit
+def log_loss_of(model: AbstractCurveModel, t):
+    """`model.log_loss(t)`, compiled."""
+    return model.log_loss(t)
+
+
+@eqx.filter_jit
+def log_loss_and_jac(template: AbstractCurveModel, theta, t):
+    """`ln L̂(t)` and its Jacobian with respect to `theta`, for the delta method."""
+    f = lambda th: template.from_vector(th).log_loss(t)
+    return f(theta), jax.jacfwd(f)(theta)
+
+
+@eqx.filter_jit
+def summaries_and_jac(template: AbstractCurveModel, theta, t_curve, t_horizon, order):
+    """Every quantity `fit` reports as a function of the fit's coordinates, and its Jacobian
+    (`jax.jacfwd`): the reported parameters, the drops `order` (their `ln t*`, and the `ln` of
+    the plateau levels before and after each), `ln L̂` at the horizon and on the curve grid."""
+
+    def g(th):
+        m = template.from_vector(th)
+        t_all, V_all, _ = m.drops()
+        t_sel = t_all[order]
+        later_eq = t_all[None, :] >= t_sel[:, None]
+        later = t_all[None, :] > t_sel[:, None]
+        before = m.offset + jnp.sum(jnp.where(later_eq, V_all[None, :], 0.0), axis=1)
+        after = m.offset + jnp.sum(jnp.where(later, V_all[None, :], 0.0), axis=1)
+        tiny = jnp.finfo(float).tiny
+        return {
+            "reported": m.reported(),
+            "ln_t_star": jnp.log(t_sel),
+            "ln_before": jnp.log(jnp.maximum(before, tiny)),
+            "ln_after": jnp.log(jnp.maximum(after, tiny)),
+            "ln_final": m.log_loss(t_horizon),
+            "ln_curve": m.log_loss(t_curve),
+        }
+
+    return g(theta), jax.jacfwd(g)(theta)
+
+
+@eqx.filter_jit
+def log_z0_minus_eps(model):
+    """`ln c_k = ln z_k(0) − ln ε` of a `DecoupledModes`, compiled."""
+    return model.log_z0() - model.log_eps
