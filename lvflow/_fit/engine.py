@@ -16,13 +16,14 @@ from .base import AbstractCurveModel
 class Binned(eqx.Module):
     """A log reduced to `B` bins of `ln t` (padded; empty bins have weight 0): `t` the geometric
     mean time of each bin's points (`0` for a bin of `t = 0` only), `y` the mean of `ln loss`,
-    `count` the number of points and `weight` the least-squares weight (1 for a non-empty bin,
-    times the robust weight)."""
+    `count` the number of points, `weight` the least-squares weight `1/σ_b²` (times a robust
+    weight), and `noise` the scatter of a single logged point in `ln loss` (`σ_pt`)."""
 
     t: jax.Array
     y: jax.Array
     count: jax.Array
     weight: jax.Array
+    noise: float = eqx.field(static=True)
 
     @property
     def n(self) -> int:
@@ -30,11 +31,14 @@ class Binned(eqx.Module):
         return int(np.count_nonzero(np.asarray(self.count)))
 
 
-def bin_log(t: np.ndarray, loss: np.ndarray, bins: int) -> Binned:
+def bin_log(t: np.ndarray, loss: np.ndarray, bins: int, floor: float) -> Binned:
     """Means of `ln loss` over `bins` equal bins of `ln t` between the first positive time and the
-    last (points at `t = 0` join the first bin). Each bin weighs the same in the fit: every
-    stretch of log-time counts equally however densely or irregularly it was logged, and
-    minibatch noise averages within a bin."""
+    last (points at `t = 0` join the first bin), weighted by `1/σ_b²`,
+    `σ_b² = σ_pt²/n_b + floor²`: a bin's mean of `n_b` points with scatter `σ_pt` each
+    (minibatch noise, estimated from consecutive points), and at least `floor` (how closely
+    the curve families can describe a run at all). A clean log's bins weigh the same, so every
+    stretch of log-time counts equally however densely or irregularly it was logged; a noisy
+    log's densely logged stretches, whose means are more precise, count more."""
     t = np.asarray(t, float)
     y = np.log(np.asarray(loss, float))
     pos = t[t > 0]
@@ -55,7 +59,20 @@ def bin_log(t: np.ndarray, loss: np.ndarray, bins: int) -> Binned:
     ok = cnt > 0
     tb = np.where(npos > 0, np.exp(sx / np.maximum(npos, 1)), 0.0)
     yb = np.where(ok, sy / np.maximum(cnt, 1), 0.0)
-    return Binned(jnp.asarray(tb), jnp.asarray(yb), jnp.asarray(cnt), jnp.asarray(ok.astype(float)))
+    noise = point_noise(y, idx)
+    weight = np.where(ok, 1.0 / (noise**2 / np.maximum(cnt, 1) + floor**2), 0.0)
+    return Binned(jnp.asarray(tb), jnp.asarray(yb), jnp.asarray(cnt), jnp.asarray(weight), noise)
+
+
+def point_noise(y: np.ndarray, idx: np.ndarray) -> float:
+    """The scatter of one logged `ln loss` about the curve: `1.4826 · median |Δ²y| / √6` over
+    triples of consecutive points in the same bin (second differences remove the curve's
+    local trend; the median ignores the steep drops). 0 without such triples."""
+    same = (idx[2:] == idx[1:-1]) & (idx[1:-1] == idx[:-2])
+    if np.count_nonzero(same) < 5:
+        return 0.0
+    d2 = (y[2:] - 2 * y[1:-1] + y[:-2])[same]
+    return float(1.4826 * np.median(np.abs(d2)) / math.sqrt(6.0))
 
 
 def residuals(theta, args):
@@ -111,11 +128,12 @@ def _jac(template, theta, data):
     return jax.jacfwd(residuals)(theta, (template, data))
 
 
-def information_criterion(rss: float, n: int, p: int, kind: str) -> float:
-    """`n ln(RSS/n) + penalty`: `2p` (AIC) or `p ln n` (BIC)."""
-    if not math.isfinite(rss) or n <= 0:
+def information_criterion(chi2: float, n: int, p: int, kind: str) -> float:
+    """`n ln(max(χ², n)/n) + penalty` for the weighted residual sum `χ²` of `n` bins: `2p` (AIC)
+    or `p ln n` (BIC). A fit closer than the bins' own scatter (`χ² < n`) earns nothing more."""
+    if not math.isfinite(chi2) or n <= 0:
         return math.inf
-    base = n * math.log(max(rss, 1e-300) / n)
+    base = n * math.log(max(chi2, n) / n)
     return base + (2 * p if kind == "aic" else p * math.log(n))
 
 

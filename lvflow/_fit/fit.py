@@ -40,8 +40,9 @@ class FitResult(eqx.Module):
       prior's rows for `DecoupledModes`). `inf` marks a quantity the log does not determine.
     - `theta`, `covariance`, `parameter_names`: the optimum in the fit's coordinates and its
       covariance.
-    - `sigma`: the residual scale in `ln loss` (per bin; at least `PRECISION`); `n_bins`,
-      `n_points`: residuals and logged points used.
+    - `sigma`: the RMS residual of the bins in `ln loss`; `noise`: the scatter of one logged
+      point (minibatch noise, `0` for a clean log); `n_bins`, `n_points`: bins and logged points
+      fitted.
     - `criterion`, `scores`: the information criterion and its value for every model tried.
     - `log`: the whole log (`TrainingLog`), and `fit_until`: the last step fitted (the rest is
       held out).
@@ -66,6 +67,7 @@ class FitResult(eqx.Module):
     covariance: np.ndarray
     parameter_names: tuple[str, ...]
     sigma: float
+    noise: float
     n_bins: int
     n_points: int
     criterion: str
@@ -224,7 +226,8 @@ class FitResult(eqx.Module):
         others = ", ".join(f"{k} {v:.1f}" for k, v in self.scores.items())
         head = [
             f"lvflow fit: {lg.source}, {self.n_points} points, {span}, {lr}",
-            f"model: {self.describe()}; noise sigma = {self.sigma:.3g} in ln loss over {self.n_bins} bins",
+            f"model: {self.describe()}; residual {self.sigma:.3g} in ln loss over {self.n_bins} bins, "
+            f"point noise {self.noise:.3g}",
             f"{self.criterion.upper()}: {others}",
         ]
         warn = [f"warning: {w}" for w in self.warnings]
@@ -261,11 +264,11 @@ def _quad(J: np.ndarray, cov: np.ndarray) -> np.ndarray:
     return np.where(touches, np.inf, var)
 
 
-def _precision_eig(J_data, J_prior, sigma, sigma0):
-    """Eigen-decomposition of the precision `J_dᵀJ_d σ₀²/σ² + J_pᵀJ_p` (Jacobi-scaled), as
-    `(V, 1/λ)` in the original coordinates' frame via the scaling, `1/λ = inf` for a null
-    direction."""
-    H = J_data.T @ J_data * (sigma0**2 / sigma**2) + J_prior.T @ J_prior
+def _precision_eig(J_data, J_prior, inflation):
+    """Eigen-decomposition of the precision `J_dᵀJ_d/φ + J_pᵀJ_p` (Jacobi-scaled; `J_d` the
+    weighted data rows, `φ = max(χ²/dof, 1)`), as `(V, 1/λ)` in the original coordinates' frame
+    via the scaling, `1/λ = inf` for a null direction."""
+    H = J_data.T @ J_data / inflation + J_prior.T @ J_prior
     d = np.sqrt(np.maximum(np.diag(H), 1e-300))
     Hs = H / d[:, None] / d[None, :]
     lam, U = np.linalg.eigh((Hs + Hs.T) / 2)
@@ -284,17 +287,6 @@ def _covariance_matrix(cov) -> np.ndarray:
         touched = np.any(np.abs(vecs[:, ~finite]) > 1e-12, axis=1)
         M[np.ix_(touched, touched)] = np.inf
     return M
-
-
-def _noise(data: engine.Binned) -> float:
-    """A first guess of the noise in `ln loss` from the bins: the median absolute second
-    difference over `√6` (a smooth curve's second differences are small), at least `PRECISION`."""
-    ok = np.asarray(data.count) > 0
-    y = np.asarray(data.y)[ok]
-    if y.size < 5:
-        return SIGMA_FLOOR
-    d2 = np.diff(y, 2)
-    return max(1.4826 * float(np.median(np.abs(d2))) / math.sqrt(6.0), SIGMA_FLOOR)
 
 
 def _empirical_width(model: DecoupledModes, t_end: float) -> float:
@@ -362,7 +354,7 @@ def fit(
     `jax.jacfwd` through the closed-form modes) from several starts at once. With `robust`,
     bins whose residual exceeds 1.5 σ get Huber weights and the fit is repeated (spikes and
     outliers count linearly). The criterion (`"bic"`: `n ln(RSS/n) + p ln n`; `"aic"`: `+ 2p`)
-    counts residuals below `PRECISION` (0.1 % of the loss) as that.
+    does not reward a fit closer than the bins' own errors (`χ² < n`).
 
     **Uncertainties** come from the Jacobian `J` at the optimum: covariance `σ² (JᵀJ)⁻¹` with `σ²`
     the residual variance (plus the prior's rows), and every reported quantity — parameters,
@@ -431,9 +423,7 @@ def fit(
         )
     fit_until = float(lg.steps[sel][-1])
     t, y = lg.t[sel], lg.loss[sel]
-    data = engine.bin_log(t, y, int(bins))
-    sigma0 = _noise(data)
-    data = _reweight(data, np.asarray(data.weight) / sigma0**2)
+    data = engine.bin_log(t, y, int(bins), SIGMA_FLOOR)
 
     cands: list[Candidate] = []
     scores: dict[str, float] = {}
@@ -471,19 +461,21 @@ def fit(
         template = eqx.tree_at(lambda m: m.prior_width, template, jnp.asarray(np.float64(width)))
         theta = _refine(template, theta, data, best.batch)
 
-    # Robust pass: Huber weights from the residuals, then one more Levenberg–Marquardt solve.
-    res = np.asarray(engine.data_residuals(template, jnp.asarray(theta), data)) * sigma0
+    # Robust pass: Huber weights on the standardised residuals, then one more solve.
+    res = np.asarray(engine.data_residuals(template, jnp.asarray(theta), data))
     if robust and ok.sum() > 3 * best.p:
-        s = max(1.4826 * float(np.median(np.abs(res[ok]))), SIGMA_FLOOR)
+        s = max(1.4826 * float(np.median(np.abs(res[ok]))), 1.0)
         h = np.where(np.abs(res) > _HUBER * s, _HUBER * s / np.maximum(np.abs(res), 1e-300), 1.0)
         if np.any(h[ok] < 1):
-            data = _reweight(data, ok * h / sigma0**2)
+            data = _reweight(data, np.asarray(data.weight) * h)
             theta = _refine(template, theta, data, best.batch)
-            res = np.asarray(engine.data_residuals(template, jnp.asarray(theta), data)) * sigma0
+            res = np.asarray(engine.data_residuals(template, jnp.asarray(theta), data))
     n = int(ok.sum())
     p = best.p
-    rss = float(np.sum(res[ok] ** 2))  # weighted (robust) residuals, in ln-loss units
-    sigma = max(math.sqrt(rss / max(n - p, 1)), SIGMA_FLOOR)
+    chi2 = float(np.sum(res[ok] ** 2))
+    inflation = max(chi2 / max(n - p, 1), 1.0)
+    w = np.asarray(data.weight)
+    sigma = math.sqrt(float(np.sum(res[ok] ** 2 / w[ok])) / max(n - p, 1))  # RMS bin residual in ln loss
     J = engine.jacobian(template, theta, data)
     if is_modes:
         slots = engine.model_of(template, jnp.asarray(theta))
@@ -491,7 +483,7 @@ def fit(
         template = slots.compact()
         theta, J = np.asarray(theta)[live], J[:, live]
     model = engine.model_of(template, jnp.asarray(theta))
-    cov = _precision_eig(J[:B], J[B:], sigma, sigma0)
+    cov = _precision_eig(J[:B], J[B:], inflation)
 
     # the drops, the horizon, then every reported number and its delta-method interval at once
     order, resolved = _drop_order(model, is_modes)
@@ -524,7 +516,7 @@ def fit(
     off_val = float(parameters["offset"])
     off_se = float(stderr["offset"])
 
-    notes = _trust(lg, sigma, drops, stderr, best, fit_until)
+    notes = _trust(lg, sigma, inflation, drops, stderr, best)
     for msg in notes:
         warnings.warn(msg, stacklevel=2)
     return FitResult(
@@ -536,6 +528,7 @@ def fit(
         covariance=_covariance_matrix(cov),
         parameter_names=tuple(template.parameter_names),
         sigma=sigma,
+        noise=float(data.noise),
         n_bins=n,
         n_points=int(np.count_nonzero(sel)),
         criterion=criterion,
@@ -615,7 +608,7 @@ def _drop_table(out, sd, model, order, resolved, lg: TrainingLog, fit_until: flo
     }
 
 
-def _trust(lg, sigma, drops, stderr, best, fit_until) -> list[str]:
+def _trust(lg, sigma, inflation, drops, stderr, best) -> list[str]:
     """Sentences saying how far to trust the fit."""
     notes = []
     climb = rises(lg, sigma)
@@ -636,9 +629,9 @@ def _trust(lg, sigma, drops, stderr, best, fit_until) -> list[str]:
                 f"the next drop's interval is wide ([{drops['step_lo'][i]:.4g}, {drops['step_hi'][i]:.4g}] "
                 f"around step {drops['step'][i]:.4g}): the log shows little of its rise"
             )
-    if sigma > 0.1:
+    if inflation > 4.0:
         notes.append(
-            f"the residuals are large (sigma = {sigma:.2g} in ln loss, a factor {math.exp(sigma):.2f}): "
+            f"the residuals are {math.sqrt(inflation):.1f}x the log's own scatter (sigma = {sigma:.2g} in ln loss): "
             "the family describes this curve loosely"
         )
     if best.n < 4 * best.p:

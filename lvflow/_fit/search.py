@@ -13,15 +13,10 @@ from .engine import Binned
 from .modes import MIN_LAG, DecoupledModes
 from .power import PowerLawModel
 
-#: Residuals below this, in `ln loss` (0.1 % of the loss), count as noise: the information
-#: criterion does not reward fitting a clean log closer than this (GD's own departure from the
-#: gradient flow is of this size).
-PRECISION = 1e-3
-
-#: The smallest residual scale, in `ln loss` (1 % of the loss), used to weigh the data against
-#: the prior and for the uncertainties: the curve families describe a real run to about this
-#: precision however clean its log, so a clean log's tiny residuals do not overrule the prior
-#: or make the intervals vanishingly narrow.
+#: The smallest error of a bin, in `ln loss` (0.1 % of the loss): how closely the curve families
+#: can describe a run at all (gradient descent departs from the gradient flow by this much).
+#: A clean log's bins are weighted by it, the information criterion does not reward fitting
+#: closer, and the intervals are never narrower than it allows.
 SIGMA_FLOOR = 1e-3
 
 #: Levenberg–Marquardt steps per start while searching (enough to rank the starts; the chosen
@@ -36,12 +31,12 @@ def _f64(x) -> jnp.ndarray:
 
 class Candidate:
     """One fitted model of a search: the template (its static structure), the optimum `theta`,
-    the data RSS in `ln loss` units and its information criterion."""
+    the weighted residual sum of the data `χ²` (`rss`) and its information criterion."""
 
     def __init__(self, label, template, theta, rss, n, p, criterion, batch):
         self.label, self.template, self.theta, self.batch = label, template, np.asarray(theta), batch
         self.rss, self.n, self.p = float(rss), int(n), int(p)
-        self.score = engine.information_criterion(max(self.rss, n * PRECISION**2), n, p, criterion)
+        self.score = engine.information_criterion(self.rss, n, p, criterion)
 
     @property
     def model(self):
@@ -164,7 +159,7 @@ def search_modes(
             f"{K} modes",
             template,
             values[i],
-            rss[i] * _sigma2(data),
+            rss[i],
             data.n,
             3 * K + fit_offset,
             criterion,
@@ -181,13 +176,6 @@ def search_modes(
     if best is None:
         raise RuntimeError("no start of the decoupled-modes fit converged")
     return best, scores
-
-
-def _sigma2(data: Binned) -> float:
-    """The scale the residuals were divided by, squared (the weights are `w/σ₀²`)."""
-    w = np.asarray(data.weight)
-    ok = np.asarray(data.count) > 0
-    return float(1.0 / np.max(w[ok])) if ok.any() else 1.0
 
 
 def _with_active(model: DecoupledModes, K: int) -> DecoupledModes:
@@ -312,4 +300,4 @@ def search_power_law(
     if not np.isfinite(rss[i]):
         raise RuntimeError("no start of the power-law fit converged")
     p = len(template.parameter_names)
-    return Candidate("power law", template, values[i], rss[i] * _sigma2(data), data.n, p, criterion, batch)
+    return Candidate("power law", template, values[i], rss[i], data.n, p, criterion, batch)
