@@ -17,12 +17,14 @@ class Binned(eqx.Module):
     """A log reduced to `B` bins of `ln t` (padded; empty bins have weight 0): `t` the geometric
     mean time of each bin's points (`0` for a bin of `t = 0` only), `y` the mean of `ln loss`,
     `count` the number of points, `weight` the least-squares weight `1/σ_b²` (times a robust
-    weight), and `noise` the scatter of a single logged point in `ln loss` (`σ_pt`)."""
+    weight), `scale` the Cauchy loss's scale in standard errors (`robust_residual`; `inf` for
+    plain least squares) and `noise` the scatter of a single logged point in `ln loss` (`σ_pt`)."""
 
     t: jax.Array
     y: jax.Array
     count: jax.Array
     weight: jax.Array
+    scale: jax.Array
     noise: float = eqx.field(static=True)
 
     @property
@@ -61,7 +63,14 @@ def bin_log(t: np.ndarray, loss: np.ndarray, bins: int, floor: float) -> Binned:
     yb = np.where(ok, sy / np.maximum(cnt, 1), 0.0)
     noise = point_noise(y, idx)
     weight = np.where(ok, 1.0 / (noise**2 / np.maximum(cnt, 1) + floor**2), 0.0)
-    return Binned(jnp.asarray(tb), jnp.asarray(yb), jnp.asarray(cnt), jnp.asarray(weight), noise)
+    return Binned(
+        jnp.asarray(tb), jnp.asarray(yb), jnp.asarray(cnt), jnp.asarray(weight), jnp.asarray(np.float64(np.inf)), noise
+    )
+
+
+def with_scale(data: Binned, scale: float) -> Binned:
+    """`data` with the Cauchy loss at `scale` standard errors (`inf`: plain least squares)."""
+    return eqx.tree_at(lambda d: d.scale, data, jnp.asarray(np.float64(scale)))
 
 
 def point_noise(y: np.ndarray, idx: np.ndarray) -> float:
@@ -75,12 +84,29 @@ def point_noise(y: np.ndarray, idx: np.ndarray) -> float:
     return float(1.4826 * np.median(np.abs(d2)) / math.sqrt(6.0))
 
 
+#: The scale of the Cauchy loss, in standard errors of a bin: residuals up to a few standard
+#: errors count as in least squares, a spike's only logarithmically.
+CAUCHY_SCALE = 3.0
+
+
+def robust_residual(r, c):
+    """`ρ(r) = r √(ln(1 + u)/u)`, `u = (r/c)²`: `Σ ρ² = Σ c² ln(1 + (r/c)²)` is the Cauchy
+    loss, so least squares on `ρ` down-weights outliers (a spike, a restart) smoothly, while
+    `ρ(r) ≈ r` for residuals of a few `c` (and `ρ(r) = r` for `c = inf`)."""
+    u = (r / c) ** 2
+    small = u < 1e-8
+    safe = jnp.where(small, 1.0, u)
+    return r * jnp.where(small, 1.0 - u / 4, jnp.sqrt(jnp.log1p(safe) / safe))
+
+
 def residuals(theta, args):
-    """`√w_b (ln L̂(t_b) − ȳ_b)` for every bin: the fit's residual vector."""
+    """`ρ(√w_b (ln L̂(t_b) − ȳ_b))` for every bin (`robust_residual` at `data.scale`), then the
+    prior's rows: the fit's residual vector."""
     template, data = args
     model = template.from_vector(theta)
     r = model.log_loss(data.t) - data.y
     r = jnp.where(data.weight > 0, jnp.sqrt(data.weight) * r, 0.0)
+    r = robust_residual(r, data.scale)
     return jnp.concatenate([r, model.penalty()])
 
 
@@ -90,10 +116,12 @@ def _solve_many(template: AbstractCurveModel, thetas, data: Binned, max_steps: i
 
     def one(theta0):
         sol = optx.least_squares(residuals, solver, theta0, args=(template, data), max_steps=max_steps, throw=False)
-        res = residuals(sol.value, (template, data))[: data.y.shape[0]]
-        rss = jnp.sum(res**2)
-        rss = jnp.where(jnp.all(jnp.isfinite(sol.value)) & jnp.isfinite(rss), rss, jnp.inf)
-        return sol.value, rss, sol.stats["num_steps"]
+        res = residuals(sol.value, (template, data))
+        B = data.y.shape[0]
+        ok = jnp.all(jnp.isfinite(sol.value)) & jnp.all(jnp.isfinite(res))
+        rss = jnp.where(ok, jnp.sum(res[:B] ** 2), jnp.inf)
+        objective = jnp.where(ok, jnp.sum(res**2), jnp.inf)
+        return sol.value, rss, objective, sol.stats["num_steps"]
 
     return jax.vmap(one)(thetas)
 
@@ -103,18 +131,32 @@ def _solve_many(template: AbstractCurveModel, thetas, data: Binned, max_steps: i
 BATCH = 32
 
 
+def solve_robust(
+    template: AbstractCurveModel, thetas, data: Binned, *, robust: bool, max_steps: int, batch: int = BATCH
+):
+    """`solve_many` in plain least squares, then, with `robust`, again from there with the Cauchy
+    loss at `CAUCHY_SCALE` (graduated: the Cauchy loss's flat tails would stall a start far from
+    any optimum). Returns what `solve_many` does, for the last stage."""
+    out = solve_many(template, thetas, with_scale(data, np.inf), max_steps=max_steps, batch=batch)
+    if not robust:
+        return out
+    v = np.where(np.isfinite(out[1])[:, None], out[0], np.atleast_2d(np.asarray(thetas, dtype=float)))
+    return solve_many(template, v, with_scale(data, CAUCHY_SCALE), max_steps=max_steps, batch=batch)
+
+
 def solve_many(template: AbstractCurveModel, thetas, data: Binned, *, max_steps: int = 100, batch: int = BATCH):
     """Levenberg–Marquardt (`optimistix.least_squares`) from every row of `thetas` at once
-    (vmapped, in batches of `batch`). Returns `(values, rss, steps)` as numpy arrays; a start
-    that fails or leaves non-finite values has `rss = inf`."""
+    (vmapped, in batches of `batch`). Returns `(values, rss, objective, steps)` as numpy
+    arrays: the data's weighted residual sum `χ²` and the objective minimised (with the prior's
+    rows); a start that fails or leaves non-finite values has both `inf`."""
     thetas = np.atleast_2d(np.asarray(thetas, dtype=float))
     out = []
     for i in range(0, thetas.shape[0], batch):
         chunk = thetas[i : i + batch]
         n = chunk.shape[0]
         pad = np.concatenate([chunk, np.repeat(chunk[-1:], batch - n, axis=0)])
-        v, rss, steps = _solve_many(template, jnp.asarray(pad), data, max_steps)
-        out.append((np.asarray(v)[:n], np.asarray(rss)[:n], np.asarray(steps)[:n]))
+        res = _solve_many(template, jnp.asarray(pad), data, max_steps)
+        out.append(tuple(np.asarray(a)[:n] for a in res))
     return tuple(np.concatenate(parts) for parts in zip(*out))
 
 

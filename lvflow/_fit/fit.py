@@ -24,7 +24,6 @@ from .search import SEARCH_STEPS, SIGMA_FLOOR, Candidate, search_modes, search_p
 FAMILIES = ("auto", "modes", "power_law")
 _WIDTH = math.log(81.0)  # 10–90 % rise time of a logistic mode, times its rate
 _REFINE_ROUNDS = 5  # rounds of SEARCH_STEPS Levenberg–Marquardt steps refining the chosen model
-_HUBER = 1.5  # robust weights: residuals beyond 1.5 σ count linearly, not quadratically
 
 
 class FitResult(eqx.Module):
@@ -204,7 +203,7 @@ class FitResult(eqx.Module):
             lines.append(
                 f"{i + 1:>2} {d['step'][i]:>11.6g} {interval:>25} "
                 f"{d['t_star'][i]:>10.5g} {d['rate'][i]:>9.4g} {d['V'][i]:>10.4g} {ck} "
-                f"{d['loss_before'][i]:>11.4g} {d['loss_after'][i]:>11.4g}  {note}"
+                f"{_loss(d['loss_before'][i]):>11} {_loss(d['loss_after'][i]):>11}  {note}"
             )
         if np.size(d["step"]) == 0:
             lines.append("   (no resolved drops)")
@@ -239,6 +238,11 @@ class FitResult(eqx.Module):
         from .plot import plot_fit
 
         return plot_fit(self, path, title=title)
+
+
+def _loss(v: float) -> str:
+    """A plateau level for the table (`0` for a level of nothing but exhausted modes)."""
+    return "0" if v <= 1e-300 else f"{v:.4g}"
 
 
 def _fmt_se(se) -> str:
@@ -304,7 +308,7 @@ def _refine(template, theta, data, batch):
     """Levenberg–Marquardt from `theta` to convergence: rounds of `SEARCH_STEPS` steps (the
     search's compiled solver), each from where the last stopped."""
     for _ in range(_REFINE_ROUNDS):
-        values, rss, steps = engine.solve_many(template, theta[None], data, batch=batch, max_steps=SEARCH_STEPS)
+        values, rss, _, steps = engine.solve_many(template, theta[None], data, batch=batch, max_steps=SEARCH_STEPS)
         if not np.isfinite(rss[0]):
             break
         theta = values[0]
@@ -345,7 +349,8 @@ def fit(
       (`DecoupledModes`), `K` chosen by the information criterion;
     - `"power_law"`: a power-law spectrum `ζ_k ∝ k^{−α₂}`, `V_k ∝ k^{−α₁}`, `z_k(0) = ε k^{−β}`
       with a cutoff `K` (`PowerLawModel`: Thm 9, with the finite-ε drift of Eq. 292/295 built in);
-    - `"auto"` (default) fits both and keeps the one the criterion prefers.
+    - `"auto"` (default) fits both and keeps the one the criterion prefers (the power law only
+      when it has more modes than `max_modes`: with fewer it is a few decoupled modes).
 
     **Method.** The log is reduced to `bins` equal bins of `ln t` (mean `ln loss` per bin: every
     stretch of log-time weighs the same however it was logged, and minibatch noise averages
@@ -381,7 +386,7 @@ def fit(
       this value (0 is the paper's Eq. 292); default fitted.
     - `criterion`: `"bic"` (default) or `"aic"`.
     - `bins`: the number of `ln t` bins (default 200).
-    - `robust`: Huber reweighting (default on).
+    - `robust`: the Cauchy loss on the residuals (default on).
     - `prior_width`: the width `w` of the prior `ln c_k ~ N(0, w²)` on the modes' starts;
       default: the spread of the starts of the modes whose drop the log shows (empirical
       Bayes), clipped to `[0.1, 1]` (1 while fewer than two drops are seen).
@@ -435,6 +440,7 @@ def fit(
             offset=offset,
             criterion=criterion,
             prior_width=1.0 if prior_width is None else prior_width,
+            robust=bool(robust),
         )
         cands.append(best_modes)
         scores.update(sc)
@@ -447,11 +453,21 @@ def fit(
             criterion=criterion,
             beta=0.0 if beta is None else float(beta),
             fit_beta=beta is None,
+            robust=bool(robust),
         )
         cands.append(pl)
         scores["power law"] = pl.score
+    if family == "auto" and len(cands) == 2:
+        # a power law of no more modes than the modes family tries is a few decoupled modes with
+        # a constrained spectrum (and a fractional last mode): leave those to the modes family
+        K_pl = float(np.exp(float(engine.model_of(cands[1].template, jnp.asarray(cands[1].theta)).log_modes)))
+        if K_pl <= max_modes:
+            cands = cands[:1]
+            scores.pop("power law")
     best = min(cands, key=lambda c: c.score)
     template, theta = best.template, best.theta
+    if robust:
+        data = engine.with_scale(data, engine.CAUCHY_SCALE)
     B = int(np.size(data.y))
     ok = np.asarray(data.count) > 0
     is_modes = isinstance(template, DecoupledModes)
@@ -461,21 +477,13 @@ def fit(
         template = eqx.tree_at(lambda m: m.prior_width, template, jnp.asarray(np.float64(width)))
         theta = _refine(template, theta, data, best.batch)
 
-    # Robust pass: Huber weights on the standardised residuals, then one more solve.
     res = np.asarray(engine.data_residuals(template, jnp.asarray(theta), data))
-    if robust and ok.sum() > 3 * best.p:
-        s = max(1.4826 * float(np.median(np.abs(res[ok]))), 1.0)
-        h = np.where(np.abs(res) > _HUBER * s, _HUBER * s / np.maximum(np.abs(res), 1e-300), 1.0)
-        if np.any(h[ok] < 1):
-            data = _reweight(data, np.asarray(data.weight) * h)
-            theta = _refine(template, theta, data, best.batch)
-            res = np.asarray(engine.data_residuals(template, jnp.asarray(theta), data))
     n = int(ok.sum())
     p = best.p
     chi2 = float(np.sum(res[ok] ** 2))
     inflation = max(chi2 / max(n - p, 1), 1.0)
-    w = np.asarray(data.weight)
-    sigma = math.sqrt(float(np.sum(res[ok] ** 2 / w[ok])) / max(n - p, 1))  # RMS bin residual in ln loss
+    raw = np.asarray(engine.log_loss_of(engine.model_of(template, jnp.asarray(theta)), data.t)) - np.asarray(data.y)
+    sigma = math.sqrt(float(np.sum(raw[ok] ** 2)) / max(n - p, 1))  # RMS bin residual in ln loss
     J = engine.jacobian(template, theta, data)
     if is_modes:
         slots = engine.model_of(template, jnp.asarray(theta))
@@ -589,7 +597,7 @@ def _drop_table(out, sd, model, order, resolved, lg: TrainingLog, fit_until: flo
     _, V, r = (np.asarray(a) for a in engine.drops_of(model))
     t_star = np.exp(lt)
     step = lg.step_of(t_star)
-    expo = lambda a: np.exp(np.minimum(a, 700.0))
+    expo = lambda a: np.where(a < 690.0, np.exp(np.minimum(a, 690.0)), np.inf)
     return {
         "t_star": t_star,
         "step": step,

@@ -115,6 +115,7 @@ def search_modes(
     offset: float | None,
     criterion: str,
     prior_width: float,
+    robust: bool,
 ) -> tuple[Candidate, dict[str, float]]:
     """Greedy search over the number of decoupled modes: from the best `K − 1` fit, a new mode is
     started at several times (inside the logged range and after it) with several drops, every
@@ -151,8 +152,8 @@ def search_modes(
         if prev is not None:
             starts.append(_mode_starts(template, K, data, tmin, tmax, fit_offset=fit_offset))
         starts = np.concatenate(starts)
-        values, rss, _ = engine.solve_many(template, starts, data, max_steps=SEARCH_STEPS)
-        i = int(np.argmin(rss))
+        values, rss, objective, _ = engine.solve_robust(template, starts, data, robust=robust, max_steps=SEARCH_STEPS)
+        i = int(np.argmin(objective))
         if not np.isfinite(rss[i]):
             break
         cand = Candidate(
@@ -244,6 +245,7 @@ def search_power_law(
     criterion: str,
     beta: float,
     fit_beta: bool,
+    robust: bool,
 ) -> Candidate:
     """Levenberg–Marquardt from a grid of starts for the power-law spectrum: `α₂ ∈ {0.6, 1, 1.6,
     2.5}` and the first mode's `ℓ_1 = ζ_1 t*_1 ∈ {6, 12, 20}`, with `α₁ = 1 + κ α₂` from the
@@ -295,8 +297,10 @@ def search_power_law(
             template = m
             starts.append(np.asarray(engine.vector_of(m)))
     batch = len(starts)
-    values, rss, _ = engine.solve_many(template, np.array(starts), data, batch=batch, max_steps=SEARCH_STEPS)
-    i = int(np.argmin(rss))
+    values, rss, objective, _ = engine.solve_robust(
+        template, np.array(starts), data, robust=robust, batch=batch, max_steps=SEARCH_STEPS
+    )
+    i = int(np.argmin(objective))
     if not np.isfinite(rss[i]):
         raise RuntimeError("no start of the power-law fit converged")
     p = len(template.parameter_names)
