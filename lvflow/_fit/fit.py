@@ -24,6 +24,7 @@ from .search import SEARCH_STEPS, SIGMA_FLOOR, Candidate, search_modes, search_p
 FAMILIES = ("auto", "modes", "power_law")
 _WIDTH = math.log(81.0)  # 10–90 % rise time of a logistic mode, times its rate
 _REFINE_ROUNDS = 5  # rounds of SEARCH_STEPS Levenberg–Marquardt steps refining the chosen model
+_SPECTRUM_CHI2 = 2.0  # auto tries the power law when the modes leave χ² above this many times n
 
 
 class FitResult(eqx.Module):
@@ -34,9 +35,11 @@ class FitResult(eqx.Module):
     - `family`: `"modes"` (`DecoupledModes`) or `"power_law"` (`PowerLawModel`); `model`, the
       fitted model (time in `t = η · step`).
     - `parameters`, `stderr`: the reported physical parameters (`model.reported()`) and their
-      standard errors, by the delta method from the covariance `σ² (JᵀJ)⁻¹` of the fit's
-      coordinates (`J` the Jacobian of the residuals at the optimum, `jax.jacfwd`; with the
-      prior's rows for `DecoupledModes`). `inf` marks a quantity the log does not determine.
+      standard errors, by the delta method from the covariance `(JᵀJ/φ + J_pᵀJ_p)⁻¹` of the
+      fit's coordinates (`J` the Jacobian of the standardised residuals at the optimum,
+      `jax.jacfwd`; `J_p` the prior's rows for `DecoupledModes`; `φ = max(χ²/dof, 1)`, the
+      residual variance in units of the bins' errors, `σ²` of the textbook `σ² (JᵀJ)⁻¹`).
+      `inf` marks a quantity the log does not determine.
     - `theta`, `covariance`, `parameter_names`: the optimum in the fit's coordinates and its
       covariance.
     - `sigma`: the RMS residual of the bins in `ln loss`; `noise`: the scatter of one logged
@@ -85,6 +88,14 @@ class FitResult(eqx.Module):
     level: float
     warnings: tuple[str, ...]
 
+    def __check_init__(self):
+        if self.family not in ("modes", "power_law"):
+            raise LvflowError(f"FitResult: family must be 'modes' or 'power_law', got {self.family!r}")
+        if not 0 < self.level < 1:
+            raise LvflowError(f"FitResult: level must lie in (0, 1), got {self.level!r}")
+        if np.shape(self.covariance) != (np.size(self.theta),) * 2:
+            raise LvflowError("FitResult: covariance does not match theta")
+
     # ----------------------------------------------------------------------------------------
     def predict(self, steps: Float[ArrayLike, " n"]) -> Float[np.ndarray, " n"]:
         """The fitted loss at `steps` (extrapolated past the log)."""
@@ -120,6 +131,7 @@ class FitResult(eqx.Module):
             "theta": self.theta,
             "covariance": self.covariance,
             "sigma_ln_loss": self.sigma,
+            "noise_ln_loss": self.noise,
             "n_bins": self.n_bins,
             "n_points": self.n_points,
             "criterion": self.criterion,
@@ -349,8 +361,10 @@ def fit(
       (`DecoupledModes`), `K` chosen by the information criterion;
     - `"power_law"`: a power-law spectrum `ζ_k ∝ k^{−α₂}`, `V_k ∝ k^{−α₁}`, `z_k(0) = ε k^{−β}`
       with a cutoff `K` (`PowerLawModel`: Thm 9, with the finite-ε drift of Eq. 292/295 built in);
-    - `"auto"` (default) fits both and keeps the one the criterion prefers (the power law only
-      when it has more modes than `max_modes`: with fewer it is a few decoupled modes).
+    - `"auto"` (default): decoupled modes, and when they need all `max_modes` modes or leave
+      residuals beyond twice the log's own scatter (`χ² > 2n`), the power law too, keeping the
+      one the criterion prefers (the power law only with more modes than `max_modes`: with
+      fewer it is a few decoupled modes).
 
     **Method.** The log is reduced to `bins` equal bins of `ln t` (mean `ln loss` per bin: every
     stretch of log-time weighs the same however it was logged, and minibatch noise averages
@@ -444,7 +458,12 @@ def fit(
         )
         cands.append(best_modes)
         scores.update(sc)
-    if family in ("auto", "power_law"):
+    # auto: the power law is tried when the decoupled modes need every mode allowed or leave
+    # residuals beyond the log's own scatter (a few drops, well fitted, are not a spectrum)
+    need_spectrum = family == "power_law" or (
+        family == "auto" and (best_modes.K >= max_modes or best_modes.rss > _SPECTRUM_CHI2 * best_modes.n)
+    )
+    if need_spectrum:
         pl = search_power_law(
             data,
             max_modes=int(modes if modes is not None else max_spectrum_modes),

@@ -33,8 +33,8 @@ class Candidate:
     """One fitted model of a search: the template (its static structure), the optimum `theta`,
     the weighted residual sum of the data `χ²` (`rss`) and its information criterion."""
 
-    def __init__(self, label, template, theta, rss, n, p, criterion, batch):
-        self.label, self.template, self.theta, self.batch = label, template, np.asarray(theta), batch
+    def __init__(self, label, template, theta, rss, n, p, criterion, batch, K=0):
+        self.label, self.template, self.theta, self.batch, self.K = label, template, np.asarray(theta), batch, K
         self.rss, self.n, self.p = float(rss), int(n), int(p)
         self.score = engine.information_criterion(self.rss, n, p, criterion)
 
@@ -165,6 +165,7 @@ def search_modes(
             3 * K + fit_offset,
             criterion,
             engine.BATCH,
+            K,
         )
         scores[f"modes K={K}"] = cand.score
         prev = cand.model
