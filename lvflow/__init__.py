@@ -126,6 +126,12 @@ _EXPORTS = {
     # The user's workflow.
     "Prediction": "._workflow.predict",
     "predict": "._workflow.predict",
+    # Fitting a training curve.
+    "AbstractCurveModel": "._fit.base",
+    "DecoupledModes": "._fit.modes",
+    "PowerLawModel": "._fit.power",
+    "FitResult": "._fit.fit",
+    "fit": "._fit.fit",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -140,6 +146,10 @@ if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers 
         SymmetryError as SymmetryError,
         ZGZError as ZGZError,
     )
+    from ._fit.base import AbstractCurveModel as AbstractCurveModel
+    from ._fit.fit import FitResult as FitResult, fit as fit
+    from ._fit.modes import DecoupledModes as DecoupledModes
+    from ._fit.power import PowerLawModel as PowerLawModel
     from ._form.compress import Compressed as Compressed, compress as compress
     from ._form.flow import FlowSolution as FlowSolution, matrix_flow as matrix_flow
     from ._form.nqf import NQF as NQF

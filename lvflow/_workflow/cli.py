@@ -14,6 +14,7 @@ import sys
 _COMMANDS = {
     "demo": ("lvflow._workflow.demo", "Predict the plateaus of the paper's Fig 3 system (a two-minute tour)."),
     "predict": ("lvflow._workflow.predict_cli", "Predict the plateaus and switch-on times of a training run."),
+    "fit": ("lvflow._fit.cli", "Fit a training log: the spectrum behind it, the drops to come, the final loss."),
     "figures": ("lvflow._figures.cli", "Regenerate the paper's figures (PNG, PDF and JSON summaries)."),
     "bench": ("benchmarks.__main__", "Run the benchmarks against scipy and gradient descent."),
 }

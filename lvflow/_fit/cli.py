@@ -1,0 +1,162 @@
+"""`lvflow fit LOG`: fit a training curve, predict the drops to come and the final loss.
+
+Exit codes: 0 success, 2 bad input (one line on stderr naming the input and the problem),
+1 an internal error (one line; `--debug` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+EXAMPLES = """\
+examples:
+  lvflow fit train.csv --lr 0.01                      # columns step,loss (optional lr)
+  lvflow fit train.json --until 8000 --plot fit.png   # fit the first 8000 steps, compare with the rest
+  lvflow fit train.csv --family power-law --offset 0 --save fit.json
+"""
+
+# API names as the flags the user typed.
+_FLAGS = {
+    "learning_rate": "--lr",
+    "until": "--until",
+    "modes": "--modes",
+    "max_modes": "--max-modes",
+    "offset": "--offset",
+    "beta": "--beta",
+    "bins": "--bins",
+    "level": "--level",
+    "horizon": "--horizon",
+    "family": "--family",
+    "criterion": "--criterion",
+    "prior_width": "--prior-width",
+}
+
+
+def _one_line_error(prog: str):
+    def error(message: str):
+        sys.stderr.write(f"{prog}: error: {message}\n")
+        raise SystemExit(2)
+
+    return error
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `lvflow fit`."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EXAMPLES
+    parser.error = _one_line_error(parser.prog)
+    parser.add_argument(
+        "log",
+        metavar="LOG",
+        help="training log: .csv with a header naming step and loss columns (optional lr), or .json "
+        "(a list of records or an object of columns)",
+    )
+    m = parser.add_argument_group("model")
+    m.add_argument(
+        "--family",
+        choices=("auto", "modes", "power-law"),
+        default="auto",
+        help="decoupled modes, a power-law spectrum, or whichever the criterion prefers (default auto)",
+    )
+    m.add_argument("--modes", type=int, help="a fixed number of modes (default: chosen by the criterion)")
+    m.add_argument("--max-modes", type=int, default=8, help="the most decoupled modes tried (default 8)")
+    m.add_argument("--offset", type=float, help="fix the final loss L_inf (e.g. 0 for a target the model fits exactly)")
+    m.add_argument("--beta", type=float, help="fix the power law's initialisation exponent (default fitted)")
+    m.add_argument("--criterion", choices=("bic", "aic"), default="bic", help="information criterion (default bic)")
+    m.add_argument("--prior-width", type=float, help="width of the prior on ln c_k (default: from the data)")
+    d = parser.add_argument_group("data")
+    d.add_argument(
+        "--lr",
+        "--learning-rate",
+        dest="learning_rate",
+        type=float,
+        help="learning rate: time t = lr * step (default: the log's lr column, else t = step)",
+    )
+    d.add_argument("--until", type=float, metavar="STEP", help="fit the log up to this step; the rest is held out")
+    d.add_argument("--bins", type=int, default=200, help="bins of log-time the log is reduced to (default 200)")
+    d.add_argument("--no-robust", dest="robust", action="store_false", help="no Huber reweighting of outliers")
+    o = parser.add_argument_group("output")
+    o.add_argument("--horizon", type=float, metavar="STEP", help="extrapolate to this step (default: past the drops)")
+    o.add_argument("--level", type=float, default=0.95, help="coverage of the intervals (default 0.95)")
+    o.add_argument("--plot", metavar="FILE", help="write the observed, fitted and extrapolated curve (.png/.pdf/.svg)")
+    o.add_argument("--save", metavar="FILE", help="write every result, atomically (.json or .npz)")
+    o.add_argument("--json", action="store_true", help="print JSON to stdout instead of the table")
+    o.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def _flagged(msg: str) -> str:
+    m = re.match(r"([A-Za-z_0-9]+)(:.*)", msg, flags=re.S)
+    if m and m.group(1) in _FLAGS:
+        return _FLAGS[m.group(1)] + m.group(2)
+    return msg
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `lvflow fit`; returns the exit code."""
+    prog = "lvflow fit"
+    try:
+        return _run(args)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except Exception as e:  # noqa: BLE001 — one line per failure, the traceback only on request
+        if getattr(args, "debug", False):
+            raise
+        from .._errors import LvflowError
+
+        msg = " ".join(str(e).split()) or type(e).__name__
+        if isinstance(e, LvflowError):
+            sys.stderr.write(f"{prog}: error: {_flagged(msg)}\n")
+            return 2
+        sys.stderr.write(f"{prog}: internal error: {type(e).__name__}: {msg} (rerun with --debug for the traceback)\n")
+        return 1
+
+
+def _run(args) -> int:
+    import warnings
+
+    from .._errors import LvflowError
+    from .fit import fit
+
+    for flag, path, ok in (("--save", args.save, (".json", ".npz")), ("--plot", args.plot, (".png", ".pdf", ".svg"))):
+        if path is not None and not any(path.lower().endswith(s) for s in ok):
+            raise LvflowError(f"{flag}: unsupported file type for {path}; use {' or '.join(ok)}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the result's warnings are printed with the table
+        result = fit(
+            args.log,
+            learning_rate=args.learning_rate,
+            family=args.family.replace("-", "_"),
+            until=args.until,
+            modes=args.modes,
+            max_modes=args.max_modes,
+            offset=args.offset,
+            beta=args.beta,
+            criterion=args.criterion,
+            bins=args.bins,
+            robust=args.robust,
+            prior_width=args.prior_width,
+            level=args.level,
+            horizon=args.horizon,
+        )
+    if args.save:
+        result.save(args.save)
+    if args.plot:
+        result.plot(args.plot)
+    if args.json:
+        sys.stdout.write(result.to_json())
+    else:
+        print(result.summary())
+        for flag, path in (("saved", args.save), ("plot", args.plot)):
+            if path:
+                print(f"{flag}: {path}")
+    return 0

@@ -1,0 +1,253 @@
+"""The least-squares engine: the reduced log, the residuals, multi-start Levenberg–Marquardt."""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+
+from .base import AbstractCurveModel
+
+
+class Binned(eqx.Module):
+    """A log reduced to `B` bins of `ln t` (padded; empty bins have weight 0): `t` the geometric
+    mean time of each bin's points (`0` for a bin of `t = 0` only), `y` the mean of `ln loss`,
+    `count` the number of points, `weight` the least-squares weight `1/σ_b²` (times a robust
+    weight), `scale` the Cauchy loss's scale in standard errors (`robust_residual`; `inf` for
+    plain least squares) and `noise` the scatter of a single logged point in `ln loss` (`σ_pt`)."""
+
+    t: jax.Array
+    y: jax.Array
+    count: jax.Array
+    weight: jax.Array
+    scale: jax.Array
+    noise: float = eqx.field(static=True)
+
+    @property
+    def n(self) -> int:
+        """The number of non-empty bins (the residuals the fit counts)."""
+        return int(np.count_nonzero(np.asarray(self.count)))
+
+
+def bin_log(t: np.ndarray, loss: np.ndarray, bins: int, floor: float) -> Binned:
+    """Means of `ln loss` over `bins` equal bins of `ln t` between the first positive time and the
+    last (points at `t = 0` join the first bin), weighted by `1/σ_b²`,
+    `σ_b² = σ_pt²/n_b + floor²`: a bin's mean of `n_b` points with scatter `σ_pt` each
+    (minibatch noise, estimated from consecutive points), and at least `floor` (how closely
+    the curve families can describe a run at all). A clean log's bins weigh the same, so every
+    stretch of log-time counts equally however densely or irregularly it was logged; a noisy
+    log's densely logged stretches, whose means are more precise, count more."""
+    t = np.asarray(t, float)
+    y = np.log(np.asarray(loss, float))
+    pos = t[t > 0]
+    if pos.size == 0:
+        x = np.zeros_like(t)
+        idx = np.zeros(t.size, int)
+    else:
+        x = np.log(np.maximum(t, pos[0]))
+        lo, hi = x.min(), x.max()
+        if hi > lo:
+            idx = np.clip(((x - lo) / (hi - lo) * bins).astype(int), 0, bins - 1)
+        else:
+            idx = np.zeros(t.size, int)
+    cnt = np.bincount(idx, minlength=bins).astype(float)
+    sx = np.bincount(idx, weights=np.where(t > 0, x, 0.0), minlength=bins)
+    npos = np.bincount(idx, weights=(t > 0).astype(float), minlength=bins)
+    sy = np.bincount(idx, weights=y, minlength=bins)
+    ok = cnt > 0
+    tb = np.where(npos > 0, np.exp(sx / np.maximum(npos, 1)), 0.0)
+    yb = np.where(ok, sy / np.maximum(cnt, 1), 0.0)
+    noise = point_noise(y, idx)
+    weight = np.where(ok, 1.0 / (noise**2 / np.maximum(cnt, 1) + floor**2), 0.0)
+    return Binned(
+        jnp.asarray(tb), jnp.asarray(yb), jnp.asarray(cnt), jnp.asarray(weight), jnp.asarray(np.float64(np.inf)), noise
+    )
+
+
+def with_scale(data: Binned, scale: float) -> Binned:
+    """`data` with the Cauchy loss at `scale` standard errors (`inf`: plain least squares)."""
+    return eqx.tree_at(lambda d: d.scale, data, jnp.asarray(np.float64(scale)))
+
+
+def point_noise(y: np.ndarray, idx: np.ndarray) -> float:
+    """The scatter of one logged `ln loss` about the curve: `1.4826 · median |Δ²y| / √6` over
+    triples of consecutive points in the same bin (second differences remove the curve's
+    local trend; the median ignores the steep drops). 0 without such triples."""
+    same = (idx[2:] == idx[1:-1]) & (idx[1:-1] == idx[:-2])
+    if np.count_nonzero(same) < 5:
+        return 0.0
+    d2 = (y[2:] - 2 * y[1:-1] + y[:-2])[same]
+    return float(1.4826 * np.median(np.abs(d2)) / math.sqrt(6.0))
+
+
+#: The scale of the Cauchy loss, in standard errors of a bin: residuals up to a few standard
+#: errors count as in least squares, a spike's only logarithmically.
+CAUCHY_SCALE = 3.0
+
+
+def robust_residual(r, c):
+    """`ρ(r) = r √(ln(1 + u)/u)`, `u = (r/c)²`: `Σ ρ² = Σ c² ln(1 + (r/c)²)` is the Cauchy
+    loss, so least squares on `ρ` down-weights outliers (a spike, a restart) smoothly, while
+    `ρ(r) ≈ r` for residuals of a few `c` (and `ρ(r) = r` for `c = inf`)."""
+    u = (r / c) ** 2
+    small = u < 1e-8
+    safe = jnp.where(small, 1.0, u)
+    return r * jnp.where(small, 1.0 - u / 4, jnp.sqrt(jnp.log1p(safe) / safe))
+
+
+def residuals(theta, args):
+    """`ρ(√w_b (ln L̂(t_b) − ȳ_b))` for every bin (`robust_residual` at `data.scale`), then the
+    prior's rows: the fit's residual vector."""
+    template, data = args
+    model = template.from_vector(theta)
+    r = model.log_loss(data.t) - data.y
+    r = jnp.where(data.weight > 0, jnp.sqrt(data.weight) * r, 0.0)
+    r = robust_residual(r, data.scale)
+    return jnp.concatenate([r, model.penalty()])
+
+
+@eqx.filter_jit
+def _solve_many(template: AbstractCurveModel, thetas, data: Binned, max_steps: int):
+    solver = optx.LevenbergMarquardt(rtol=1e-7, atol=1e-7)
+
+    def one(theta0):
+        sol = optx.least_squares(residuals, solver, theta0, args=(template, data), max_steps=max_steps, throw=False)
+        res = residuals(sol.value, (template, data))
+        B = data.y.shape[0]
+        ok = jnp.all(jnp.isfinite(sol.value)) & jnp.all(jnp.isfinite(res))
+        rss = jnp.where(ok, jnp.sum(res[:B] ** 2), jnp.inf)
+        objective = jnp.where(ok, jnp.sum(res**2), jnp.inf)
+        return sol.value, rss, objective, sol.stats["num_steps"]
+
+    return jax.vmap(one)(thetas)
+
+
+#: Starts are solved in batches of this size (padded by repeating the last), so that one
+#: compiled solver serves every call of a fit: compiling it costs more than solving.
+BATCH = 32
+
+
+def solve_robust(
+    template: AbstractCurveModel, thetas, data: Binned, *, robust: bool, max_steps: int, batch: int = BATCH
+):
+    """`solve_many` in plain least squares, then, with `robust`, again from there with the Cauchy
+    loss at `CAUCHY_SCALE` (graduated: the Cauchy loss's flat tails would stall a start far from
+    any optimum). Returns what `solve_many` does, for the last stage."""
+    out = solve_many(template, thetas, with_scale(data, np.inf), max_steps=max_steps, batch=batch)
+    if not robust:
+        return out
+    v = np.where(np.isfinite(out[1])[:, None], out[0], np.atleast_2d(np.asarray(thetas, dtype=float)))
+    return solve_many(template, v, with_scale(data, CAUCHY_SCALE), max_steps=max_steps, batch=batch)
+
+
+def solve_many(template: AbstractCurveModel, thetas, data: Binned, *, max_steps: int = 100, batch: int = BATCH):
+    """Levenberg–Marquardt (`optimistix.least_squares`) from every row of `thetas` at once
+    (vmapped, in batches of `batch`). Returns `(values, rss, objective, steps)` as numpy
+    arrays: the data's weighted residual sum `χ²` and the objective minimised (with the prior's
+    rows); a start that fails or leaves non-finite values has both `inf`."""
+    thetas = np.atleast_2d(np.asarray(thetas, dtype=float))
+    out = []
+    for i in range(0, thetas.shape[0], batch):
+        chunk = thetas[i : i + batch]
+        n = chunk.shape[0]
+        pad = np.concatenate([chunk, np.repeat(chunk[-1:], batch - n, axis=0)])
+        res = _solve_many(template, jnp.asarray(pad), data, max_steps)
+        out.append(tuple(np.asarray(a)[:n] for a in res))
+    return tuple(np.concatenate(parts) for parts in zip(*out))
+
+
+def jacobian(template: AbstractCurveModel, theta, data: Binned):
+    """`∂ residuals / ∂θ` at `theta` (forward mode, `jax.jacfwd`), shape `(B, p)`."""
+    return np.asarray(_jac(template, jnp.asarray(theta), data))
+
+
+@eqx.filter_jit
+def _jac(template, theta, data):
+    return jax.jacfwd(residuals)(theta, (template, data))
+
+
+def information_criterion(chi2: float, n: int, p: int, kind: str) -> float:
+    """`n ln(max(χ², n)/n) + penalty` for the weighted residual sum `χ²` of `n` bins: `2p` (AIC)
+    or `p ln n` (BIC). A fit closer than the bins' own scatter (`χ² < n`) earns nothing more."""
+    if not math.isfinite(chi2) or n <= 0:
+        return math.inf
+    base = n * math.log(max(chi2, n) / n)
+    return base + (2 * p if kind == "aic" else p * math.log(n))
+
+
+# Compiled helpers: the fit's bookkeeping through these instead of eager JAX operations, each of
+# which would compile on first use (hundreds of small compilations cost more than the fit).
+
+
+@eqx.filter_jit
+def model_of(template: AbstractCurveModel, theta) -> AbstractCurveModel:
+    """`template.from_vector(theta)`, compiled."""
+    return template.from_vector(theta)
+
+
+@eqx.filter_jit
+def vector_of(model: AbstractCurveModel):
+    """`model.to_vector()`, compiled."""
+    return model.to_vector()
+
+
+@eqx.filter_jit
+def data_residuals(template: AbstractCurveModel, theta, data: Binned):
+    """The data rows of `residuals` (without the prior's)."""
+    return residuals(theta, (template, data))[: data.y.shape[0]]
+
+
+@eqx.filter_jit
+def drops_of(model: AbstractCurveModel):
+    """`model.drops()`, compiled."""
+    return model.drops()
+
+
+@eqx.filter_jit
+def log_loss_of(model: AbstractCurveModel, t):
+    """`model.log_loss(t)`, compiled."""
+    return model.log_loss(t)
+
+
+@eqx.filter_jit
+def log_loss_and_jac(template: AbstractCurveModel, theta, t):
+    """`ln L̂(t)` and its Jacobian with respect to `theta`, for the delta method."""
+    f = lambda th: template.from_vector(th).log_loss(t)
+    return f(theta), jax.jacfwd(f)(theta)
+
+
+@eqx.filter_jit
+def summaries_and_jac(template: AbstractCurveModel, theta, t_curve, t_horizon, order):
+    """Every quantity `fit` reports as a function of the fit's coordinates, and its Jacobian
+    (`jax.jacfwd`): the reported parameters, the drops `order` (their `ln t*`, and the `ln` of
+    the plateau levels before and after each), `ln L̂` at the horizon and on the curve grid."""
+
+    def g(th):
+        m = template.from_vector(th)
+        t_all, V_all, _ = m.drops()
+        t_sel = t_all[order]
+        later_eq = t_all[None, :] >= t_sel[:, None]
+        later = t_all[None, :] > t_sel[:, None]
+        before = m.offset + jnp.sum(jnp.where(later_eq, V_all[None, :], 0.0), axis=1)
+        after = m.offset + jnp.sum(jnp.where(later, V_all[None, :], 0.0), axis=1)
+        tiny = jnp.finfo(float).tiny
+        return {
+            "reported": m.reported(),
+            "ln_t_star": jnp.log(t_sel),
+            "ln_before": jnp.log(jnp.maximum(before, tiny)),
+            "ln_after": jnp.log(jnp.maximum(after, tiny)),
+            "ln_final": m.log_loss(t_horizon),
+            "ln_curve": m.log_loss(t_curve),
+        }
+
+    return g(theta), jax.jacfwd(g)(theta)
+
+
+@eqx.filter_jit
+def log_z0_minus_eps(model):
+    """`ln c_k = ln z_k(0) − ln ε` of a `DecoupledModes`, compiled."""
+    return model.log_z0() - model.log_eps

@@ -1,0 +1,676 @@
+"""`fit`: infer a spectrum from an observed training curve and predict the drops to come."""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import ArrayLike, Float
+
+from .._errors import LvflowError
+from . import engine
+from .base import AbstractCurveModel
+from .log import MIN_POINTS, TrainingLog, check_log, read_log, rises
+from .modes import DecoupledModes
+from .search import SEARCH_STEPS, SIGMA_FLOOR, Candidate, search_modes, search_power_law
+
+FAMILIES = ("auto", "modes", "power_law")
+_WIDTH = math.log(81.0)  # 10–90 % rise time of a logistic mode, times its rate
+_REFINE_ROUNDS = 5  # rounds of SEARCH_STEPS Levenberg–Marquardt steps refining the chosen model
+_SPECTRUM_CHI2 = 2.0  # auto tries the power law when the modes leave χ² above this many times n
+
+
+class FitResult(eqx.Module):
+    """A fitted training curve (returned by `lvflow.fit`).
+
+    **Fields:**
+
+    - `family`: `"modes"` (`DecoupledModes`) or `"power_law"` (`PowerLawModel`); `model`, the
+      fitted model (time in `t = η · step`).
+    - `parameters`, `stderr`: the reported physical parameters (`model.reported()`) and their
+      standard errors, by the delta method from the covariance `(JᵀJ/φ + J_pᵀJ_p)⁻¹` of the
+      fit's coordinates (`J` the Jacobian of the standardised residuals at the optimum,
+      `jax.jacfwd`; `J_p` the prior's rows for `DecoupledModes`; `φ = max(χ²/dof, 1)`, the
+      residual variance in units of the bins' errors, `σ²` of the textbook `σ² (JᵀJ)⁻¹`).
+      `inf` marks a quantity the log does not determine.
+    - `theta`, `covariance`, `parameter_names`: the optimum in the fit's coordinates and its
+      covariance.
+    - `sigma`: the RMS residual of the bins in `ln loss`; `noise`: the scatter of one logged
+      point (minibatch noise, `0` for a clean log); `n_bins`, `n_points`: bins and logged points
+      fitted.
+    - `criterion`, `scores`: the information criterion and its value for every model tried.
+    - `log`: the whole log (`TrainingLog`), and `fit_until`: the last step fitted (the rest is
+      held out).
+    - `drops`: one row per drop, in time order (dict of arrays): `t_star`, `step`, `step_lo`,
+      `step_hi`, `V`, `rate`, `loss_before`, `loss_after` (the plateau levels on either side,
+      with `_lo`/`_hi`), `resolved` (its gap to the next drop exceeds their widths) and `future`
+      (after `fit_until`).
+    - `curve`: the fitted and extrapolated loss on `_CURVE` steps up to the horizon (`step`,
+      `loss`, and the band `lo`, `hi`).
+    - `horizon`: the step the extrapolation runs to; `final_loss` (`_lo`, `_hi`): the predicted
+      loss there; `asymptote` (`_lo`, `_hi`): `L_∞`.
+    - `level`: the coverage of every interval (0.95: `±1.96` standard errors, on the log scale
+      for positive quantities).
+    - `warnings`: how far to trust the fit, in sentences.
+    """
+
+    family: str
+    model: AbstractCurveModel
+    parameters: dict[str, np.ndarray]
+    stderr: dict[str, np.ndarray]
+    theta: np.ndarray
+    covariance: np.ndarray
+    parameter_names: tuple[str, ...]
+    sigma: float
+    noise: float
+    n_bins: int
+    n_points: int
+    criterion: str
+    scores: dict[str, float]
+    log: TrainingLog
+    fit_until: float
+    drops: dict[str, np.ndarray]
+    curve: dict[str, np.ndarray]
+    horizon: float
+    final_loss: float
+    final_loss_lo: float
+    final_loss_hi: float
+    asymptote: float
+    asymptote_lo: float
+    asymptote_hi: float
+    level: float
+    warnings: tuple[str, ...]
+
+    def __check_init__(self):
+        if self.family not in ("modes", "power_law"):
+            raise LvflowError(f"FitResult: family must be 'modes' or 'power_law', got {self.family!r}")
+        if not 0 < self.level < 1:
+            raise LvflowError(f"FitResult: level must lie in (0, 1), got {self.level!r}")
+        if np.shape(self.covariance) != (np.size(self.theta),) * 2:
+            raise LvflowError("FitResult: covariance does not match theta")
+
+    # ----------------------------------------------------------------------------------------
+    def predict(self, steps: Float[ArrayLike, " n"]) -> Float[np.ndarray, " n"]:
+        """The fitted loss at `steps` (extrapolated past the log)."""
+        t = self.log.t_of(np.atleast_1d(np.asarray(steps, dtype=float)))
+        return np.exp(np.asarray(engine.log_loss_of(self.model, jnp.asarray(t))))
+
+    def band(self, steps: Float[ArrayLike, " n"]) -> tuple[Float[np.ndarray, " n"], Float[np.ndarray, " n"]]:
+        """The pointwise interval of the fitted loss at `steps` (delta method on `ln L`, at
+        `level`): the uncertainty of the curve from that of its parameters, not the noise."""
+        t = jnp.asarray(self.log.t_of(np.atleast_1d(np.asarray(steps, dtype=float))))
+        mean, J = (np.asarray(a) for a in engine.log_loss_and_jac(self.model, jnp.asarray(self.theta), t))
+        var = np.einsum("ip,pq,iq->i", J, np.where(np.isfinite(self.covariance), self.covariance, 0.0), J)
+        touches = (np.abs(J) > 0) @ (~np.isfinite(self.covariance)).any(axis=0)
+        sd = np.where(touches, np.inf, np.sqrt(np.maximum(var, 0.0)))
+        z = _z(self.level)
+        return np.exp(mean - z * sd), np.exp(mean + z * sd)
+
+    @property
+    def future_drops(self) -> dict[str, np.ndarray]:
+        """The rows of `drops` after the fitted part of the log."""
+        sel = self.drops["future"]
+        return {k: v[sel] for k, v in self.drops.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every number, JSON-ready (`inf` becomes `null` in JSON)."""
+        return {
+            "family": self.family,
+            "source": self.log.source,
+            "learning_rate": self.log.learning_rate,
+            "parameters": {k: np.asarray(v) for k, v in self.parameters.items()},
+            "stderr": {k: np.asarray(v) for k, v in self.stderr.items()},
+            "parameter_names": list(self.parameter_names),
+            "theta": self.theta,
+            "covariance": self.covariance,
+            "sigma_ln_loss": self.sigma,
+            "noise_ln_loss": self.noise,
+            "n_bins": self.n_bins,
+            "n_points": self.n_points,
+            "criterion": self.criterion,
+            "scores": self.scores,
+            "fit_until_step": self.fit_until,
+            "drops": self.drops,
+            "horizon_step": self.horizon,
+            "final_loss": [self.final_loss, self.final_loss_lo, self.final_loss_hi],
+            "asymptote": [self.asymptote, self.asymptote_lo, self.asymptote_hi],
+            "level": self.level,
+            "warnings": list(self.warnings),
+            "curve": self.curve,
+            "observed": {"step": self.log.steps, "loss": self.log.loss},
+        }
+
+    def to_json(self) -> str:
+        """`to_dict()` as strict JSON."""
+        from .._workflow.io import to_json
+
+        return to_json(self.to_dict())
+
+    def save(self, path) -> Path:
+        """Write every number atomically: `.json` (`to_json`) or `.npz` (flat arrays, nested
+        keys joined by `/`).
+
+        **Raises:** `LvflowError` for another suffix or a missing directory."""
+        from .._workflow.io import atomic_write_text, save_npz
+
+        p = Path(os.fspath(path))
+        suffix = p.suffix.lower()
+        if suffix == ".json":
+            return atomic_write_text(p, self.to_json())
+        if suffix == ".npz":
+            flat: dict[str, Any] = {}
+
+            def put(prefix, v):
+                if isinstance(v, dict):
+                    for k, w in v.items():
+                        put(f"{prefix}/{k}" if prefix else str(k), w)
+                elif isinstance(v, (list, tuple)) and v and isinstance(v[0], str):
+                    flat[prefix] = np.asarray(v, dtype=str)
+                elif v is not None:
+                    flat[prefix] = np.asarray(v)
+
+            put("", self.to_dict())
+            return save_npz(p, flat)
+        raise LvflowError(f"save: unsupported file type {p.suffix or '(none)'!r} for {p}; use .json or .npz")
+
+    def describe(self) -> str:
+        """One line: the family and its size."""
+        if self.family == "modes":
+            K = int(np.size(self.parameters["r"]))
+            name = f"{K} decoupled mode{'s' if K != 1 else ''}"
+        else:
+            name = "power-law spectrum"
+        off = "free offset" if self.model.fit_offset else f"offset fixed at {self.asymptote:g}"
+        return f"{name}, {off}"
+
+    def table(self) -> str:
+        """The fitted parameters, the drops and the final loss as text (what `lvflow fit` prints)."""
+        pct = f"{100 * self.level:g}%"
+        lines = []
+        P, S = self.parameters, self.stderr
+        if self.family == "power_law":
+            lines.append("parameter        value        stderr")
+            for k in ("alpha1", "alpha2", "kappa", "zeta1", "V1", "eps", "beta", "modes", "offset"):
+                lines.append(f"{k:<12} {float(P[k]):>12.6g}  {_fmt_se(S[k])}")
+            lines.append("")
+        lines.append(
+            f"{'#':>2} {'step*':>11} {pct + ' interval':>25} {'t*':>10} {'r':>9} {'V':>10} "
+            f"{'c':>8} {'loss before':>11} {'loss after':>11}  note"
+        )
+        d = self.drops
+        c = P.get("c")
+        for i in range(np.size(d["step"])):
+            note = "future" if d["future"][i] else "seen"
+            if not d["resolved"][i]:
+                note += ", merges with the next"
+            ck = f"{float(np.asarray(c)[i]):8.3g}" if c is not None else f"{'-':>8}"
+            interval = "[{:.5g}, {:.5g}]".format(d["step_lo"][i], d["step_hi"][i])
+            lines.append(
+                f"{i + 1:>2} {d['step'][i]:>11.6g} {interval:>25} "
+                f"{d['t_star'][i]:>10.5g} {d['rate'][i]:>9.4g} {d['V'][i]:>10.4g} {ck} "
+                f"{_loss(d['loss_before'][i]):>11} {_loss(d['loss_after'][i]):>11}  {note}"
+            )
+        if np.size(d["step"]) == 0:
+            lines.append("   (no resolved drops)")
+        lines.append(
+            f"final loss at step {self.horizon:.6g}: {self.final_loss:.6g} "
+            f"[{self.final_loss_lo:.4g}, {self.final_loss_hi:.4g}]; "
+            f"L_inf = {self.asymptote:.4g} [{self.asymptote_lo:.4g}, {self.asymptote_hi:.4g}]"
+        )
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        """The header lines, `table()` and the warnings."""
+        lg = self.log
+        lr = f"learning rate {lg.learning_rate:g}" if lg.learning_rate is not None else "t = step (no learning rate)"
+        held = lg.steps[lg.steps > self.fit_until]
+        span = f"steps {lg.steps[0]:g}–{self.fit_until:g}"
+        if held.size:
+            span += f" (held out: {held.size} points to step {held[-1]:g})"
+        others = ", ".join(f"{k} {v:.1f}" for k, v in self.scores.items())
+        head = [
+            f"lvflow fit: {lg.source}, {self.n_points} points, {span}, {lr}",
+            f"model: {self.describe()}; residual {self.sigma:.3g} in ln loss over {self.n_bins} bins, "
+            f"point noise {self.noise:.3g}",
+            f"{self.criterion.upper()}: {others}",
+        ]
+        warn = [f"warning: {w}" for w in self.warnings]
+        return "\n".join(head + [self.table()] + warn)
+
+    def plot(self, path, *, title: str | None = None) -> Path:
+        """Observed, fitted and extrapolated loss with the band and the predicted drops (see
+        `lvflow._fit.plot.plot_fit`)."""
+        from .plot import plot_fit
+
+        return plot_fit(self, path, title=title)
+
+
+def _loss(v: float) -> str:
+    """A plateau level for the table (`0` for a level of nothing but exhausted modes)."""
+    return "0" if v <= 1e-300 else f"{v:.4g}"
+
+
+def _fmt_se(se) -> str:
+    se = float(np.asarray(se))
+    return "not determined" if not math.isfinite(se) else f"{se:.3g}"
+
+
+def _z(level: float) -> float:
+    """The standard normal quantile of a two-sided interval of coverage `level`."""
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(0.5 + level / 2)
+
+
+def _quad(J: np.ndarray, cov: np.ndarray) -> np.ndarray:
+    """`diag(J Σ Jᵀ)` with `Σ` given as `(V, s)`, the eigenvectors and inverse eigenvalues of the
+    precision (`inf` for a null direction)."""
+    vecs, inv = cov
+    proj = J @ vecs  # (m, p)
+    finite = np.isfinite(inv)
+    var = (proj[:, finite] ** 2) @ inv[finite]
+    touches = np.any(np.abs(proj[:, ~finite]) > 1e-9 * (np.abs(J).max(axis=1, keepdims=True) + 1e-300), axis=1)
+    return np.where(touches, np.inf, var)
+
+
+def _precision_eig(J_data, J_prior, inflation):
+    """Eigen-decomposition of the precision `J_dᵀJ_d/φ + J_pᵀJ_p` (Jacobi-scaled; `J_d` the
+    weighted data rows, `φ = max(χ²/dof, 1)`), as `(V, 1/λ)` in the original coordinates' frame
+    via the scaling, `1/λ = inf` for a null direction."""
+    H = J_data.T @ J_data / inflation + J_prior.T @ J_prior
+    d = np.sqrt(np.maximum(np.diag(H), 1e-300))
+    Hs = H / d[:, None] / d[None, :]
+    lam, U = np.linalg.eigh((Hs + Hs.T) / 2)
+    null = lam <= 1e-12 * max(lam.max(), 1e-300)
+    inv = np.where(null, np.inf, 1.0 / np.where(null, 1.0, lam))
+    # Σ = D⁻¹ U Λ⁻¹ Uᵀ D⁻¹: return the columns of D⁻¹ U (not orthonormal, but J Σ Jᵀ only needs them)
+    return U / d[:, None], inv
+
+
+def _covariance_matrix(cov) -> np.ndarray:
+    vecs, inv = cov
+    finite = np.isfinite(inv)
+    M = (vecs[:, finite] * inv[finite]) @ vecs[:, finite].T
+    if not finite.all():
+        # an undetermined direction: infinite variance along it
+        touched = np.any(np.abs(vecs[:, ~finite]) > 1e-12, axis=1)
+        M[np.ix_(touched, touched)] = np.inf
+    return M
+
+
+def _empirical_width(model: DecoupledModes, t_end: float) -> float:
+    """The sample standard deviation of `ln c_k` over the active modes half-way before `t_end`,
+    clipped to `[0.1, 1]`; 1 with fewer than two such modes."""
+    act = np.asarray(model.active)
+    seen = act & (np.asarray(model.log_tstar) <= math.log(t_end))
+    if np.count_nonzero(seen) < 2:
+        return 1.0
+    lc = np.asarray(engine.log_z0_minus_eps(model))[seen]
+    return float(np.clip(np.std(lc, ddof=1), 0.1, 1.0))
+
+
+def _refine(template, theta, data, batch):
+    """Levenberg–Marquardt from `theta` to convergence: rounds of `SEARCH_STEPS` steps (the
+    search's compiled solver), each from where the last stopped."""
+    for _ in range(_REFINE_ROUNDS):
+        values, rss, _, steps = engine.solve_many(template, theta[None], data, batch=batch, max_steps=SEARCH_STEPS)
+        if not np.isfinite(rss[0]):
+            break
+        theta = values[0]
+        if steps[0] < SEARCH_STEPS:
+            break
+    return theta
+
+
+def _reweight(data: engine.Binned, weight: np.ndarray) -> engine.Binned:
+    return eqx.tree_at(lambda d: d.weight, data, jnp.asarray(weight))
+
+
+def fit(
+    log,
+    loss: Float[ArrayLike, " n"] | None = None,
+    *,
+    learning_rate: float | Float[ArrayLike, " n"] | None = None,
+    family: str = "auto",
+    until: float | None = None,
+    modes: int | None = None,
+    max_modes: int = 8,
+    max_spectrum_modes: int = 2048,
+    offset: float | None = None,
+    beta: float | None = None,
+    criterion: str = "bic",
+    bins: int = 200,
+    robust: bool = True,
+    prior_width: float | None = None,
+    level: float = 0.95,
+    horizon: float | None = None,
+) -> FitResult:
+    """Fit a training curve and predict the drops to come.
+
+    The loss is modelled as `L(t) = L_∞ + E(t)` in gradient-flow time `t = η · step`, with the
+    excess loss `E` of decoupled logistic modes (Eq. 163, Thm 6) in one of two families:
+
+    - `"modes"`: `K` independent modes with their own rate `r_k`, drop `V_k` and start `c_k`
+      (`DecoupledModes`), `K` chosen by the information criterion;
+    - `"power_law"`: a power-law spectrum `ζ_k ∝ k^{−α₂}`, `V_k ∝ k^{−α₁}`, `z_k(0) = ε k^{−β}`
+      with a cutoff `K` (`PowerLawModel`: Thm 9, with the finite-ε drift of Eq. 292/295 built in);
+    - `"auto"` (default): decoupled modes, and when they need all `max_modes` modes or leave
+      residuals beyond twice the log's own scatter (`χ² > 2n`), the power law too, keeping the
+      one the criterion prefers (the power law only with more modes than `max_modes`: with
+      fewer it is a few decoupled modes).
+
+    **Method.** The log is reduced to `bins` equal bins of `ln t` (mean `ln loss` per bin: every
+    stretch of log-time weighs the same however it was logged, and minibatch noise averages
+    out). The residual is `ln L̂ − ln L` per bin, divided by a first noise estimate; it is
+    minimised by Levenberg–Marquardt (`optimistix.LevenbergMarquardt`, derivatives by
+    `jax.jacfwd` through the closed-form modes) from several starts at once. With `robust`,
+    bins whose residual exceeds 1.5 σ get Huber weights and the fit is repeated (spikes and
+    outliers count linearly). The criterion (`"bic"`: `n ln(RSS/n) + p ln n`; `"aic"`: `+ 2p`)
+    does not reward a fit closer than the bins' own errors (`χ² < n`).
+
+    **Uncertainties** come from the Jacobian `J` at the optimum: covariance `σ² (JᵀJ)⁻¹` with `σ²`
+    the residual variance (plus the prior's rows), and every reported quantity — parameters,
+    drop steps, plateau levels, the final loss, the curve's band — by the **delta method**
+    (linearised at the optimum; positive quantities on the log scale). They describe the
+    curve's uncertainty given the family, not the chance that the family is wrong: check the
+    `warnings` and the held-out part of the log.
+
+    **Arguments:**
+
+    - `log`: a path to a `.csv`/`.json` log (see `read_log`), or the steps (with `loss`).
+    - `loss`: the loss at each step, when `log` is the steps.
+    - `learning_rate`: `η` (constant), or one per row (a schedule); `None` uses a learning-rate
+      column of the file if there is one, else `t = step`.
+    - `family`: `"auto"`, `"modes"` or `"power_law"`.
+    - `until`: fit the rows up to this step only, holding out the rest.
+    - `modes`: a fixed number of modes (either family); default: chosen (modes) or fitted as a
+      continuous cutoff (power law).
+    - `max_modes`: the most decoupled modes tried (default 8); `max_spectrum_modes`: the
+      power-law modes evaluated (default 2048).
+    - `offset`: `L_∞` fixed at this value (e.g. 0 for a target the model can fit exactly);
+      default fitted.
+    - `beta`: the initialisation exponent `β` of the power law (`z_k(0) = ε k^{−β}`) fixed at
+      this value (0 is the paper's Eq. 292); default fitted.
+    - `criterion`: `"bic"` (default) or `"aic"`.
+    - `bins`: the number of `ln t` bins (default 200).
+    - `robust`: the Cauchy loss on the residuals (default on).
+    - `prior_width`: the width `w` of the prior `ln c_k ~ N(0, w²)` on the modes' starts;
+      default: the spread of the starts of the modes whose drop the log shows (empirical
+      Bayes), clipped to `[0.1, 1]` (1 while fewer than two drops are seen).
+    - `level`: the coverage of the intervals (default 0.95).
+    - `horizon`: the step to extrapolate to (default: the last logged step, or past the last
+      predicted drop if later).
+
+    **Returns:** a `FitResult`.
+
+    **Raises:** `LvflowError` with one line for a bad log (not numeric, NaN or inf, fewer than 10
+    points, steps not increasing, a loss `≤ 0` or one that ends above its start) or bad options.
+    A log that climbs back up part way, or a fit the log cannot pin down, gives warnings in the
+    result (and a `UserWarning`).
+    """
+    lg = _load(log, loss, learning_rate)
+    if family not in FAMILIES:
+        raise LvflowError(f"family: must be one of {', '.join(FAMILIES)}, got {family!r}")
+    if criterion not in ("aic", "bic"):
+        raise LvflowError(f"criterion: must be 'aic' or 'bic', got {criterion!r}")
+    for name, v, lo in (("bins", bins, 10), ("max_modes", max_modes, 1), ("max_spectrum_modes", max_spectrum_modes, 2)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+            raise LvflowError(f"{name}: must be an integer >= {lo}, got {v!r}")
+    if modes is not None and (isinstance(modes, bool) or not isinstance(modes, (int, np.integer)) or modes < 1):
+        raise LvflowError(f"modes: must be a positive integer, got {modes!r}")
+    if beta is not None and not math.isfinite(beta):
+        raise LvflowError(f"beta: must be finite, got {beta!r}")
+    if offset is not None and not (math.isfinite(offset) and offset >= 0):
+        raise LvflowError(f"offset: must be finite and >= 0, got {offset!r}")
+    if not 0 < level < 1:
+        raise LvflowError(f"level: must lie in (0, 1), got {level!r}")
+    if prior_width is not None and not prior_width > 0:
+        raise LvflowError(f"prior_width: must be positive, got {prior_width!r}")
+    fit_until = float(lg.steps[-1]) if until is None else float(until)
+    sel = lg.steps <= fit_until
+    if np.count_nonzero(sel) < MIN_POINTS:
+        raise LvflowError(
+            f"until: only {np.count_nonzero(sel)} logged point(s) up to step {fit_until:g}; "
+            f"a fit needs at least {MIN_POINTS}"
+        )
+    fit_until = float(lg.steps[sel][-1])
+    t, y = lg.t[sel], lg.loss[sel]
+    data = engine.bin_log(t, y, int(bins), SIGMA_FLOOR)
+
+    cands: list[Candidate] = []
+    scores: dict[str, float] = {}
+    if family in ("auto", "modes"):
+        best_modes, sc = search_modes(
+            data,
+            max_modes=int(max_modes),
+            modes=modes,
+            offset=offset,
+            criterion=criterion,
+            prior_width=1.0 if prior_width is None else prior_width,
+            robust=bool(robust),
+        )
+        cands.append(best_modes)
+        scores.update(sc)
+    # auto: the power law is tried when the decoupled modes need every mode allowed or leave
+    # residuals beyond the log's own scatter (a few drops, well fitted, are not a spectrum)
+    need_spectrum = family == "power_law" or (
+        family == "auto" and (best_modes.K >= max_modes or best_modes.rss > _SPECTRUM_CHI2 * best_modes.n)
+    )
+    if need_spectrum:
+        pl = search_power_law(
+            data,
+            max_modes=int(modes if modes is not None else max_spectrum_modes),
+            modes=modes,
+            offset=offset,
+            criterion=criterion,
+            beta=0.0 if beta is None else float(beta),
+            fit_beta=beta is None,
+            robust=bool(robust),
+        )
+        cands.append(pl)
+        scores["power law"] = pl.score
+    if family == "auto" and len(cands) == 2:
+        # a power law of no more modes than the modes family tries is a few decoupled modes with
+        # a constrained spectrum (and a fractional last mode): leave those to the modes family
+        K_pl = float(np.exp(float(engine.model_of(cands[1].template, jnp.asarray(cands[1].theta)).log_modes)))
+        if K_pl <= max_modes:
+            cands = cands[:1]
+            scores.pop("power law")
+    best = min(cands, key=lambda c: c.score)
+    template, theta = best.template, best.theta
+    if robust:
+        data = engine.with_scale(data, engine.CAUCHY_SCALE)
+    B = int(np.size(data.y))
+    ok = np.asarray(data.count) > 0
+    is_modes = isinstance(template, DecoupledModes)
+    if is_modes and prior_width is None:
+        # empirical Bayes: the prior's width is the spread of the starts of the modes seen
+        width = _empirical_width(engine.model_of(template, jnp.asarray(theta)), float(t[-1]))
+        template = eqx.tree_at(lambda m: m.prior_width, template, jnp.asarray(np.float64(width)))
+        theta = _refine(template, theta, data, best.batch)
+
+    res = np.asarray(engine.data_residuals(template, jnp.asarray(theta), data))
+    n = int(ok.sum())
+    p = best.p
+    chi2 = float(np.sum(res[ok] ** 2))
+    inflation = max(chi2 / max(n - p, 1), 1.0)
+    raw = np.asarray(engine.log_loss_of(engine.model_of(template, jnp.asarray(theta)), data.t)) - np.asarray(data.y)
+    sigma = math.sqrt(float(np.sum(raw[ok] ** 2)) / max(n - p, 1))  # RMS bin residual in ln loss
+    J = engine.jacobian(template, theta, data)
+    if is_modes:
+        slots = engine.model_of(template, jnp.asarray(theta))
+        live = slots.live()
+        template = slots.compact()
+        theta, J = np.asarray(theta)[live], J[:, live]
+    model = engine.model_of(template, jnp.asarray(theta))
+    cov = _precision_eig(J[:B], J[B:], inflation)
+
+    # the drops, the horizon, then every reported number and its delta-method interval at once
+    order, resolved = _drop_order(model, is_modes)
+    t_drops = np.asarray(engine.drops_of(model)[0])[order]
+    if horizon is None:
+        h_t = max(float(lg.t[-1]), 1.5 * float(t_drops.max()) if t_drops.size else 0.0)
+        horizon_step = float(lg.step_of(h_t))
+    else:
+        horizon_step = float(horizon)
+        if not (math.isfinite(horizon_step) and horizon_step > 0):
+            raise LvflowError(f"horizon: must be a positive step, got {horizon!r}")
+        h_t = float(lg.t_of(horizon_step))
+    first = lg.steps[lg.steps > 0][0] if np.any(lg.steps > 0) else 1.0
+    curve_steps = np.concatenate([[0.0], np.geomspace(min(first, horizon_step), horizon_step, _CURVE - 1)])
+    out, jac = engine.summaries_and_jac(
+        template,
+        jnp.asarray(theta),
+        jnp.asarray(lg.t_of(curve_steps)),
+        jnp.asarray(np.array([h_t])),
+        jnp.asarray(order.astype(np.int32)),
+    )
+    sd = jax.tree_util.tree_map(lambda v, Jv: _sd(np.asarray(v), np.asarray(Jv), cov), out, jac)
+    out = jax.tree_util.tree_map(np.asarray, out)
+    z = _z(level)
+    parameters = dict(out["reported"])
+    stderr = dict(sd["reported"])
+    drops = _drop_table(out, sd, model, order, resolved, lg, fit_until, z)
+    fl, fl_sd = float(out["ln_final"][0]), float(sd["ln_final"][0])
+    cmean, csd = out["ln_curve"], sd["ln_curve"]
+    off_val = float(parameters["offset"])
+    off_se = float(stderr["offset"])
+
+    notes = _trust(lg, sigma, inflation, drops, stderr, best)
+    for msg in notes:
+        warnings.warn(msg, stacklevel=2)
+    return FitResult(
+        family="modes" if is_modes else "power_law",
+        model=model,
+        parameters=parameters,
+        stderr=stderr,
+        theta=np.asarray(theta),
+        covariance=_covariance_matrix(cov),
+        parameter_names=tuple(template.parameter_names),
+        sigma=sigma,
+        noise=float(data.noise),
+        n_bins=n,
+        n_points=int(np.count_nonzero(sel)),
+        criterion=criterion,
+        scores=scores,
+        log=lg,
+        fit_until=fit_until,
+        drops=drops,
+        curve={
+            "step": curve_steps,
+            "loss": np.exp(cmean),
+            "lo": np.exp(cmean - z * csd),
+            "hi": np.exp(cmean + z * csd),
+        },
+        horizon=horizon_step,
+        final_loss=math.exp(fl),
+        final_loss_lo=math.exp(fl - z * fl_sd) if math.isfinite(fl_sd) else 0.0,
+        final_loss_hi=math.exp(min(fl + z * fl_sd, 700.0)),
+        asymptote=off_val,
+        asymptote_lo=max(off_val - z * off_se, 0.0),
+        asymptote_hi=off_val + z * off_se,
+        level=float(level),
+        warnings=tuple(notes),
+    )
+
+
+_CURVE = 400  # points of the saved and plotted curve
+
+
+def _sd(v: np.ndarray, Jv: np.ndarray, cov) -> np.ndarray:
+    """Delta-method standard errors of the entries of `v` from their Jacobian `Jv`."""
+    J = Jv.reshape(max(v.size, 1), -1)[: v.size]
+    if v.size == 0:
+        return np.zeros_like(v)
+    return np.sqrt(np.maximum(_quad(J, cov), 0.0)).reshape(v.shape)
+
+
+def _drop_order(model, is_modes: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The indices of the listed drops in the order of `t*` and whether each is resolved (its
+    gap to the next exceeds half their two widths `ln 81 / r`). A power law lists its leading
+    resolved drops only: the rest merge into the power law."""
+    ts, V, r = (np.asarray(a) for a in engine.drops_of(model))
+    order = np.argsort(ts, kind="stable")
+    order = order[V[order] > 0]
+    ts_o, r_o = ts[order], r[order]
+    widths = 0.5 * (_WIDTH / r_o[:-1] + _WIDTH / r_o[1:])
+    resolved = np.append(np.diff(ts_o) > widths, True)
+    if not is_modes:
+        bad = np.flatnonzero(~resolved)
+        n_res = int(bad[0]) if bad.size else order.size
+        order, resolved = order[:n_res], resolved[:n_res]
+    return order, resolved
+
+
+def _drop_table(out, sd, model, order, resolved, lg: TrainingLog, fit_until: float, z: float):
+    lt, st = out["ln_t_star"], sd["ln_t_star"]
+    lb, sb = out["ln_before"], sd["ln_before"]
+    la, sa = out["ln_after"], sd["ln_after"]
+    _, V, r = (np.asarray(a) for a in engine.drops_of(model))
+    t_star = np.exp(lt)
+    step = lg.step_of(t_star)
+    expo = lambda a: np.where(a < 690.0, np.exp(np.minimum(a, 690.0)), np.inf)
+    return {
+        "t_star": t_star,
+        "step": step,
+        "step_lo": lg.step_of(np.exp(lt - z * st)),
+        "step_hi": lg.step_of(expo(lt + z * st)),
+        "V": V[order],
+        "rate": r[order],
+        "loss_before": np.exp(lb),
+        "loss_before_lo": np.exp(lb - z * sb),
+        "loss_before_hi": expo(lb + z * sb),
+        "loss_after": np.exp(la),
+        "loss_after_lo": np.exp(la - z * sa),
+        "loss_after_hi": expo(la + z * sa),
+        "resolved": np.asarray(resolved, bool),
+        "future": step > fit_until,
+    }
+
+
+def _trust(lg, sigma, inflation, drops, stderr, best) -> list[str]:
+    """Sentences saying how far to trust the fit."""
+    notes = []
+    climb = rises(lg, sigma)
+    if climb:
+        notes.append(climb)
+    undetermined = [k for k, se in stderr.items() if not np.all(np.isfinite(np.asarray(se)))]
+    if undetermined:
+        notes.append(
+            f"the log does not determine {', '.join(undetermined)} (infinite standard error): "
+            "the predictions that depend on them are guesses"
+        )
+    fut = drops["future"]
+    if np.any(fut):
+        i = int(np.flatnonzero(fut)[0])
+        rel = (drops["step_hi"][i] - drops["step_lo"][i]) / (2 * drops["step"][i])
+        if rel > 0.25:
+            notes.append(
+                f"the next drop's interval is wide ([{drops['step_lo'][i]:.4g}, {drops['step_hi'][i]:.4g}] "
+                f"around step {drops['step'][i]:.4g}): the log shows little of its rise"
+            )
+    if inflation > 4.0:
+        notes.append(
+            f"the residuals are {math.sqrt(inflation):.1f}x the log's own scatter (sigma = {sigma:.2g} in ln loss): "
+            "the family describes this curve loosely"
+        )
+    if best.n < 4 * best.p:
+        notes.append(f"{best.n} bins for {best.p} parameters: a longer or denser log would pin the fit down better")
+    return notes
+
+
+def _load(log, loss, learning_rate) -> TrainingLog:
+    if loss is None:
+        if isinstance(log, (str, os.PathLike)):
+            steps, values, lr_col = read_log(log, source=str(log))
+            lr = learning_rate if learning_rate is not None else lr_col
+            return check_log(steps, values, lr, source=str(log))
+        raise LvflowError("loss: missing; pass fit(path) or fit(steps, loss)")
+    return check_log(log, loss, learning_rate, source="arrays")
