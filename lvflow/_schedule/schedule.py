@@ -430,8 +430,8 @@ def plateau_schedule(
 
     **Raises:** `LvflowError` for `eps ∉ (0, 1)`, bad `z0`, `max_events` not a positive integer,
     `transients` without `corrected` (or on the cases above), or a singular `C` with `r` outside
-    its range along it (no saturated equilibrium); `NotPSDError` for a non-PSD `C`; `SolverError` if the event buffer overflows
-    (or an orbit fails).
+    its range along it (no saturated equilibrium); `NotPSDError` for a non-PSD `C`; `SolverError`
+    if the event buffer overflows (or an orbit fails).
     """
     eps = check_in_open_interval("eps", eps, 0.0, 1.0)
     if not isinstance(system, AbstractLotkaVolterra):
