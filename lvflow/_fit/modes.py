@@ -66,9 +66,9 @@ class DecoupledModes(AbstractCurveModel):
     @classmethod
     def from_physical(
         cls,
-        rate: Float[ArrayLike, " K"],
-        drop: Float[ArrayLike, " K"],
-        tstar: Float[ArrayLike, " K"],
+        rate: ArrayLike,
+        drop: ArrayLike,
+        tstar: ArrayLike,
         offset: float = 0.0,
         *,
         fit_offset: bool = True,
@@ -114,8 +114,8 @@ class DecoupledModes(AbstractCurveModel):
 
     def log_excess(self, t):
         t = jnp.asarray(t, dtype=float)
-        x = jnp.exp(self.log_rate) * (t[:, None] - jnp.exp(self.log_tstar))
-        terms = jnp.where(self.active, self.log_drop + sigmoid_log_sq(x), -jnp.inf)
+        x = jnp.exp(self.log_rate)[None, :] * (t[:, None] - jnp.exp(self.log_tstar)[None, :])
+        terms = jnp.where(self.active[None, :], self.log_drop[None, :] + sigmoid_log_sq(x), -jnp.inf)
         return jax.nn.logsumexp(terms, axis=-1)
 
     def penalty(self):

@@ -137,9 +137,9 @@ class PowerLawModel(AbstractCurveModel):
     def log_excess(self, t):
         t = jnp.asarray(t, dtype=float)
         log_zeta, log_V, ell, weight = self._spectrum()
-        x = jnp.exp(log_zeta) * t[:, None] - ell
-        terms = log_V + sigmoid_log_sq(x)
-        return jax.nn.logsumexp(terms, axis=-1, b=weight)
+        x = jnp.exp(log_zeta)[None, :] * t[:, None] - ell[None, :]
+        terms = log_V[None, :] + sigmoid_log_sq(x)
+        return jax.nn.logsumexp(terms, axis=-1, b=jnp.broadcast_to(weight, terms.shape))
 
     def _free(self):
         names = ["ln zeta_1", "ln V_1", "alpha1", "alpha2", "ln eps"]
