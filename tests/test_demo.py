@@ -1,5 +1,6 @@
 import re
 
+# internal on purpose: the `lvflow` command's entry point ([project.scripts]), run in-process
 from lvflow._workflow.cli import main
 
 
