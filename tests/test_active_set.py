@@ -8,7 +8,9 @@ from hypothesis import given, settings, strategies as st
 from scipy.optimize import nnls
 
 import lvflow
-from lvflow._glv.lv import LowRankLotkaVolterra
+from lvflow import LowRankLotkaVolterra
+
+# internal on purpose: the incremental active-set backends and the Lawson–Hanson repair are what this file tests
 from lvflow._schedule.active_set import _backend, _DenseBackend, _LowRankBackend, _repair
 
 Q_RANK = 3

@@ -8,11 +8,15 @@ import optax
 import pytest
 
 import lvflow
-from lvflow import architectures as arch
-from lvflow._training.agreement import compare_histories, recovered_singular_values
-from lvflow._training.data import low_rank_teacher
-from lvflow._training.train import TrainHistory, train
-from lvflow._training.twin import nqf_twin
+from lvflow import (
+    TrainHistory,
+    architectures as arch,
+    compare_histories,
+    low_rank_teacher,
+    nqf_twin,
+    recovered_singular_values,
+    train,
+)
 
 KEY = jax.random.PRNGKey(0)
 N_TOK = 4

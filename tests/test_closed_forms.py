@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from scipy.integrate import solve_ivp
 
 import lvflow
-from lvflow._glv.closed_forms import (
+from lvflow import (
     ignition_time,
     isotropic_modes,
     isotropic_riccati,

@@ -7,9 +7,15 @@ import numpy as np
 import pytest
 
 import lvflow
-from lvflow import architectures as arch
-from lvflow._training.data import digits_parity, fourier_task, gaussian_inputs, low_rank_teacher, teacher_student_stream
-from lvflow._training.twin import NQFModel
+from lvflow import (
+    NQFModel,
+    architectures as arch,
+    digits_parity,
+    fourier_task,
+    gaussian_inputs,
+    low_rank_teacher,
+    teacher_student_stream,
+)
 
 KEY = jax.random.PRNGKey(0)
 ARCHS = {

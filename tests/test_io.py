@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from lvflow import LvflowError
+
+# internal on purpose: the CLI's safe-loading and atomic-writing layer is what this file tests
 from lvflow._workflow.io import atomic_write_bytes, load_array, load_arrays, save_json, save_npz, to_json
 
 

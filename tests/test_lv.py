@@ -9,7 +9,7 @@ from scipy.optimize import nnls
 
 import lvflow
 
-# The uniqueness flag is internal (solve_lv's second pass for non-unique z∞): tested here on purpose.
+# internal on purpose: the uniqueness flag (solve_lv's second pass for non-unique z∞) is not public
 from lvflow._glv.equilibrium import saturated_equilibrium
 
 

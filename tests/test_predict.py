@@ -10,9 +10,10 @@ from hypothesis import given, settings, strategies as st
 from scipy.integrate import solve_ivp
 
 import lvflow
-from lvflow import NQF, LotkaVolterra, LvflowError
+from lvflow import NQF, LotkaVolterra, LvflowError, predict
+
+# internal on purpose: predict's helpers (initial scale, ε_merge) and the CLI's system builders, tested directly
 from lvflow._workflow.eps_merge import eps_merge
-from lvflow._workflow.predict import predict
 from lvflow._workflow.predict_data import nqf_from_data
 from lvflow._workflow.predict_inputs import initial_scale, lv_from_arrays, power_law_lv
 
@@ -105,8 +106,8 @@ def test_power_law_exponent_and_merging():
     # ε_merge is where `resolved_steps` (independent code, _scaling.py) flips for that pair.
     em = np.asarray(p.eps_merge)
     for j in range(2):
-        assert lvflow._scaling.resolved_steps(r, em[j] * 0.99, C=r**2 / (8 * V)).resolved[j]
-        assert not lvflow._scaling.resolved_steps(r, em[j] * 1.01, C=r**2 / (8 * V)).resolved[j]
+        assert lvflow.resolved_steps(r, em[j] * 0.99, C=r**2 / (8 * V)).resolved[j]
+        assert not lvflow.resolved_steps(r, em[j] * 1.01, C=r**2 / (8 * V)).resolved[j]
     # Leading order: ln(1/ε_merge) = ln 9 (1/ζ_k + 1/ζ_{k+1}) / (1/ζ_{k+1} − 1/ζ_k), up to O(1) terms.
     lead = np.log(9) * (1 / r[:-1] + 1 / r[1:]) / (1 / r[1:] - 1 / r[:-1])
     np.testing.assert_allclose(-np.log(em), lead, rtol=0.35)
@@ -116,7 +117,7 @@ def test_eps_merge_flips_resolution():
     zeta = np.array([1.0, 0.5, 0.25, 0.24])
     C, c = np.array([1.0, 2.0, 1.0, 1.0]), np.ones(4)
     em = eps_merge(zeta, C=C, c=c)
-    from lvflow._scaling import resolved_steps
+    from lvflow import resolved_steps
 
     for k, e in enumerate(em):
         assert resolved_steps(zeta, e * 0.999, C=C).resolved[k]
@@ -228,7 +229,7 @@ def test_n_resolved_matches_resolved_steps():
     lv = power_law_lv(alpha1=2.0, alpha2=0.8, modes=3)
     for eps in (1e-3, 1e-6, 1e-9):
         p = predict(lv, eps=eps, num_points=N)
-        ref = lvflow._scaling.resolved_steps(r, eps, C=np.asarray(p.C_diag))
+        ref = lvflow.resolved_steps(r, eps, C=np.asarray(p.C_diag))
         assert p.n_resolved() == ref.n_resolved
 
 

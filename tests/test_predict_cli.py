@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+# internal on purpose: the `lvflow` command's entry point ([project.scripts]), run in-process
 from lvflow._workflow.cli import main
 
 R3 = np.array([1.0, 0.5, 0.25])
@@ -175,7 +176,7 @@ def test_readme_example(capsys, tmp_path, monkeypatch):
         assert float(row[5]) == float(f"{t_star[k] / eta:.6g}")
         assert float(row[6]) == float(f"{1 / r[k]:.6g}")  # τ*_k = 1/r_k (Eq. 168)
         assert float(row[7]) == float(f"{V[k:].sum():.6g}")  # the drops still to come
-    from lvflow._scaling import resolved_steps
+    from lvflow import resolved_steps
 
     for k in range(2):  # at eps_merge the pair's steps stop being resolved
         e = float(rows[k][8])
@@ -276,6 +277,7 @@ def test_architecture_route(capsys, tmp_path):
 def test_console_script(tmp_path):
     """The installed `lvflow` entry point (one real subprocess)."""
     exe = os.path.join(os.path.dirname(sys.executable), "lvflow")
+    # internal on purpose: without the installed script, the command's module ([project.scripts]) is run
     cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "lvflow._workflow.cli"]
     p = subprocess.run(
         [*cmd, "predict", "--system", str(tmp_path / "none.npz"), "--eps", "1e-4"],
@@ -292,6 +294,7 @@ def test_console_script(tmp_path):
 def test_help_does_not_import_jax():
     # `lvflow --help` and `import lvflow` load no JAX (public names load on first use), while
     # JAX imported afterwards still runs in float64.
+    # internal on purpose: the command's own module, imported as the console script does
     code = (
         "import sys; import lvflow; from lvflow._workflow.cli import main; "
         "assert 'jax' not in sys.modules; "
@@ -312,6 +315,7 @@ def test_persistent_compilation_cache(tmp_path):
     system = tmp_path / "sys.csv"
     system.write_text("r,C0,C1\n1.0,1,0.2\n0.5,0.2,1\n")
     cache = tmp_path / "cache"
+    # internal on purpose: the command's module ([project.scripts]), run as a real process
     cmd = [sys.executable, "-m", "lvflow._workflow.cli", "predict", "--system", str(system), "--eps", "1e-4", "--quiet"]
 
     def run(setting):

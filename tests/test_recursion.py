@@ -10,6 +10,8 @@ from hypothesis import given, settings, strategies as st
 
 import lvflow
 from lvflow import NQF, gd_recursion
+
+# internal on purpose: one GD step and one momentum step must agree at zero momentum
 from lvflow._form.recursion import _gd_step, _momentum_step
 
 M_SAMPLES, P, D, STEPS, LR = 6, 4, 3, 1000, 0.01

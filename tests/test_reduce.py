@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import lvflow
-from lvflow._glv.reduce import ProjectorForm, reduce_to_lv, reduce_to_projectors
+from lvflow import ProjectorForm, reduce_to_lv, reduce_to_projectors
 
 
 def commuting_nqf(rng, m, p, k=None, *, degenerate=True, idle=True):

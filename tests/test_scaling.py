@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import lvflow
-from lvflow._scaling import (
+from lvflow import (
     effective_exponent,
     effective_exponent_time,
     fit_power_law,

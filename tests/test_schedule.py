@@ -11,9 +11,11 @@ from scipy.integrate import solve_ivp
 from scipy.optimize import nnls
 
 import lvflow
-from lvflow._glv.lv import LowRankLotkaVolterra
+from lvflow import LowRankLotkaVolterra, plateau_schedule
+
+# internal on purpose: the event loop run on the dense backend directly, against the public path
 from lvflow._schedule.active_set import _DenseBackend
-from lvflow._schedule.schedule import _run, plateau_schedule
+from lvflow._schedule.schedule import _run
 
 # Two modes, hand-solved: A ignites at τ = 1/r_A = 1; then s_B(1) = −1 + 0.8 = −0.2 and B grows
 # at σ_B = 0.8 − 0.56·z_A = 0.24, igniting at τ = 1 + 0.2/0.24 = 11/6; on {A, B} the unconstrained
@@ -180,6 +182,7 @@ def test_transients_resolve_a_slow_swap_ignition():
     # and 1.16) while switching mode 2 off, which `corrected` alone misses by ~7.85 time units.
     # At ε = 1e-32 the other modes are negligible during each transition (at 1e-16 they are not:
     # ~1e-3 when mode 2 ignites), so the orbits should match the gLV closely.
+    # internal on purpose: the very system the limit figure shows
     from lvflow._figures.limit import system
 
     lv = system()

@@ -11,7 +11,10 @@ from hypothesis import given, settings, strategies as st
 from scipy.integrate import solve_ivp
 
 import lvflow
-from lvflow._glv.solve import default_ts, solve_lv
+from lvflow import solve_lv
+
+# internal on purpose: solve_lv's default log-spaced save grid, reused for the GD comparison (not exported)
+from lvflow._glv.solve import default_ts
 
 # One diagonal 5-mode system serves several tests (one compilation): Fig 3 left's rates, with
 # interaction strengths over four decades.
@@ -19,7 +22,7 @@ R5 = np.array([1.0, 0.5, 0.25, 0.125, 0.0625])
 
 
 def _thm6(r, c, z0, t):
-    # Thm 6 written out in numpy (independently of lvflow._glv.closed_forms).
+    # Thm 6 written out in numpy (independently of lvflow's closed forms).
     t = np.asarray(t)[:, None]
     return r * z0 / (c * z0 + (r - c * z0) * np.exp(-r * t))
 

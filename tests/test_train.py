@@ -8,10 +8,10 @@ import optax
 import pytest
 
 import lvflow
-from lvflow import architectures as arch
-from lvflow._training.data import teacher_student_stream
-from lvflow._training.train import eval_key, minibatch_indices, mse_loss, train
-from lvflow._training.twin import NQFModel
+from lvflow import NQFModel, architectures as arch, minibatch_indices, mse_loss, teacher_student_stream, train
+
+# internal on purpose: the key of train's stream evaluation set (documented in train, not exported)
+from lvflow._training.train import eval_key
 
 KEY = jax.random.PRNGKey(0)
 NET = arch.MLP(3, 6, 2, key=KEY, init_scale=0.4)

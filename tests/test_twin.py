@@ -9,11 +9,17 @@ import optax
 import pytest
 
 import lvflow
-from lvflow import architectures as arch
-from lvflow._training.data import low_rank_teacher
-from lvflow._training.deep import DeepAttention, DeepMLP, DeepNQF
-from lvflow._training.train import minibatch_indices, train
-from lvflow._training.twin import NQFModel, nqf_twin
+from lvflow import (
+    DeepAttention,
+    DeepMLP,
+    DeepNQF,
+    NQFModel,
+    architectures as arch,
+    low_rank_teacher,
+    minibatch_indices,
+    nqf_twin,
+    train,
+)
 
 KEY = jax.random.PRNGKey(3)
 
