@@ -1,0 +1,160 @@
+"""`SweepResult`, what `lvflow.sweep` returns, and `load_sweep`, which reads a sweep's directory back
+in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import numpy as np
+
+from .._errors import LvflowError
+from .grid import Chunk
+from .run import CURVE, PER_MODE, chunk_path, exists, read_chunk, read_manifest
+
+
+class SweepResult(eqx.Module):
+    """A sweep's results: one row per configuration, in configuration order, as columns.
+
+    **Columns** (`result["t_first"]`, `result.columns`):
+
+    - the configuration: `index` (its number in the spec's order), every parameter given in the
+      spec (files and Python values by name; NaN, −1 or "" where a configuration leaves it out),
+      and as used: `eps` (also from `z0` or `init_std`/`width`), `modes` (K), `rho`;
+    - per configuration: `t1` (the horizon), `success` (the ODE solve succeeded; always for a
+      diagonal `C`), `num_steps`, `ln_inv_eps`, `n_on`, `t_first` (the initial plateau's length),
+      `t_last`, `steps_first`, `tau_first`, `exponent` (Thm 9) and `exponent_fit` (the finite-ε
+      staircase's), as described in `lvflow.sweep`;
+    - per mode, shape `(n, K)` in each system's own mode order (NaN-padded to the largest `K` when
+      groups differ): `t_star`, `tau_star`, `plateau_loss`, `z_inf`, `r`, `V`;
+    - with `curve=True`, shape `(n, T)`: `ts` and `excess_loss` (`predict`'s time grid).
+
+    **Fields:** `columns`, `out` (the directory, or `None` for an in-memory sweep), `complete`
+    (every chunk present), `stats` (chunks and configurations evaluated and skipped by this call,
+    seconds, devices, processes).
+    """
+
+    columns: dict[str, np.ndarray]
+    stats: dict[str, Any]
+    out: str | None = eqx.field(static=True)
+    complete: bool = eqx.field(static=True)
+    parameters: tuple[str, ...] = eqx.field(static=True)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        try:
+            return self.columns[name]
+        except KeyError:
+            raise KeyError(f"{name!r}: no such column; columns: {', '.join(self.columns)}") from None
+
+    def __len__(self) -> int:
+        return int(self.columns["index"].shape[0]) if "index" in self.columns else 0
+
+    def keys(self) -> list[str]:
+        return list(self.columns)
+
+    def row(self, i: int) -> dict[str, Any]:
+        """Configuration `i` and its results as plain Python values (per-mode arrays as lists,
+        padding dropped)."""
+        pos = int(np.searchsorted(self.columns["index"], i))
+        if pos >= len(self) or self.columns["index"][pos] != i:
+            raise KeyError(f"configuration {i} is not in this result")
+        K = int(self.columns["modes"][pos])
+        T = int(np.count_nonzero(np.isfinite(self.columns["ts"][pos]))) if "ts" in self.columns else 0
+        out: dict[str, Any] = {}
+        for k, v in self.columns.items():
+            x = v[pos]
+            if k in PER_MODE:
+                out[k] = x[:K].tolist()
+            elif k in CURVE:
+                out[k] = x[:T].tolist()
+            else:
+                out[k] = x.item() if hasattr(x, "item") else x
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """The swept quantities against the parameters (see `lvflow.sweep`), as a JSON-ready dict."""
+        from .summary import summarize
+
+        return summarize(self)
+
+    def plot(self, path) -> Path:
+        """The summary plot (initial plateau against ln(1/ε), fitted against predicted exponents),
+        written atomically (`.png`, `.pdf` or `.svg`)."""
+        from .summary import plot_summary
+
+        return plot_summary(self, path)
+
+
+def _pad(parts: list[np.ndarray], width: int) -> list[np.ndarray]:
+    out = []
+    for a in parts:
+        if a.shape[1] < width:
+            pad = np.full((a.shape[0], width - a.shape[1]), np.nan)
+            a = np.concatenate([a.astype(np.float64), pad], axis=1)
+        out.append(a)
+    return out
+
+
+def concat_chunks(tables: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Chunk tables into one, sorted by `index`; per-mode and curve columns NaN-padded to the
+    widest."""
+    if not tables:
+        return {}
+    names = list(dict.fromkeys(k for t in tables for k in t))
+    n = [t["index"].shape[0] for t in tables]
+    cols = {}
+    for name in names:
+        parts = []
+        for t, m in zip(tables, n):
+            if name in t:
+                parts.append(t[name])
+            else:
+                proto = next(x[name] for x in tables if name in x)
+                shape = (m,) + proto.shape[1:]
+                parts.append(np.full(shape, np.nan) if proto.dtype.kind == "f" else np.zeros(shape, proto.dtype))
+        if parts[0].ndim == 2:
+            parts = _pad(parts, max(p.shape[1] for p in parts))
+        cols[name] = np.concatenate(parts)
+    order = np.argsort(cols["index"], kind="stable")
+    return {k: v[order] for k, v in cols.items()}
+
+
+def load_sweep(out, *, partial: bool = False) -> SweepResult:
+    """Read a sweep's directory back: `lvflow.load_sweep("DIR")["t_first"]`.
+
+    Checks every chunk against the manifest: each configuration once, none missing (unless
+    `partial=True`, which returns the chunks present).
+
+    **Raises:** `LvflowError` if `out` is not a sweep directory, a chunk is unreadable or holds other
+    configurations than the manifest says, or (without `partial`) chunks are missing.
+    """
+    out = Path(out)
+    m = read_manifest(out)
+    if m is None:
+        raise LvflowError(f"out: {out} holds no sweep (no manifest.json)")
+    tables, missing = [], 0
+    for c in m["chunks"]:
+        p = chunk_path(out, Chunk(int(c["id"]), int(c["group"]), np.zeros(0)))
+        if not exists(p):
+            missing += 1
+            continue
+        try:
+            t = read_chunk(p)
+        except (OSError, ValueError) as e:
+            raise LvflowError(f"out: chunk {p.name} is unreadable ({e}); delete it and rerun the sweep") from None
+        if t["index"].shape[0] != c["n"] or int(t["index"][0]) != c["first_index"]:
+            raise LvflowError(f"out: chunk {p.name} does not hold the configurations the manifest lists")
+        tables.append(t)
+    if missing and not partial:
+        raise LvflowError(
+            f"out: {missing} of {len(m['chunks'])} chunks are missing in {out}; rerun the same sweep to finish it "
+            "(or load_sweep(..., partial=True))"
+        )
+    cols = concat_chunks(tables)
+    if cols and np.any(np.diff(cols["index"]) <= 0):
+        raise LvflowError(f"out: {out} holds a configuration twice")
+    if not missing and cols and not np.array_equal(cols["index"], np.arange(m["n_configs"])):
+        raise LvflowError(f"out: {out}'s chunks do not cover configurations 0…{m['n_configs'] - 1} exactly once")
+    params = tuple(m.get("options", {}).get("parameters", ()))
+    return SweepResult(cols, {"chunks_missing": missing}, str(out), missing == 0, params)
