@@ -42,6 +42,7 @@ from .families import Group, Resolved, c_matrix
 from .grid import PARAMETERS, Chunk
 
 MANIFEST = "manifest.json"
+_FUNCTIONS: dict[tuple, Callable] = {}
 FORMAT = "lvflow-sweep/1"
 
 #: Columns with one entry per mode (shape `(n, K)`) and per curve time (shape `(n, T)`).
@@ -77,7 +78,6 @@ class Runner:
         self.sharding = NamedSharding(mesh, PartitionSpec("batch"))
         self.n_dev = int(mesh.size)
         self.platform = mesh.devices.flat[0].platform
-        self._fns: dict[int, Callable] = {}
         self._schedules: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.evaluated_rows = 0
 
@@ -114,21 +114,24 @@ class Runner:
         return int(min(base, 1 << max(0, math.ceil(math.log2(max(largest, 1))))))
 
     def function(self, g: int) -> Callable:
-        if g not in self._fns:
-            group = self.res.groups[g]
-            member = make_member(
-                group, schedule=self.schedule, host_schedule=self.host_schedule(group), max_steps=self.max_steps
-            )
+        """The compiled, sharded evaluation of group `g` (shared by every sweep in this process whose
+        group has the same shapes and options: a notebook's second sweep does not recompile)."""
+        group = self.res.groups[g]
+        host = self.host_schedule(group)
+        per_member = self.per_member(group)
+        key = (group.key, self.schedule, host, self.max_steps, per_member, tuple(d.id for d in self.mesh.devices.flat))
+        if key not in _FUNCTIONS:
+            member = make_member(group, schedule=self.schedule, host_schedule=host, max_steps=self.max_steps)
             spec = PartitionSpec("batch")
             body = jax.shard_map(
-                batched(member, per_member=self.per_member(group)),
+                batched(member, per_member=per_member),
                 mesh=self.mesh,
                 in_specs=spec,
                 out_specs=spec,
                 check_vma=False,  # equinox's runtime checks (error_if) are not varying-annotated
             )
-            self._fns[g] = jax.jit(body, in_shardings=self.sharding, out_shardings=self.sharding)
-        return self._fns[g]
+            _FUNCTIONS[key] = jax.jit(body, in_shardings=self.sharding, out_shardings=self.sharding)
+        return _FUNCTIONS[key]
 
     # -- inputs ---------------------------------------------------------------------------------
 
