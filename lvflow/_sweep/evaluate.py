@@ -27,14 +27,9 @@ from .families import Group
 
 
 def _staircase(tau, V):
-    """Eq. 168 per mode: the excess loss just before mode `k` ignites, `Σ_{j: τ*_j ≥ τ*_k} V_j` (the
-    staircase read just below `τ*_k`, as `predict` does, so that simultaneous ignitions share it);
-    NaN for a mode that never ignites."""
-    finite = jnp.isfinite(tau)
-    below = jnp.where(finite, tau * (1 - 1e-9) - 1e-300, 0.0)
-    order = jnp.argsort(tau)
-    suffix = jnp.concatenate([jnp.cumsum(V[order][::-1])[::-1], jnp.zeros(1)])
-    return jnp.where(finite, suffix[jnp.searchsorted(tau[order], below, side="right")], jnp.nan)
+    """Eq. 168 per mode for modes that ignite one at a time in index order (`τ*` strictly
+    increasing): the excess loss just before mode `k` ignites, `Σ_{j ≥ k} V_j`."""
+    return jnp.where(jnp.isfinite(tau), jnp.cumsum(V[::-1])[::-1], jnp.nan)
 
 
 def _horizon(r, Ckk, c, eps, tau):
@@ -64,7 +59,12 @@ def make_member(group: Group, *, schedule: str, host_schedule: bool, max_steps: 
         r, Ckk, lv = fam.system(x)
         k = jnp.arange(1, K + 1, dtype=float)
         eps = x["eps"]
-        c = x["c"] if group.init == "array" else k ** -x["beta"]
+        if group.init == "array":
+            c = x["c"]
+        elif group.init == "beta":
+            c = jnp.exp(-x["beta"] * jnp.log(k))  # k^{−β}
+        else:
+            c = jnp.ones(K)
         z0 = eps * c
         grow = r > 0
         # predict's refusals: C_kk ≤ 0, nothing learnable, a mode starting at or above its plateau
@@ -72,7 +72,7 @@ def make_member(group: Group, *, schedule: str, host_schedule: bool, max_steps: 
         V = jnp.where(grow, r**2 / (8 * jnp.where(Ckk > 0, Ckk, 1.0)), 0.0)
         if host_schedule:
             tau, plateau = x["tau_star"], x["plateau_loss"]
-        elif schedule != "none":  # diagonal C: τ*_k = 1/r_k (Eq. 168)
+        elif schedule != "none":  # a power-law spectrum: τ*_k = 1/r_k, increasing (Eq. 168)
             tau = jnp.where(grow, 1 / jnp.where(grow, r, 1.0), jnp.inf)
             plateau = _staircase(tau, V)
         else:

@@ -54,11 +54,14 @@ class PowerLawFamily(AbstractFamily):
     def inputs(self, rows, res):
         return {"alpha1": res.plan.column("alpha1")[rows], "alpha2": res.plan.column("alpha2")[rows]}
 
+    #: `r_k = k^{−α₂}` strictly decreases (α₂ > 0): the modes ignite in index order, `τ*_k = 1/r_k`.
+    ascending_tau = True
+
     def system(self, x):
-        k = jnp.arange(1, self.K + 1, dtype=float)
-        r = k ** -x["alpha2"]
-        V = k ** -x["alpha1"]
-        return r, r**2 / (8 * V), None
+        # k^{−α} as exp(−α ln k): one exp per entry instead of a pow (equal to 1e-15)
+        lk = jnp.log(jnp.arange(1, self.K + 1, dtype=float))
+        r = jnp.exp(-x["alpha2"] * lk)
+        return r, jnp.exp((x["alpha1"] - 2 * x["alpha2"]) * lk) / 8, None  # C_kk = r_k²/(8 V_k)
 
     def host_system(self, row, res):
         from .._workflow.predict_inputs import power_law_lv
@@ -216,8 +219,8 @@ def system_info(lv: AbstractLotkaVolterra, label: str) -> SystemInfo:
 
 @dataclasses.dataclass
 class Group:
-    """Configurations evaluated by one compiled function: a family, how `c` is given (`"beta"`:
-    `c_k = k^{−β}`, β = 0 by default; `"array"`: per configuration), the curve's length (0: none)
+    """Configurations evaluated by one compiled function: a family, how `c` is given (`"ones"`:
+    `c_k = 1`; `"beta"`: `c_k = k^{−β}`; `"array"`: per configuration), the curve's length (0: none)
     and the solver tolerances."""
 
     family: AbstractFamily
@@ -343,7 +346,7 @@ def resolve(plan: Plan, *, curve: bool) -> Resolved:
     local[rows_t] = sys_local[sys_of[rows_t]]
 
     # One group per distinct (family, init, points, rtol, atol), numbered by first appearance.
-    init_code = (init == "array").astype(np.float64)
+    init_code = np.select([init == "array", init == "beta"], [2.0, 1.0], 0.0)
     combo = np.stack([fam_code.astype(np.float64), init_code, points.astype(np.float64), rtol, atol], axis=1)
     _, first, inverse = np.unique(combo, axis=0, return_index=True, return_inverse=True)
     order = np.argsort(first)
@@ -351,7 +354,7 @@ def resolve(plan: Plan, *, curve: bool) -> Resolved:
     rank[order] = np.arange(order.size)
     group_of = rank[inverse.reshape(-1)]
     groups = [
-        Group(families[fam_code[i]], "array" if init_code[i] else "beta", int(points[i]), rtol[i], atol[i])
+        Group(families[fam_code[i]], ("ones", "beta", "array")[int(init_code[i])], int(points[i]), rtol[i], atol[i])
         for i in first[order]
     ]
     return Resolved(plan, groups, group_of, K.astype(np.int64), eps, local, c_arrays)
@@ -391,7 +394,7 @@ def _initial_scales(plan: Plan, K: np.ndarray):
     eps = np.where(has("eps"), plan.column("eps"), np.nan)
     std = has("init_std")
     eps[std] = plan.column("width")[std] * plan.column("init_std")[std] ** 2
-    init = np.where(has("c") | has("z0"), "array", "beta")
+    init = np.where(has("c") | has("z0"), "array", np.where(has("beta"), "beta", "ones"))
     c_arrays: dict[tuple[str, int], np.ndarray] = {}
     for name in ("c", "z0"):
         col = plan.column(name)

@@ -116,7 +116,10 @@ def concat_chunks(tables: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         if parts[0].ndim == 2:
             parts = _pad(parts, max(p.shape[1] for p in parts))
         cols[name] = np.concatenate(parts)
-    order = np.argsort(cols["index"], kind="stable")
+    idx = cols["index"]
+    if idx.size and np.all(idx[1:] > idx[:-1]):
+        return cols  # already in configuration order (one group): no copy of every column
+    order = np.argsort(idx, kind="stable")
     return {k: v[order] for k, v in cols.items()}
 
 

@@ -22,11 +22,11 @@ those. The summary is written once every chunk exists.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -36,13 +36,15 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .._errors import LvflowError
-from .._workflow.io import atomic_write_bytes, atomic_write_text
+from .._workflow.io import atomic_write_text
 from .evaluate import batched, derived, make_member
 from .families import Group, Resolved, c_matrix
 from .grid import PARAMETERS, Chunk
 
 MANIFEST = "manifest.json"
 _FUNCTIONS: dict[tuple, Callable] = {}
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 FORMAT = "lvflow-sweep/1"
 
 #: Columns with one entry per mode (shape `(n, K)`) and per curve time (shape `(n, T)`).
@@ -85,7 +87,8 @@ class Runner:
 
     def host_schedule(self, group: Group) -> bool:
         """Whether `τ*` and the plateau losses come from `plateau_schedule` on the host."""
-        return self.schedule == "corrected" or (self.schedule == "limit" and group.family.structure != "diagonal")
+        fam = group.family
+        return self.schedule == "corrected" or (self.schedule == "limit" and not getattr(fam, "ascending_tau", False))
 
     def per_member(self, group: Group) -> bool:
         """`lax.map` instead of `vmap` where the batch would run batched LAPACK on a CPU (see
@@ -146,8 +149,8 @@ class Runner:
         x["t1"] = plan.column("t1")[rows].astype(np.float64)
         if group.init == "array":
             x["c"] = c_matrix(res, rows, fam.K)
-        else:
-            x["beta"] = np.where(plan.has("beta")[rows], plan.column("beta")[rows], 0.0)
+        elif group.init == "beta":
+            x["beta"] = plan.column("beta")[rows]
         if self.host_schedule(group):
             x["tau_star"], x["plateau_loss"] = self._host_schedule(g, rows, x)
         return x
@@ -163,7 +166,9 @@ class Runner:
         for j, row in enumerate(rows):
             if self.schedule == "corrected":
                 lv = fam.host_system(row, res)
-                z0 = x["eps"][j] * (x["c"][j] if "c" in x else np.arange(1, K + 1, dtype=float) ** -x["beta"][j])
+                k = np.arange(1, K + 1, dtype=float)
+                c = x["c"][j] if "c" in x else (k ** -x["beta"][j] if "beta" in x else np.ones(K))
+                z0 = x["eps"][j] * c
                 sched = plateau_schedule(lv, float(x["eps"][j]), z0=z0, corrected=True)
                 tau[j], plateau[j] = _schedule_per_mode(sched, lv)
                 continue
@@ -223,9 +228,10 @@ def _refusal(res: Resolved, g: int, row: int, count: int) -> str:
     K = r.shape[0]
     if res.groups[g].init == "array":
         c = c_matrix(res, np.array([row]), K)[0]
+    elif res.groups[g].init == "beta":
+        c = np.arange(1, K + 1, dtype=float) ** -plan.column("beta")[row]
     else:
-        beta = plan.column("beta")[row] if plan.has("beta")[row] else 0.0
-        c = np.arange(1, K + 1, dtype=float) ** -beta
+        c = np.ones(K)
     z0 = res.eps[row] * c
     k = int(np.flatnonzero((r > 0) & (Ckk * z0 >= r))[0])
     return (
@@ -264,11 +270,23 @@ def chunk_columns(res: Resolved, g: int, rows: np.ndarray, out: dict[str, np.nda
 
 
 def write_chunk(path: Path, cols: dict[str, np.ndarray], spec_hash: str) -> None:
-    """Atomically write a chunk (uncompressed `.npz`: a 10⁵-configuration sweep writes in
-    seconds, not minutes; readable with `numpy.load(..., allow_pickle=False)`)."""
-    buf = io.BytesIO()
-    np.savez(buf, spec_hash=np.array(spec_hash), **cols)
-    atomic_write_bytes(path, buf.getvalue())
+    """Atomically write a chunk: an uncompressed `.npz` (a 10⁵-configuration sweep writes in
+    seconds, not minutes; `numpy.load(..., allow_pickle=False)` reads it) to a temporary file in
+    the same directory, flushed and fsync'ed, then `os.replace`d onto `path`."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, spec_hash=np.array(spec_hash), **cols)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
 
 
 def read_chunk(path: Path) -> dict[str, np.ndarray]:
