@@ -19,6 +19,7 @@ BENCHMARKS = {
     "train": "benchmarks.train",
     "limit": "benchmarks.limit",
     "grad": "benchmarks.grad",
+    "sweep": "benchmarks.sweep",
 }
 
 
