@@ -86,41 +86,65 @@ class SweepResult(eqx.Module):
         return plot_summary(self, path)
 
 
-def _pad(parts: list[np.ndarray], width: int) -> list[np.ndarray]:
-    out = []
-    for a in parts:
-        if a.shape[1] < width:
-            pad = np.full((a.shape[0], width - a.shape[1]), np.nan)
-            a = np.concatenate([a.astype(np.float64), pad], axis=1)
-        out.append(a)
-    return out
+class Assembler:
+    """Chunk tables into one table in configuration order, written in place into columns allocated
+    once for all `n` configurations (no concatenation: one copy of the results in memory, not two).
+    Per-mode and curve columns are NaN-padded to `widths` (the largest `K`, the longest curve)."""
+
+    def __init__(self, n: int, widths: dict[str, int]):
+        self.n, self.widths = n, widths
+        self.cols: dict[str, np.ndarray] = {}
+        self.text: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self.covered = np.zeros(n, dtype=bool)
+
+    def add(self, t: dict[str, np.ndarray]) -> None:
+        rows = t["index"]
+        if rows.size and rows[-1] - rows[0] + 1 == rows.size and np.all(np.diff(rows) == 1):
+            at = slice(int(rows[0]), int(rows[-1]) + 1)
+        else:
+            at = rows
+        self.covered[rows] = True
+        for k, v in t.items():
+            if v.dtype.kind in "US":  # names: small, joined at the end (their widths differ)
+                self.text.setdefault(k, []).append((rows, v))
+                continue
+            a = self.cols.get(k)
+            if a is None:
+                shape = (self.n,) + ((self.widths.get(k, v.shape[1]),) if v.ndim == 2 else v.shape[1:])
+                a = self.cols[k] = np.empty(shape, dtype=np.float64 if v.ndim == 2 else v.dtype)
+            if v.ndim == 2 and v.shape[1] < a.shape[1]:
+                a[at, : v.shape[1]] = v
+                a[at, v.shape[1] :] = np.nan
+            else:
+                a[at] = v
+
+    def result(self) -> dict[str, np.ndarray]:
+        cols = dict(self.cols)
+        for k, parts in self.text.items():
+            out = np.zeros(self.n, dtype=max((v.dtype for _, v in parts), key=lambda d: d.itemsize))
+            for rows, v in parts:
+                out[rows] = v
+            cols[k] = out
+        if not self.covered.all():
+            cols = {k: v[self.covered] for k, v in cols.items()}
+        return cols
 
 
-def concat_chunks(tables: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def concat_chunks(tables: list[dict[str, np.ndarray]], n: int | None = None) -> dict[str, np.ndarray]:
     """Chunk tables into one, sorted by `index`; per-mode and curve columns NaN-padded to the
     widest."""
     if not tables:
         return {}
-    names = list(dict.fromkeys(k for t in tables for k in t))
-    n = [t["index"].shape[0] for t in tables]
-    cols = {}
-    for name in names:
-        parts = []
-        for t, m in zip(tables, n):
-            if name in t:
-                parts.append(t[name])
-            else:
-                proto = next(x[name] for x in tables if name in x)
-                shape = (m,) + proto.shape[1:]
-                parts.append(np.full(shape, np.nan) if proto.dtype.kind == "f" else np.zeros(shape, proto.dtype))
-        if parts[0].ndim == 2:
-            parts = _pad(parts, max(p.shape[1] for p in parts))
-        cols[name] = np.concatenate(parts)
-    idx = cols["index"]
-    if idx.size and np.all(idx[1:] > idx[:-1]):
-        return cols  # already in configuration order (one group): no copy of every column
-    order = np.argsort(idx, kind="stable")
-    return {k: v[order] for k, v in cols.items()}
+    n = int(max(int(t["index"].max()) for t in tables) + 1) if n is None else n
+    widths: dict[str, int] = {}
+    for t in tables:
+        for k, v in t.items():
+            if v.ndim == 2:
+                widths[k] = max(widths.get(k, 0), v.shape[1])
+    asm = Assembler(n, widths)
+    for t in tables:
+        asm.add(t)
+    return asm.result()
 
 
 def load_sweep(out, *, partial: bool = False) -> SweepResult:
@@ -136,7 +160,10 @@ def load_sweep(out, *, partial: bool = False) -> SweepResult:
     m = read_manifest(out)
     if m is None:
         raise LvflowError(f"out: {out} holds no sweep (no manifest.json)")
-    tables, missing = [], 0
+    K = max(int(g["modes"]) for g in m["groups"])
+    T = max(2 * int(g["curve_points"]) - 1 for g in m["groups"])
+    asm = Assembler(int(m["n_configs"]), {**dict.fromkeys(PER_MODE, K), **dict.fromkeys(CURVE, max(T, 0))})
+    missing = 0
     for c in m["chunks"]:
         p = chunk_path(out, Chunk(int(c["id"]), int(c["group"]), np.zeros(0)))
         if not exists(p):
@@ -148,15 +175,15 @@ def load_sweep(out, *, partial: bool = False) -> SweepResult:
             raise LvflowError(f"out: chunk {p.name} is unreadable ({e}); delete it and rerun the sweep") from None
         if t["index"].shape[0] != c["n"] or int(t["index"][0]) != c["first_index"]:
             raise LvflowError(f"out: chunk {p.name} does not hold the configurations the manifest lists")
-        tables.append(t)
+        if np.any(asm.covered[t["index"]]):
+            raise LvflowError(f"out: {out} holds a configuration twice (chunk {p.name})")
+        asm.add(t)
     if missing and not partial:
         raise LvflowError(
             f"out: {missing} of {len(m['chunks'])} chunks are missing in {out}; rerun the same sweep to finish it "
             "(or load_sweep(..., partial=True))"
         )
-    cols = concat_chunks(tables)
-    if cols and np.any(np.diff(cols["index"]) <= 0):
-        raise LvflowError(f"out: {out} holds a configuration twice")
+    cols = asm.result() if asm.covered.any() else {}
     if not missing and cols and not np.array_equal(cols["index"], np.arange(m["n_configs"])):
         raise LvflowError(f"out: {out}'s chunks do not cover configurations 0…{m['n_configs'] - 1} exactly once")
     params = tuple(m.get("options", {}).get("parameters", ()))

@@ -13,8 +13,10 @@ import numpy as np
 from .._errors import LvflowError
 from .families import resolve
 from .grid import PARAMETERS, expand, make_chunks, spec_hash
-from .result import SweepResult, concat_chunks, load_sweep
+from .result import Assembler, SweepResult, load_sweep
 from .run import (
+    CURVE,
+    PER_MODE,
     Runner,
     chunk_columns,
     chunk_path,
@@ -304,7 +306,11 @@ def sweep(
     bar = progress_bar(
         progress, sum(c.rows.size for c in mine), sum(c.rows.size for c in mine) - sum(c.rows.size for c in todo)
     )
-    tables = []
+    widths = {
+        **dict.fromkeys(PER_MODE, int(res.K.max())),
+        **dict.fromkeys(CURVE, max(2 * g.points - 1 for g in res.groups)),
+    }
+    table = Assembler(plan.n, widths) if out_dir is None else None
     try:
         for c in todo:
             cols = chunk_columns(res, c.group, c.rows, runner.evaluate(c.group, c.rows))
@@ -313,7 +319,7 @@ def sweep(
                 path = chunk_path(out_dir, c)
                 write_chunk(path, cols, digest)
             else:
-                tables.append(cols)
+                table.add(cols)
             if bar is not None:
                 bar.update(c.rows.size)
             if on_chunk is not None:
@@ -335,7 +341,7 @@ def sweep(
     params = tuple(plan.columns)
     if out_dir is None:
         stats["seconds"] = time.perf_counter() - t_start
-        return SweepResult(concat_chunks(tables), stats, None, True, params)
+        return SweepResult(table.result(), stats, None, True, params)
     if dist and p_count > 1:
         _barrier(f"lvflow-sweep-{digest}")
     complete = all(exists(chunk_path(out_dir, c)) for c in chunks)
