@@ -21,6 +21,7 @@ from hypothesis import given, settings, strategies as st
 import lvflow
 from lvflow._sweep.grid import expand, make_chunks, values_of
 from lvflow._workflow.cli import main
+from lvflow._workflow.predict_inputs import power_law_lv
 
 ROOT = Path(__file__).resolve().parents[1]
 K_ODE = 6
@@ -166,7 +167,7 @@ def test_coupled_rows_against_scipy_and_the_schedule(mixed):
 
 def test_power_law_row_equals_predict(mixed):
     _, _, res = mixed
-    pred = lvflow.predict(lvflow._workflow.predict_inputs.power_law_lv(alpha1=2.0, alpha2=0.6, modes=20), eps=1e-4)
+    pred = lvflow.predict(power_law_lv(alpha1=2.0, alpha2=0.6, modes=20), eps=1e-4)
     o = np.asarray(pred.order)
     for k in ("t_star", "tau_star", "plateau_loss", "r", "V"):
         np.testing.assert_allclose(res[k][0][o], getattr(pred, k), rtol=1e-12, err_msg=k)
@@ -182,7 +183,7 @@ def test_coupled_schedule_is_plateau_schedule(mixed):
 
 
 def test_initial_scales_as_predict():
-    lv = lvflow._workflow.predict_inputs.power_law_lv(alpha1=2.0, alpha2=0.8, modes=12)
+    lv = power_law_lv(alpha1=2.0, alpha2=0.8, modes=12)
     z0 = 1e-6 * np.linspace(1, 3, 12)
     cfgs = [
         {"alpha1": 2, "alpha2": 0.8, "modes": 12, "init_std": 1e-3, "width": 10},
@@ -198,6 +199,16 @@ def test_initial_scales_as_predict():
     assert res["eps"][2] == z0.max() and res["steps_first"][1] == pytest.approx(res["t_first"][1] / 0.01)
     pred = lvflow.predict(lv, z0=z0, rho=0.3)
     assert res["t1"][2] == pytest.approx(pred.t1, rel=1e-12)
+
+
+def test_curve_as_predict():
+    lv = power_law_lv(alpha1=2.0, alpha2=0.8, modes=12)
+    res = lvflow.sweep({"alpha1": 2, "alpha2": 0.8, "modes": 12, "eps": 1e-5, "points": 30}, curve=True, progress=False)
+    pred = lvflow.predict(lv, eps=1e-5, num_points=30)
+    assert res["ts"].shape == (1, 59)
+    np.testing.assert_allclose(res["ts"][0], pred.ts, rtol=1e-13, atol=1e-13 * float(pred.t1))
+    np.testing.assert_allclose(res["excess_loss"][0], pred.excess_loss, rtol=1e-9, atol=1e-15)
+    assert len(res.row(0)["excess_loss"]) == 59 and len(res.row(0)["t_star"]) == 12
 
 
 def test_architecture_on_data_as_predict(tmp_path):
