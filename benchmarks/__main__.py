@@ -20,6 +20,7 @@ BENCHMARKS = {
     "limit": "benchmarks.limit",
     "grad": "benchmarks.grad",
     "fit": "benchmarks.fit",
+    "sweep": "benchmarks.sweep",
 }
 
 

@@ -132,6 +132,10 @@ _EXPORTS = {
     "PowerLawModel": "._fit.power",
     "FitResult": "._fit.fit",
     "fit": "._fit.fit",
+    # Sweeps over many configurations, sharded over devices and hosts.
+    "SweepResult": "._sweep.result",
+    "load_sweep": "._sweep.result",
+    "sweep": "._sweep.sweep",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -193,6 +197,8 @@ if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers 
         spectrum_exponents as spectrum_exponents,
     )
     from ._schedule.schedule import PlateauSchedule as PlateauSchedule, plateau_schedule as plateau_schedule
+    from ._sweep.result import SweepResult as SweepResult, load_sweep as load_sweep
+    from ._sweep.sweep import sweep as sweep
     from ._training.agreement import (
         Agreement as Agreement,
         compare_histories as compare_histories,

@@ -1,4 +1,4 @@
-"""The `lvflow` console command: `lvflow predict | figures | bench`, each with `--help`."""
+"""The `lvflow` console command: `lvflow predict | sweep | figures | bench`, each with `--help`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ _COMMANDS = {
     "demo": ("lvflow._workflow.demo", "Predict the plateaus of the paper's Fig 3 system (a two-minute tour)."),
     "predict": ("lvflow._workflow.predict_cli", "Predict the plateaus and switch-on times of a training run."),
     "fit": ("lvflow._fit.cli", "Fit a training log: the spectrum behind it, the drops to come, the final loss."),
+    "sweep": ("lvflow._sweep.cli", "Predict over a grid of configurations, sharded over devices and hosts, resumable."),
     "figures": ("lvflow._figures.cli", "Regenerate the paper's figures (PNG, PDF and JSON summaries)."),
     "bench": ("benchmarks.__main__", "Run the benchmarks against scipy and gradient descent."),
 }

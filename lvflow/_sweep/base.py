@@ -1,0 +1,48 @@
+"""The abstract piece of a sweep: a *family* of gLV systems whose configurations share one shape.
+
+A sweep's configurations are grouped by everything that fixes array shapes or compiled code (the
+number of modes `K`, the structure of `C`, how `c` is given, the curve's length, the tolerances);
+each group is evaluated in batches by one compiled, vmapped function. A family turns the rows of a
+group into batched host arrays (`inputs`) and, inside that function, one row's arrays back into
+the system's growth rates `r`, the diagonal `C_kk` and, for the ODE path, the system itself
+(`system`). `families.py` has the two families: power-law spectra built on the device from
+`(α₁, α₂)`, and systems given as files, Python objects or architecture + data.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import numpy as np
+
+
+class AbstractFamily(abc.ABC):
+    """Systems of `K` modes with one structure of `C`: `"diagonal"` (Thm 6, closed form),
+    `"lowrank"` (`Diag(d) + UUᵀ`, `q` columns) or `"dense"`.
+
+    Subclasses provide `key` (hashable: part of the compiled function's identity), `inputs`,
+    `system` and `host_system`.
+    """
+
+    K: int
+    structure: str
+    q: int = 0
+
+    @property
+    @abc.abstractmethod
+    def key(self) -> tuple:
+        """What fixes shapes and code: equal keys share one compiled function."""
+
+    @abc.abstractmethod
+    def inputs(self, rows: np.ndarray, res) -> dict[str, np.ndarray]:
+        """Host arrays for configurations `rows` (leading axis: the batch)."""
+
+    @abc.abstractmethod
+    def system(self, x: dict[str, Any]):
+        """Inside the traced, vmapped evaluation: `(r, C_kk, lv)` for one row `x` of `inputs`;
+        `lv` is the `AbstractLotkaVolterra` the ODE path integrates (`None` for a diagonal `C`)."""
+
+    @abc.abstractmethod
+    def host_system(self, row: int, res):
+        """The concrete system of configuration `row` (for host-side work: the ε → 0 schedule)."""

@@ -1,0 +1,168 @@
+"""`lvflow sweep`: `lvflow predict`'s inputs, each with one value or a list, swept as a grid (or from a
+TOML/JSON spec), batched and sharded over devices and hosts, written to resumable chunks.
+
+Exit codes: 0 success, 2 bad input (one line on stderr naming the input and the problem), 1 an
+internal error (one line; `--debug` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .grid import PARAMETERS
+
+EXAMPLES = """\
+values: one value, a comma-separated list (0.6,0.8,1.0), or a range lin:START:STOP:COUNT /
+log:START:STOP:COUNT; the sweep is the grid of all combinations (the last flag varying fastest).
+
+examples:
+  lvflow sweep --alpha1 2 --alpha2 0.6,0.8,1.0 --modes 100 --eps 1e-4,1e-6,1e-8 --out sweep1
+  lvflow sweep --system a.npz,b.npz --eps log:1e-10:1e-3:15 --lr 0.01 --out sweep2
+  lvflow sweep --spec sweep.toml --out sweep3          # lists that are not grids
+  lvflow sweep ... --out DIR                           # again after a crash: resumes
+  lvflow sweep ... --cpu-devices 2 --out DIR           # the CPU as 2 devices (one per core)
+  lvflow sweep ... --coordinator host0:1234 --num-processes 2 --process-id 0 --out /shared/DIR
+"""
+
+
+def _one_line_error(prog: str):
+    def error(message: str):
+        sys.stderr.write(f"{prog}: error: {message}\n")
+        raise SystemExit(2)
+
+    return error
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `lvflow sweep`: `lvflow predict`'s inputs as lists, and the sweep's own."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EXAMPLES
+    parser.error = _one_line_error(parser.prog)
+    grid = parser.add_argument_group("the configurations (lvflow predict's inputs; each V or V1,V2,… or a range)")
+    for name, p in PARAMETERS.items():
+        flags = [p.flag] + (["--learning-rate"] if name == "learning_rate" else [])
+        grid.add_argument(*flags, dest=name, metavar="V", help=p.help)
+    grid.add_argument("--spec", metavar="FILE", help="TOML/JSON spec: [grid] tables, [[configs]] lists, [options]")
+    run = parser.add_argument_group("the sweep")
+    run.add_argument("--out", metavar="DIR", required=True, help="output directory (chunks, manifest, summary)")
+    run.add_argument("--curve", action="store_true", help="also store the excess-loss curve of every configuration")
+    run.add_argument(
+        "--schedule",
+        choices=("limit", "corrected", "none"),
+        help="the eps -> 0 schedule (default limit, as predict), the finite-eps corrected one, or none",
+    )
+    run.add_argument("--chunk-size", type=int, metavar="N", help="configurations per chunk file (default 4096)")
+    run.add_argument("--batch-size", type=int, metavar="N", help="configurations per device per call")
+    run.add_argument("--max-steps", type=int, metavar="N", help="step budget of each ODE solve (default 16384)")
+    dev = parser.add_argument_group("devices and hosts")
+    dev.add_argument("--devices", type=int, metavar="N", help="use the first N local devices (default all)")
+    dev.add_argument(
+        "--cpu-devices",
+        type=int,
+        metavar="N",
+        help="split the CPU into N devices (one per core: the batch then runs on every core)",
+    )
+    dev.add_argument("--coordinator", metavar="HOST:PORT", help="jax.distributed coordinator ('auto': detect)")
+    dev.add_argument("--num-processes", type=int, metavar="P", help="number of processes (one per host)")
+    dev.add_argument("--process-id", type=int, metavar="I", help="this process's number, 0…P-1")
+    out = parser.add_argument_group("output")
+    out.add_argument("--no-summary", action="store_true", help="skip summary.json and summary.png")
+    out.add_argument("--json", action="store_true", help="print the summary JSON to stdout")
+    out.add_argument("--quiet", action="store_true", help="no progress bar")
+    out.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `lvflow sweep`; returns the exit code."""
+    prog = "lvflow sweep"
+    try:
+        return _run(args)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted (rerun the same command to resume)\n")
+        return 130
+    except Exception as e:  # noqa: BLE001 — one line per failure, the traceback only on request
+        if getattr(args, "debug", False):
+            raise
+        from .._errors import LvflowError
+
+        msg = " ".join(str(e).split()) or type(e).__name__
+        if isinstance(e, LvflowError):
+            sys.stderr.write(f"{prog}: error: {_flagged(msg)}\n")
+            return 2
+        sys.stderr.write(f"{prog}: internal error: {type(e).__name__}: {msg} (rerun with --debug for the traceback)\n")
+        return 1
+
+
+def _flagged(msg: str) -> str:
+    """`eps: must lie …` → `--eps: must lie …` (the user typed flags, not API names)."""
+    head, sep, rest = msg.partition(":")
+    flags = {name: p.flag for name, p in PARAMETERS.items()}
+    flags.update(chunk_size="--chunk-size", batch_size="--batch-size", max_steps="--max-steps", devices="--devices")
+    flags.update(num_processes="--num-processes", process_id="--process-id", coordinator="--coordinator")
+    if sep and head in flags:
+        return flags[head] + sep + rest
+    return msg
+
+
+def _run(args) -> int:
+    from .._errors import LvflowError
+
+    if args.cpu_devices is not None:
+        if args.cpu_devices < 1:
+            raise LvflowError("--cpu-devices: must be a positive integer")
+        import jax
+
+        try:  # before JAX starts its CPU backend
+            jax.config.update("jax_num_cpu_devices", int(args.cpu_devices))
+        except RuntimeError as e:
+            raise LvflowError(f"--cpu-devices: too late to split the CPU ({e})") from None
+    grid = {name: getattr(args, name) for name in PARAMETERS if getattr(args, name) is not None}
+    if grid and args.spec:
+        raise LvflowError("--spec: give either a spec file or the grid as flags, not both")
+    if not grid and not args.spec:
+        raise LvflowError(
+            "input: give the configurations as flags (e.g. --alpha1 2 --alpha2 0.8 --modes 100 "
+            "--eps 1e-4,1e-6) or --spec FILE"
+        )
+    from .sweep import sweep
+
+    res = sweep(
+        grid or None,
+        spec=args.spec,
+        out=args.out,
+        curve=True if args.curve else None,
+        schedule=args.schedule,
+        chunk_size=args.chunk_size,
+        batch_size=args.batch_size,
+        max_steps=args.max_steps,
+        devices=args.devices,
+        progress=False if args.quiet else None,
+        summary=not args.no_summary,
+        coordinator=args.coordinator,
+        num_processes=args.num_processes,
+        process_id=args.process_id,
+    )
+    st = res.stats
+    if args.json and res.complete and not args.no_summary:
+        with open(os.path.join(args.out, "summary.json"), encoding="utf-8") as f:
+            sys.stdout.write(f.read())
+        return 0
+    share = f" (process {st['process_index']} of {st['process_count']})" if st["process_count"] > 1 else ""
+    print(
+        f"lvflow sweep: {len(res) if res.complete else '…'} configurations, {st['chunks']} chunks → {args.out}{share}"
+    )
+    print(
+        f"evaluated {st['chunks_evaluated']} chunks ({st['configs_evaluated']} configurations), "
+        f"skipped {st['chunks_skipped']} already done, in {st['seconds']:.3g} s on {st['devices']} device(s)"
+    )
+    if res.complete:
+        if not args.no_summary:
+            print(f"summary: {os.path.join(args.out, 'summary.json')}, {os.path.join(args.out, 'summary.png')}")
+        print(f'load: lvflow.load_sweep("{args.out}")')
+    else:
+        print(f"{st.get('chunks_missing', 0)} chunks still missing (other processes); rerun to finish")
+    return 0

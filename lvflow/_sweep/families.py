@@ -1,0 +1,435 @@
+"""From a `Plan` to groups of equal shapes: each configuration's system (a power-law spectrum, a file,
+a Python object, or an architecture on data), its initial scale, checks of every scalar input, and
+the group it is evaluated in.
+
+Everything here runs once per sweep on the host, vectorised over configurations; each distinct
+system file or architecture + data is loaded (and reduced to its gLV) once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import jax.numpy as jnp
+import numpy as np
+
+from .._errors import LvflowError, NotCommutingError
+from .._glv.interaction import is_diagonal
+from .._glv.lv import (
+    AbstractLotkaVolterra,
+    LotkaVolterra,
+    LowRankLotkaVolterra,
+    equilibrium_is_unique,
+    saturated_equilibrium,
+)
+from .base import AbstractFamily
+from .grid import DEFAULTS, Plan
+
+
+def _where(rows: np.ndarray) -> str:
+    i = int(np.flatnonzero(rows)[0])
+    more = int(np.count_nonzero(rows)) - 1
+    return f"(configuration {i}{f' and {more} more' if more else ''})"
+
+
+# --------------------------------------------------------------------------------------------
+# Families
+# --------------------------------------------------------------------------------------------
+
+
+class PowerLawFamily(AbstractFamily):
+    """Thm 9's independent modes, `r_k = k^{−α₂}`, `V_k = k^{−α₁}`, `C_kk = r_k²/(8V_k)`, built on the
+    device from each row's `(α₁, α₂)` (as `lvflow predict --alpha1 --alpha2 --modes`)."""
+
+    structure = "diagonal"
+
+    def __init__(self, K: int):
+        self.K = K
+
+    @property
+    def key(self) -> tuple:
+        return ("power", self.K)
+
+    def inputs(self, rows, res):
+        return {"alpha1": res.plan.column("alpha1")[rows], "alpha2": res.plan.column("alpha2")[rows]}
+
+    #: `r_k = k^{−α₂}` strictly decreases (α₂ > 0): the modes ignite in index order, `τ*_k = 1/r_k`.
+    ascending_tau = True
+
+    def system(self, x):
+        # k^{−α} as exp(−α ln k): one exp per entry instead of a pow (equal to 1e-15)
+        lk = jnp.log(jnp.arange(1, self.K + 1, dtype=float))
+        r = jnp.exp(-x["alpha2"] * lk)
+        return r, jnp.exp((x["alpha1"] - 2 * x["alpha2"]) * lk) / 8, None  # C_kk = r_k²/(8 V_k)
+
+    def host_system(self, row, res):
+        from .._workflow.predict_inputs import power_law_lv
+
+        plan = res.plan
+        return power_law_lv(
+            alpha1=float(plan.column("alpha1")[row]),
+            alpha2=float(plan.column("alpha2")[row]),
+            modes=int(plan.column("modes")[row]),
+        )
+
+
+@dataclasses.dataclass
+class SystemInfo:
+    """A concrete gLV of the sweep, loaded once: its arrays on the host, the structure of `C`, and
+    `z(∞)` (the saturated equilibrium; `unique` False when the flow's limit depends on `z0`)."""
+
+    lv: AbstractLotkaVolterra
+    label: str
+    structure: str
+    r: np.ndarray
+    Ckk: np.ndarray
+    z_inf: np.ndarray
+    unique: bool
+    y2: float
+
+    @property
+    def K(self) -> int:
+        return self.r.shape[0]
+
+    @property
+    def q(self) -> int:
+        return int(self.lv.U.shape[1]) if self.structure == "lowrank" else 0
+
+
+class TableFamily(AbstractFamily):
+    """Systems given one by one (files, Python objects, architectures on data) with equal `K`,
+    structure and rank; each row gathers its system's arrays by the system's number."""
+
+    def __init__(self, systems: list[SystemInfo], structure: str, K: int, q: int, z_inf_known: bool):
+        self.systems, self.structure, self.K, self.q = systems, structure, K, q
+        self.z_inf_known = z_inf_known
+        self._tables: dict[str, np.ndarray] | None = None
+
+    @property
+    def key(self) -> tuple:
+        return ("table", self.structure, self.K, self.q, self.z_inf_known)
+
+    def _table(self) -> dict[str, np.ndarray]:
+        if self._tables is None:
+            s = self.systems
+            t = {"r": np.stack([x.r for x in s]), "Ckk": np.stack([x.Ckk for x in s])}
+            if self.structure != "diagonal":
+                t["z_inf"] = np.stack([x.z_inf for x in s])
+            if self.structure == "lowrank":
+                t["d"] = np.stack([np.asarray(x.lv.d, dtype=float) for x in s])
+                t["U"] = np.stack([np.asarray(x.lv.U, dtype=float) for x in s])
+            elif self.structure == "dense":
+                t["C"] = np.stack([np.asarray(x.lv.C, dtype=float) for x in s])
+            self._tables = t
+        return self._tables
+
+    def inputs(self, rows, res):
+        local = res.local_system[rows]
+        return {k: v[local] for k, v in self._table().items()}
+
+    def system(self, x):
+        r = x["r"]
+        if self.structure == "diagonal":
+            return r, x["Ckk"], None
+        if self.structure == "lowrank":
+            return r, x["Ckk"], LowRankLotkaVolterra(r, x["d"], x["U"])
+        return r, x["Ckk"], LotkaVolterra(r, x["C"], check=False)
+
+    def host_system(self, row, res):
+        return self.systems[int(res.local_system[row])].lv
+
+
+# --------------------------------------------------------------------------------------------
+# Loading systems
+# --------------------------------------------------------------------------------------------
+
+
+def _system_from_value(v: Any, label: str) -> AbstractLotkaVolterra:
+    """A `system` value: a file (as `lvflow predict --system`), a gLV object, or a mapping of arrays
+    (`r` and `C`, `zeta` and `V`, or `r`, `d` and `U` for `Diag(d) + UUᵀ`; optional `y2`)."""
+    from .._workflow.io import load_arrays
+    from .._workflow.predict_inputs import lv_from_arrays
+
+    if isinstance(v, AbstractLotkaVolterra):
+        return v
+    if isinstance(v, str):
+        arrays = load_arrays(v, name=label)
+    elif isinstance(v, Mapping):
+        arrays = {str(k): np.asarray(x, dtype=float) for k, x in v.items()}
+    else:
+        raise LvflowError(
+            f"{label}: expected a file name, a LotkaVolterra/LowRankLotkaVolterra or a mapping of arrays, "
+            f"got {type(v).__name__}"
+        )
+    arrays = dict(arrays)
+    y2 = arrays.pop("y2", None)
+    y2 = 0.0 if y2 is None else float(np.reshape(y2, ()))
+    if {k.lower() for k in arrays} == {"r", "d", "u"}:
+        keys = {k.lower(): k for k in arrays}
+        return LowRankLotkaVolterra(arrays[keys["r"]], arrays[keys["d"]], arrays[keys["u"]], y2=y2)
+    lv = lv_from_arrays(arrays, name=label)
+    return LotkaVolterra(lv.r, lv.C, y2=y2, check=False) if y2 else lv
+
+
+def _system_from_data(architecture: str, data: Any, kernel: str, label: str) -> AbstractLotkaVolterra:
+    from .._glv.reduce import reduce_to_lv
+    from .._workflow.io import load_arrays
+    from .._workflow.predict_data import nqf_from_data
+
+    arrays = load_arrays(data, name=label) if isinstance(data, str) else data
+    if not isinstance(arrays, Mapping):
+        raise LvflowError(f"{label}: expected a file name or a mapping with arrays x and y, got {type(data).__name__}")
+    k = tuple(int(x) for x in kernel.split("x")) if kernel else None
+    nqf = nqf_from_data(architecture, arrays, kernel=k, name=label)
+    try:
+        return reduce_to_lv(nqf)
+    except NotCommutingError as e:
+        raise LvflowError(
+            f"{label}: {architecture} on this data does not reduce to a gLV ({e}); a sweep needs commuting "
+            "structure matrices (use lvflow predict for the full M-flow)"
+        ) from None
+
+
+def system_info(lv: AbstractLotkaVolterra, label: str) -> SystemInfo:
+    """The host-side facts about `lv` a sweep needs (arrays, structure, `z(∞)`)."""
+    r = np.asarray(lv.r, dtype=float)
+    Ckk = np.asarray(lv.C_diagonal, dtype=float)
+    y2 = float(np.asarray(lv.y2))
+    if isinstance(lv, LowRankLotkaVolterra):
+        U = np.asarray(lv.U)
+        structure = "diagonal" if U.shape[1] == 0 or not np.any(U) else "lowrank"
+    else:
+        structure = "diagonal" if is_diagonal(np.asarray(lv.C)) else "dense"
+    if structure == "diagonal":
+        z_inf, unique = np.where(r > 0, r / np.where(Ckk > 0, Ckk, 1.0), 0.0), True
+    elif structure == "lowrank":
+        z_inf, unique = np.asarray(lv.equilibrium(), dtype=float), True  # C positive definite
+    else:
+        C = np.asarray(lv.C, dtype=float)
+        z_inf = saturated_equilibrium(C, r)
+        unique = bool(np.all(np.isfinite(z_inf))) and equilibrium_is_unique(C, r, z_inf)
+    return SystemInfo(lv, label, structure, r, Ckk, np.asarray(z_inf, dtype=float), unique, y2)
+
+
+# --------------------------------------------------------------------------------------------
+# Resolution
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Group:
+    """Configurations evaluated by one compiled function: a family, how `c` is given (`"ones"`:
+    `c_k = 1`; `"beta"`: `c_k = k^{−β}`; `"array"`: per configuration), the curve's length (0: none)
+    and the solver tolerances."""
+
+    family: AbstractFamily
+    init: str
+    points: int
+    rtol: float
+    atol: float
+
+    @property
+    def key(self) -> tuple:
+        return (self.family.key, self.init, self.points, self.rtol, self.atol)
+
+
+@dataclasses.dataclass
+class Resolved:
+    """A `Plan` resolved: per configuration its group, `K`, `eps` and (table systems) the system's
+    number within its family; the groups; and the loaded `c`/`z0` arrays."""
+
+    plan: Plan
+    groups: list[Group]
+    group_of: np.ndarray
+    K: np.ndarray
+    eps: np.ndarray
+    local_system: np.ndarray
+    c_arrays: dict[tuple[str, int], np.ndarray]
+
+
+def _load_vector(name: str, v: Any, label: str) -> np.ndarray:
+    from .._validate import as_array
+    from .._workflow.io import load_array
+
+    a = load_array(v, name=label) if isinstance(v, str) else as_array(label, v)
+    if a.ndim > 1:
+        a = a.reshape(-1)
+    return np.asarray(a, dtype=float)
+
+
+def resolve(plan: Plan, *, curve: bool) -> Resolved:
+    """Check every configuration and assign it a group.
+
+    **Raises:** `LvflowError` naming the parameter, the problem and the (first) configuration.
+    """
+    n = plan.n
+    has = plan.has
+    power = has("alpha1") | has("alpha2") | has("modes")
+    table = has("system")
+    arch = has("architecture") | has("data")
+    count = power.astype(int) + table + arch
+    if np.any(count != 1):
+        bad = count != 1
+        raise LvflowError(
+            "input: each configuration needs exactly one of system, architecture + data, or "
+            f"alpha1 + alpha2 + modes {_where(bad)}"
+        )
+    for name in ("alpha1", "alpha2", "modes"):
+        miss = power & ~has(name)
+        if np.any(miss):
+            raise LvflowError(f"{name}: required for a power-law spectrum (alpha1, alpha2, modes) {_where(miss)}")
+    for name in ("architecture", "data"):
+        miss = arch & ~has(name)
+        if np.any(miss):
+            raise LvflowError(f"{name}: architecture and data go together {_where(miss)}")
+    if np.any(has("kernel") & ~arch):
+        raise LvflowError(f"kernel: only used with architecture {_where(has('kernel') & ~arch)}")
+    _check(plan, "alpha2", power, lambda v: v > 0, "must be positive")
+    _check(plan, "modes", power, lambda v: v >= 1, "must be a positive integer")
+
+    # The systems given one by one, each loaded once.
+    infos: list[SystemInfo] = []
+    sys_of = np.full(n, -1, dtype=np.int64)
+    keys: dict[tuple, int] = {}
+    sys_col, data_col = plan.column("system"), plan.column("data")
+    arch_col, kern_col = plan.column("architecture"), plan.column("kernel")
+    for i in np.flatnonzero(table | arch):
+        key = ("system", int(sys_col[i])) if table[i] else ("arch", str(arch_col[i]), int(data_col[i]), kern_col[i])
+        if key not in keys:
+            if key[0] == "system":
+                v = plan.objects["system"][key[1]]
+                label = v if isinstance(v, str) else f"system[{key[1]}]"
+                lv = _system_from_value(v, f"system {label}" if isinstance(v, str) else label)
+            else:
+                v = plan.objects["data"][key[2]]
+                label = f"{key[1]} on {v if isinstance(v, str) else f'data[{key[2]}]'}"
+                lv = _system_from_data(key[1], v, key[3], f"data {label}")
+            keys[key] = len(infos)
+            infos.append(system_info(lv, label))
+        sys_of[i] = keys[key]
+    K = np.where(power, plan.column("modes"), 0)
+    for s, info in enumerate(infos):
+        K[sys_of == s] = info.K
+
+    eps, c_arrays, init = _initial_scales(plan, K)
+    for name, lo, hi in (("rho", 0.0, 1.0),):
+        _check(plan, name, has(name), lambda v: (v > lo) & (v < hi), f"must lie in ({lo:g}, {hi:g})")
+    for name in ("learning_rate", "t1", "rtol", "atol"):
+        _check(plan, name, has(name), lambda v: v > 0, "must be positive")
+    _check(plan, "num_points", has("num_points"), lambda v: v >= 2, "must be an integer ≥ 2")
+
+    points = np.where(has("num_points"), plan.column("num_points"), DEFAULTS["num_points"])
+    points = points if curve else np.zeros(n, dtype=np.int64)
+    rtol = np.where(has("rtol"), plan.column("rtol"), DEFAULTS["rtol"])
+    atol = np.where(has("atol"), plan.column("atol"), DEFAULTS["atol"])
+
+    # Families: power-law spectra by K; table systems by structure, K, rank and whether z(∞) is known.
+    families: list[AbstractFamily] = []
+    fam_code = np.empty(n, dtype=np.int64)
+    local = np.full(n, -1, dtype=np.int64)
+    if np.any(power):
+        Ks, inv = np.unique(K[power], return_inverse=True)
+        fam_code[power] = len(families) + inv.reshape(-1)
+        families += [PowerLawFamily(int(k)) for k in Ks]
+    by_key: dict[tuple, list[int]] = {}
+    for s, info in enumerate(infos):
+        by_key.setdefault((info.structure, info.K, info.q, info.unique), []).append(s)
+    sys_local = np.empty(len(infos), dtype=np.int64)
+    sys_fam = np.empty(len(infos), dtype=np.int64)
+    for (structure, Kt, q, unique), ss in by_key.items():
+        sys_local[ss] = np.arange(len(ss))
+        sys_fam[ss] = len(families)
+        families.append(TableFamily([infos[s] for s in ss], structure, Kt, q, unique))
+    rows_t = np.flatnonzero(~power)
+    fam_code[rows_t] = sys_fam[sys_of[rows_t]]
+    local[rows_t] = sys_local[sys_of[rows_t]]
+
+    # One group per distinct (family, init, points, rtol, atol), numbered by first appearance.
+    init_code = np.select([init == "array", init == "beta"], [2.0, 1.0], 0.0)
+    combo = np.stack([fam_code.astype(np.float64), init_code, points.astype(np.float64), rtol, atol], axis=1)
+    _, first, inverse = np.unique(combo, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    group_of = rank[inverse.reshape(-1)]
+    groups = [
+        Group(families[fam_code[i]], ("ones", "beta", "array")[int(init_code[i])], int(points[i]), rtol[i], atol[i])
+        for i in first[order]
+    ]
+    return Resolved(plan, groups, group_of, K.astype(np.int64), eps, local, c_arrays)
+
+
+def _check(plan: Plan, name: str, rows: np.ndarray, ok, what: str) -> None:
+    if not np.any(rows):
+        return
+    v = plan.column(name)
+    bad = rows & ~ok(v)
+    if np.any(bad):
+        i = int(np.flatnonzero(bad)[0])
+        raise LvflowError(f"{name}: {what}, got {v[i]:g} {_where(bad)}")
+
+
+def _initial_scales(plan: Plan, K: np.ndarray):
+    """`ε` per configuration and, where `c` is given per mode (`c` or `z0` arrays), the arrays;
+    `init` is `"beta"` (c_k = k^{−β}) or `"array"` per configuration (as `predict`'s `initial_scale`)."""
+    has = plan.has
+    given = has("eps").astype(int) + has("z0") + has("init_std")
+    if np.any(given > 1):
+        raise LvflowError(f"initial scale: give only one of eps, z0, init_std {_where(given > 1)}")
+    if np.any(given == 0):
+        raise LvflowError(f"eps: required (or give z0, or init_std with width) {_where(given == 0)}")
+    lone = has("width") & ~has("init_std")
+    if np.any(lone):
+        raise LvflowError(f"width: only meaningful together with init_std {_where(lone)}")
+    if np.any(has("init_std") & ~has("width")):
+        bad = has("init_std") & ~has("width")
+        raise LvflowError(f"width: required with init_std (the number of neurons d; ε = d σ²) {_where(bad)}")
+    for a, b in (("c", "z0"), ("c", "beta"), ("beta", "z0")):
+        both = has(a) & has(b)
+        if np.any(both):
+            raise LvflowError(f"{a}: give either {a} or {b}, not both {_where(both)}")
+    _check(plan, "init_std", has("init_std"), lambda v: v > 0, "must be positive")
+    _check(plan, "width", has("width"), lambda v: v >= 1, "must be a positive integer")
+    eps = np.where(has("eps"), plan.column("eps"), np.nan)
+    std = has("init_std")
+    eps[std] = plan.column("width")[std] * plan.column("init_std")[std] ** 2
+    init = np.where(has("c") | has("z0"), "array", np.where(has("beta"), "beta", "ones"))
+    c_arrays: dict[tuple[str, int], np.ndarray] = {}
+    for name in ("c", "z0"):
+        col = plan.column(name)
+        for j, v in enumerate(plan.objects.get(name, [])):
+            rows = col == j
+            if not np.any(rows):
+                continue
+            label = f"{name} {v}" if isinstance(v, str) else f"{name}[{j}]"
+            a = _load_vector(name, v, label)
+            for Kr in np.unique(K[rows]):
+                if not (a.shape == (Kr,) or (name == "c" and a.size == 1)):
+                    where = _where(rows & (K == Kr))
+                    raise LvflowError(f"{label}: shape {a.shape}, expected ({Kr},) (one entry per mode) {where}")
+            if np.any(a <= 0):
+                raise LvflowError(f"{label}: every entry must be positive, got min {a.min():g} {_where(rows)}")
+            if name == "z0":
+                e = float(np.max(a))
+                eps[rows] = e
+                c_arrays[(name, j)] = a / e
+            else:
+                c_arrays[(name, j)] = a
+    bad = ~((eps > 0) & (eps < 1))
+    if np.any(bad):
+        i = int(np.flatnonzero(bad)[0])
+        what = "eps" if plan.has("eps")[i] else ("z0: max entry (ε)" if plan.has("z0")[i] else "init_std: ε = width·σ²")
+        raise LvflowError(f"{what}: must lie in (0, 1), got {eps[i]:g} {_where(bad)}")
+    return eps, c_arrays, init
+
+
+def c_matrix(res: Resolved, rows: np.ndarray, K: int) -> np.ndarray:
+    """`c` per mode for configurations `rows` of an `"array"` group, shape `(B, K)`."""
+    plan = res.plan
+    out = np.empty((rows.size, K))
+    for name in ("c", "z0"):
+        col = plan.column(name)[rows]
+        for j in np.unique(col[col >= 0]):
+            out[col == j] = np.broadcast_to(res.c_arrays[(name, int(j))], (K,))
+    return out

@@ -1,0 +1,399 @@
+"""The configurations of a sweep: its parameters (the inputs of `predict`), value lists, the expansion
+of grids and lists into columns, the spec's hash, and the chunks.
+
+A *spec* is one or more grids (each the Cartesian product of its value lists, the last parameter
+varying fastest, as `itertools.product`) followed by an explicit list of configurations (for lists
+that are not grids). Expanding it gives a `Plan`: one column per parameter, one row per
+configuration, in that order; the row number is the configuration's `index` everywhere after.
+Grids are expanded with index arithmetic, never a Python loop per configuration, so a 10⁶-point grid
+costs milliseconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+from .._errors import LvflowError
+
+
+class Param(NamedTuple):
+    """A sweepable input: its name in the Python API, its kind, the `lvflow sweep` flag, and help."""
+
+    name: str
+    kind: str  # "float", "int", "str", "kernel" (a (KH, KW) pair) or "object" (a file or a Python value)
+    flag: str
+    help: str
+
+
+#: The parameters of a configuration: the inputs of `predict` (and `solve_lv`'s tolerances).
+PARAMETERS: dict[str, Param] = {
+    p.name: p
+    for p in (
+        Param("alpha1", "float", "--alpha1", "power-law spectrum: V_k = k^-alpha1 (Thm 9)"),
+        Param("alpha2", "float", "--alpha2", "power-law spectrum: r_k = k^-alpha2"),
+        Param("modes", "int", "--modes", "power-law spectrum: number of modes K"),
+        Param("system", "object", "--system", "gLV system file(s) as for lvflow predict (r and C, or zeta and V)"),
+        Param("architecture", "str", "--architecture", "built-in architecture(s), with --data"),
+        Param("data", "object", "--data", "data file(s) (x, y) for --architecture"),
+        Param("kernel", "kernel", "--kernel", "kernel shape(s) KHxKW for --architecture cnn"),
+        Param("eps", "float", "--eps", "initial scale eps in (0, 1): z_k(0) = eps c_k"),
+        Param("beta", "float", "--beta", "c_k = k^-beta (Thm 9's initialisation)"),
+        Param("c", "object", "--c", "file(s) of c_k per mode"),
+        Param("z0", "object", "--z0", "file(s) of z_k(0) per mode; eps = max z0"),
+        Param("init_std", "float", "--init-std", "weights ~ N(0, sigma^2) with --width d: eps = d sigma^2"),
+        Param("width", "int", "--width", "number of neurons d, with --init-std"),
+        Param("learning_rate", "float", "--lr", "GD learning rate eta: steps = t/eta"),
+        Param("rho", "float", "--rho", "switch-on fraction (default 0.5)"),
+        Param("t1", "float", "--t1", "horizon (default: past the last switch-on, as predict)"),
+        Param("num_points", "int", "--points", "samples of the loss curve, with curve (default 400)"),
+        Param("rtol", "float", "--rtol", "relative tolerance of the ODE solve on ln z (default 1e-10)"),
+        Param("atol", "float", "--atol", "absolute tolerance of the ODE solve on ln z (default 1e-12)"),
+    )
+}
+
+#: Other spellings accepted in specs (the flags of `lvflow predict`).
+ALIASES = {"lr": "learning_rate", "points": "num_points", "init-std": "init_std", "learning-rate": "learning_rate"}
+
+#: Defaults of `predict` for parameters a configuration leaves out.
+DEFAULTS = {"rho": 0.5, "num_points": 400, "rtol": 1e-10, "atol": 1e-12}
+
+_MISSING = {"float": np.nan, "int": -1, "str": "", "kernel": "", "object": -1}
+
+
+def canonical_name(name: str) -> str:
+    """The parameter's API name; `LvflowError` for an unknown one."""
+    key = ALIASES.get(name, name)
+    if key not in PARAMETERS:
+        raise LvflowError(f"{name}: not a sweep parameter; known: {', '.join(PARAMETERS)}")
+    return key
+
+
+# --------------------------------------------------------------------------------------------
+# Values
+# --------------------------------------------------------------------------------------------
+
+
+def _range(name: str, text: str) -> list[float]:
+    """`lin:a:b:n` (n evenly spaced values from a to b) or `log:a:b:n` (log-spaced, a, b > 0)."""
+    parts = text.split(":")
+    if len(parts) != 4:
+        raise LvflowError(f"{name}: a range is lin:START:STOP:COUNT or log:START:STOP:COUNT, got {text!r}")
+    try:
+        a, b, n = float(parts[1]), float(parts[2]), int(parts[3])
+    except ValueError:
+        raise LvflowError(f"{name}: cannot read the range {text!r} (START, STOP numbers, COUNT an integer)") from None
+    if n < 1:
+        raise LvflowError(f"{name}: a range needs COUNT ≥ 1, got {n}")
+    if parts[0] == "lin":
+        return np.linspace(a, b, n).tolist()
+    if parts[0] == "log":
+        if not (a > 0 and b > 0):
+            raise LvflowError(f"{name}: a log range needs START, STOP > 0, got {text!r}")
+        return np.geomspace(a, b, n).tolist()
+    raise LvflowError(f"{name}: a range starts with lin: or log:, got {text!r}")
+
+
+def _scalar(name: str, kind: str, v: Any) -> Any:
+    """One value of a parameter, checked for its kind (not yet for its range)."""
+    if kind in ("float", "int"):
+        if isinstance(v, str):
+            try:
+                v = float(v) if kind == "float" else int(v)
+            except ValueError:
+                raise LvflowError(f"{name}: not a{'n integer' if kind == 'int' else ' number'}: {v!r}") from None
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+            if isinstance(v, np.ndarray) and v.ndim == 0:
+                return _scalar(name, kind, v.item())
+            raise LvflowError(f"{name}: expected a {kind}, got {type(v).__name__}")
+        if kind == "int":
+            if float(v) != int(v):
+                raise LvflowError(f"{name}: must be an integer, got {v!r}")
+            return int(v)
+        if not math.isfinite(float(v)):
+            raise LvflowError(f"{name}: must be finite, got {v!r}")
+        return float(v)
+    if kind == "str":
+        if not isinstance(v, str) or not v:
+            raise LvflowError(f"{name}: expected a name, got {v!r}")
+        return v
+    if kind == "kernel":
+        if isinstance(v, str):
+            try:
+                kh, kw = (int(x) for x in v.lower().split("x"))
+            except ValueError:
+                raise LvflowError(f"{name}: a kernel shape is KHxKW (for example 3x3), got {v!r}") from None
+            v = (kh, kw)
+        if not (isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, (int, np.integer)) for x in v)):
+            raise LvflowError(f"{name}: a kernel shape is a pair (KH, KW) or 'KHxKW', got {v!r}")
+        return f"{int(v[0])}x{int(v[1])}"
+    # object: a file name, or (from Python) an array, a gLV system or a mapping of arrays
+    if isinstance(v, os.PathLike):
+        v = os.fspath(v)
+    if isinstance(v, str) and not v:
+        raise LvflowError(f"{name}: empty file name")
+    return v
+
+
+def values_of(name: str, v: Any) -> list:
+    """The list of values a grid entry stands for: a list/tuple (or 1-D array of numbers) is a list
+    of values; a string may hold comma-separated values or a `lin:`/`log:` range; anything else is
+    one value. For file/array parameters (`system`, `data`, `c`, `z0`) an array is *one* value (a
+    vector `c` or `z0`); give several as a list. `kernel` takes `(KH, KW)` pairs or `'KHxKW'`."""
+    kind = PARAMETERS[name].kind
+    if kind == "kernel" and isinstance(v, tuple):
+        return [_scalar(name, kind, v)]
+    if isinstance(v, (list, tuple)) or (kind in ("float", "int") and isinstance(v, np.ndarray) and v.ndim == 1):
+        items = list(v)
+    elif isinstance(v, str):
+        items = [s.strip() for s in v.split(",")] if kind != "object" or "," in v else [v]
+    else:
+        items = [v]
+    out = []
+    for item in items:
+        if isinstance(item, str) and kind in ("float", "int") and item[:4] in ("lin:", "log:"):
+            vals = _range(name, item)
+            out += [_scalar(name, kind, x) for x in vals]
+        else:
+            out.append(_scalar(name, kind, item))
+    if not out:
+        raise LvflowError(f"{name}: no values given")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Expansion
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Plan:
+    """Every configuration of a sweep, as columns.
+
+    - `n`: the number of configurations; row `i` is configuration `index = i`.
+    - `columns`: parameter → column of length `n` (float with NaN, int with −1, str with "" where a
+      configuration leaves the parameter out; for a file/array parameter the index of its value
+      in `objects`, −1 where absent).
+    - `objects`: file/array parameter → its distinct values (file names or Python objects).
+    - `definition`: the canonical, JSON-ready form of the spec (for the hash and the manifest).
+    """
+
+    n: int
+    columns: dict[str, np.ndarray]
+    objects: dict[str, list]
+    definition: dict[str, Any]
+
+    def has(self, name: str) -> np.ndarray:
+        """Which configurations give `name`."""
+        col = self.columns.get(name)
+        if col is None:
+            return np.zeros(self.n, bool)
+        kind = PARAMETERS[name].kind
+        if kind == "float":
+            return ~np.isnan(col)
+        if kind in ("int", "object"):
+            return col >= 0
+        return col != ""
+
+    def column(self, name: str) -> np.ndarray:
+        """The column of `name` (all missing if no configuration gives it)."""
+        col = self.columns.get(name)
+        if col is not None:
+            return col
+        kind = PARAMETERS[name].kind
+        return np.full(self.n, _MISSING[kind], dtype=_dtype(kind))
+
+    def labels(self, name: str) -> np.ndarray:
+        """A file/array parameter as text: the file name, or `name[i]` for a Python value."""
+        idx = self.column(name)
+        names = np.array([_label(name, i, v) for i, v in enumerate(self.objects.get(name, []))] + [""], dtype=str)
+        return names[idx]  # −1 → ""
+
+    def config(self, i: int) -> dict[str, Any]:
+        """Configuration `i` as a dict of the parameters it gives."""
+        out: dict[str, Any] = {}
+        for name, col in self.columns.items():
+            if not self.has(name)[i]:
+                continue
+            kind = PARAMETERS[name].kind
+            v = col[i]
+            out[name] = self.objects[name][int(v)] if kind == "object" else v.item()
+        return out
+
+
+def _dtype(kind: str):
+    return {"float": np.float64, "int": np.int64, "str": str, "kernel": str, "object": np.int64}[kind]
+
+
+def _label(name: str, i: int, v: Any) -> str:
+    return v if isinstance(v, str) else f"{name}[{i}]"
+
+
+def _intern(objects: dict[str, list], name: str, v: Any) -> int:
+    lst = objects.setdefault(name, [])
+    for i, w in enumerate(lst):
+        if w is v or (isinstance(v, str) and isinstance(w, str) and w == v):
+            return i
+    lst.append(v)
+    return len(lst) - 1
+
+
+def _typed(name: str, values: list, objects: dict[str, list]) -> np.ndarray:
+    kind = PARAMETERS[name].kind
+    if kind == "object":
+        return np.array([_intern(objects, name, v) for v in values], dtype=np.int64)
+    return np.array(values, dtype=_dtype(kind))
+
+
+def expand(grids: Sequence[Mapping[str, Any]] = (), configs: Sequence[Mapping[str, Any]] = ()) -> Plan:
+    """The `Plan` of grids (each a mapping parameter → value or list of values; expanded as
+    `itertools.product` in the mapping's order) followed by explicit configurations (each a
+    mapping parameter → one value).
+
+    **Raises:** `LvflowError` for an unknown parameter, a value of the wrong kind, or an empty spec.
+    """
+    objects: dict[str, list] = {}
+    blocks: list[tuple[int, dict[str, np.ndarray]]] = []
+    definition: dict[str, Any] = {"grids": [], "configs": []}
+    for g in grids:
+        if not isinstance(g, Mapping):
+            raise LvflowError(f"grid: expected a mapping parameter → values, got {type(g).__name__}")
+        axes = []
+        for raw, v in g.items():
+            name = canonical_name(str(raw))
+            if any(name == a for a, _ in axes):
+                raise LvflowError(f"{raw}: given twice in one grid")
+            axes.append((name, values_of(name, v)))
+        if not axes:
+            continue
+        sizes = [len(vals) for _, vals in axes]
+        n = int(np.prod(sizes, dtype=np.int64))
+        cols = {}
+        stride = n
+        for (name, vals), s in zip(axes, sizes):
+            stride //= s
+            idx = (np.arange(n, dtype=np.int64) // stride) % s
+            cols[name] = _typed(name, vals, objects)[idx]
+        blocks.append((n, cols))
+        definition["grids"].append([[name, [_canon(name, v) for v in vals]] for name, vals in axes])
+    if configs:
+        rows: list[dict[str, Any]] = []
+        for i, cfg in enumerate(configs):
+            if not isinstance(cfg, Mapping):
+                raise LvflowError(f"configs[{i}]: expected a mapping parameter → value, got {type(cfg).__name__}")
+            row = {}
+            for raw, v in cfg.items():
+                name = canonical_name(str(raw))
+                vals = values_of(name, v)
+                if len(vals) != 1:
+                    raise LvflowError(f"configs[{i}]: {raw}: one value per configuration (lists belong in a grid)")
+                row[name] = vals[0]
+            rows.append(row)
+        names = list(dict.fromkeys(k for row in rows for k in row))
+        cols = {}
+        for name in names:
+            kind = PARAMETERS[name].kind
+            if kind == "object":
+                vals = [_intern(objects, name, row[name]) if name in row else -1 for row in rows]
+            else:
+                vals = [row.get(name, _MISSING[kind]) for row in rows]
+            cols[name] = np.array(vals, dtype=_dtype(kind))
+        blocks.append((len(rows), cols))
+        definition["configs"] = [[[k, _canon(k, v)] for k, v in row.items()] for row in rows]
+    n = sum(b[0] for b in blocks)
+    if n == 0:
+        raise LvflowError("spec: no configurations (give a grid or a list of configurations)")
+    names = list(dict.fromkeys(k for _, cols in blocks for k in cols))
+    columns = {}
+    for name in names:
+        kind = PARAMETERS[name].kind
+        parts = [cols[name] if name in cols else np.full(m, _MISSING[kind], dtype=_dtype(kind)) for m, cols in blocks]
+        columns[name] = np.concatenate(parts)
+    return Plan(n=n, columns=columns, objects=objects, definition=definition)
+
+
+# --------------------------------------------------------------------------------------------
+# The spec's hash
+# --------------------------------------------------------------------------------------------
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _array_sha(a) -> str:
+    a = np.ascontiguousarray(np.asarray(a, dtype=np.float64))
+    return _sha(repr(a.shape).encode() + a.tobytes())
+
+
+def _canon(name: str, v: Any) -> Any:
+    """A JSON value that identifies `v`: numbers and names as they are; a file by its name and the
+    SHA-256 of its content (an edited file is a different sweep); a Python array or system by the
+    SHA-256 of its arrays."""
+    kind = PARAMETERS[name].kind
+    if kind != "object":
+        return v
+    if isinstance(v, str):
+        try:
+            digest = _sha(Path(v).read_bytes())
+        except OSError:
+            digest = None  # reported when the file is loaded
+        return {"file": v, "sha256": digest}
+    if isinstance(v, np.ndarray) or np.isscalar(v):
+        return {"array": _array_sha(v)}
+    if isinstance(v, Mapping):
+        return {"arrays": {str(k): _array_sha(x) for k, x in sorted(v.items())}}
+    import jax
+
+    leaves = [x for x in jax.tree_util.tree_leaves(v) if hasattr(x, "shape")]
+    return {"object": type(v).__name__, "sha256": _sha("".join(_array_sha(x) for x in leaves).encode())}
+
+
+def spec_hash(definition: Mapping[str, Any], options: Mapping[str, Any]) -> str:
+    """SHA-256 (first 16 hex digits) of the canonical spec and the options that shape results
+    and chunks: two runs with the same hash produce the same chunk files."""
+    text = json.dumps({"format": 1, "spec": definition, "options": options}, sort_keys=True, allow_nan=True)
+    return _sha(text.encode())[:16]
+
+
+# --------------------------------------------------------------------------------------------
+# Chunks
+# --------------------------------------------------------------------------------------------
+
+
+class Chunk(NamedTuple):
+    """A chunk: its number, its group, and the configurations (their `index`) it holds."""
+
+    id: int
+    group: int
+    rows: np.ndarray
+
+    @property
+    def file(self) -> str:
+        return f"chunk-{self.id:06d}.npz"
+
+
+def make_chunks(group_of: np.ndarray, chunk_size: int) -> list[Chunk]:
+    """Chunks of at most `chunk_size` configurations, each within one group (equal shapes), groups
+    in order of their first configuration, configurations in index order. Every configuration is
+    in exactly one chunk."""
+    if chunk_size < 1:
+        raise LvflowError(f"chunk_size: must be a positive integer, got {chunk_size}")
+    group_of = np.asarray(group_of, dtype=np.int64)
+    order = np.argsort(group_of, kind="stable")
+    chunks = []
+    bounds = np.flatnonzero(np.diff(group_of[order])) + 1
+    for part in np.split(order, bounds):
+        if part.size == 0:
+            continue
+        g = int(group_of[part[0]])
+        for start in range(0, part.size, chunk_size):
+            chunks.append(Chunk(len(chunks), g, part[start : start + chunk_size]))
+    return chunks

@@ -1,0 +1,386 @@
+"""Evaluating a sweep: batches of one group, `vmap`ped and sharded over the local devices; chunks
+written atomically beside a manifest; resumption; the share of each process.
+
+**Devices.** Each batch is padded (within its group, by repeating its last configuration; the
+padding is dropped afterwards) to a multiple of the number of local devices and placed with
+`NamedSharding(Mesh(devices, ("batch",)), PartitionSpec("batch"))`; the compiled function is a
+`shard_map` of the vmapped evaluation, so each device runs its own slice (its own ODE loop, with no
+cross-device synchronisation per step), and its result keeps that sharding. A configuration's
+numbers do not depend on the device count or on its neighbours in the batch.
+
+**Files.** `out/manifest.json` (the spec, its hash, the chunks) is written first; each chunk
+`out/chunk-NNNNNN.npz` holds its configurations (the parameters, and `index`, the configuration's
+number) beside their results, and is written to a temporary file in `out/`, flushed to disk and
+`os.replace`d, so it exists complete or not at all. A rerun of the same sweep skips every chunk
+whose file exists: nothing is evaluated twice, and a chunk interrupted by a crash or `kill -9` is
+evaluated again from scratch.
+
+**Processes.** With `P` processes (one per host, `jax.distributed` or a plain process number),
+process `p` evaluates the chunks `c` with `c mod P = p`, on its own devices, and writes only
+those. The summary is written once every chunk exists.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from .._errors import LvflowError
+from .._workflow.io import atomic_write_text
+from .evaluate import batched, derived, make_member
+from .families import Group, Resolved, c_matrix
+from .grid import PARAMETERS, Chunk
+
+MANIFEST = "manifest.json"
+_FUNCTIONS: dict[tuple, Callable] = {}
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+FORMAT = "lvflow-sweep/1"
+
+#: Columns with one entry per mode (shape `(n, K)`) and per curve time (shape `(n, T)`).
+PER_MODE = ("t_star", "tau_star", "plateau_loss", "z_inf", "r", "V")
+CURVE = ("ts", "excess_loss")
+
+
+def make_mesh(devices=None) -> Mesh:
+    """A 1-D mesh named `"batch"` over `devices` (default: this process's local devices; an int
+    takes the first that many)."""
+    local = jax.local_devices()
+    if devices is None:
+        devs = local
+    elif isinstance(devices, (int, np.integer)):
+        if not 1 <= devices <= len(local):
+            raise LvflowError(f"devices: must lie in [1, {len(local)}] (the local devices), got {devices}")
+        devs = local[: int(devices)]
+    else:
+        devs = list(devices)
+        if not devs:
+            raise LvflowError("devices: empty list")
+    return Mesh(np.array(devs), ("batch",))
+
+
+class Runner:
+    """Evaluates configurations of a `Resolved` sweep, group by group, on a mesh."""
+
+    def __init__(
+        self, res: Resolved, *, mesh: Mesh, schedule: str, max_steps: int, batch_size: int | None, chunk_size: int
+    ):
+        self.res, self.mesh = res, mesh
+        self.schedule, self.max_steps, self.batch_size, self.chunk_size = schedule, max_steps, batch_size, chunk_size
+        self.sharding = NamedSharding(mesh, PartitionSpec("batch"))
+        self.n_dev = int(mesh.size)
+        self.platform = mesh.devices.flat[0].platform
+        self._schedules: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.evaluated_rows = 0
+
+    # -- static choices per group ---------------------------------------------------------------
+
+    def host_schedule(self, group: Group) -> bool:
+        """Whether `τ*` and the plateau losses come from `plateau_schedule` on the host."""
+        fam = group.family
+        return self.schedule == "corrected" or (self.schedule == "limit" and not getattr(fam, "ascending_tau", False))
+
+    def per_member(self, group: Group) -> bool:
+        """`lax.map` instead of `vmap` where the batch would run batched LAPACK on a CPU (see
+        `evaluate.batched`): a dense coupled `C`, or a `z(∞)` not known in advance."""
+        fam = group.family
+        if self.platform != "cpu" or fam.structure == "diagonal":
+            return False
+        return fam.structure == "dense" or not fam.z_inf_known
+
+    def slice_rows(self, g: int) -> int:
+        """Configurations per device per call, `b`. It depends on the group, never on the device
+        count: a call gives each device one slice of exactly `b` rows, so a configuration is
+        computed by the same program on the same shape whatever the mesh, and its numbers are
+        bitwise the same (XLA's vectorised transcendental functions are not bitwise independent of
+        the array shape). Default: 4096 for the closed form, 64 for the ODE on a CPU (lock-step
+        batches of ODE solves gain nothing beyond that there), 1024 on an accelerator; at most the
+        group's largest chunk, rounded up to a power of two."""
+        group = self.res.groups[g]
+        if self.batch_size is not None:
+            base = self.batch_size
+        elif group.family.structure == "diagonal":
+            base = 4096
+        else:
+            base = 64 if self.platform == "cpu" else 1024
+        largest = min(self.chunk_size, int(np.count_nonzero(self.res.group_of == g)))
+        return int(min(base, 1 << max(0, math.ceil(math.log2(max(largest, 1))))))
+
+    def function(self, g: int) -> Callable:
+        """The compiled, sharded evaluation of group `g` (shared by every sweep in this process whose
+        group has the same shapes and options: a notebook's second sweep does not recompile)."""
+        group = self.res.groups[g]
+        host = self.host_schedule(group)
+        per_member = self.per_member(group)
+        key = (group.key, self.schedule, host, self.max_steps, per_member, tuple(d.id for d in self.mesh.devices.flat))
+        if key not in _FUNCTIONS:
+            member = make_member(group, schedule=self.schedule, host_schedule=host, max_steps=self.max_steps)
+            spec = PartitionSpec("batch")
+            body = jax.shard_map(
+                batched(member, per_member=per_member),
+                mesh=self.mesh,
+                in_specs=spec,
+                out_specs=spec,
+                check_vma=False,  # equinox's runtime checks (error_if) are not varying-annotated
+            )
+            _FUNCTIONS[key] = jax.jit(body, in_shardings=self.sharding, out_shardings=self.sharding)
+        return _FUNCTIONS[key]
+
+    # -- inputs ---------------------------------------------------------------------------------
+
+    def inputs(self, g: int, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """The host arrays of configurations `rows` (all in group `g`)."""
+        res, plan = self.res, self.res.plan
+        group = res.groups[g]
+        fam = group.family
+        x = dict(fam.inputs(rows, res))
+        x["eps"] = res.eps[rows]
+        x["rho"] = np.where(plan.has("rho")[rows], plan.column("rho")[rows], 0.5)
+        x["t1"] = plan.column("t1")[rows].astype(np.float64)
+        if group.init == "array":
+            x["c"] = c_matrix(res, rows, fam.K)
+        elif group.init == "beta":
+            x["beta"] = plan.column("beta")[rows]
+        if self.host_schedule(group):
+            x["tau_star"], x["plateau_loss"] = self._host_schedule(g, rows, x)
+        return x
+
+    def _host_schedule(self, g: int, rows: np.ndarray, x) -> tuple[np.ndarray, np.ndarray]:
+        from .._schedule.schedule import plateau_schedule
+        from .._workflow.predict import _schedule_per_mode
+
+        res = self.res
+        fam = res.groups[g].family
+        K = fam.K
+        tau, plateau = np.empty((rows.size, K)), np.empty((rows.size, K))
+        for j, row in enumerate(rows):
+            if self.schedule == "corrected":
+                lv = fam.host_system(row, res)
+                k = np.arange(1, K + 1, dtype=float)
+                c = x["c"][j] if "c" in x else (k ** -x["beta"][j] if "beta" in x else np.ones(K))
+                z0 = x["eps"][j] * c
+                sched = plateau_schedule(lv, float(x["eps"][j]), z0=z0, corrected=True)
+                tau[j], plateau[j] = _schedule_per_mode(sched, lv)
+                continue
+            # the ε → 0 schedule from z_k0 = Θ(ε) does not depend on ε: once per system
+            s = int(res.local_system[row])
+            key = (g, s)
+            if key not in self._schedules:
+                lv = fam.host_system(row, res)
+                self._schedules[key] = _schedule_per_mode(plateau_schedule(lv, float(x["eps"][j])), lv)
+            tau[j], plateau[j] = self._schedules[key]
+        return tau, plateau
+
+    # -- evaluation -----------------------------------------------------------------------------
+
+    def device_outputs(self, g: int, x: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+        """One device call on `x`, whose rows are `n_dev` slices of `slice_rows(g)` rows: the results
+        as JAX arrays sharded over the mesh along the batch axis (device `j` holds slice `j`)."""
+        xp = jax.device_put({k: np.ascontiguousarray(v) for k, v in x.items()}, self.sharding)
+        return self.function(g)(xp)
+
+    def evaluate(self, g: int, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """Results of configurations `rows` of group `g` (per-mode arrays, scalars), on the host.
+
+        The rows are cut into slices of `b = slice_rows(g)`, the last padded by repeating its last
+        configuration; `n_dev` slices go to the devices per call (a last call short of slices
+        repeats its last slice); the padding is dropped."""
+        x = self.inputs(g, rows)
+        b, n = self.slice_rows(g), rows.size
+        n_slices = -(-n // b)
+        parts = []
+        for s0 in range(0, n_slices, self.n_dev):
+            real = min(self.n_dev, n_slices - s0)
+            slices = np.minimum(np.arange(s0, s0 + self.n_dev), s0 + real - 1)
+            idx = np.minimum((slices[:, None] * b + np.arange(b)).reshape(-1), n - 1)
+            y = self.device_outputs(g, {k: v[idx] for k, v in x.items()})
+            parts.append({k: np.asarray(v)[: real * b] for k, v in y.items()})
+        out = {k: np.concatenate([p[k] for p in parts])[:n] for k in parts[0]}
+        self.evaluated_rows += n
+        bad = ~out.pop("valid")
+        if np.any(bad):
+            raise LvflowError(_refusal(self.res, g, int(rows[np.flatnonzero(bad)[0]]), int(np.count_nonzero(bad))))
+        return out
+
+
+def _refusal(res: Resolved, g: int, row: int, count: int) -> str:
+    """`predict`'s message for a configuration it would refuse, naming the configuration."""
+    fam = res.groups[g].family
+    lv = fam.host_system(row, res)
+    r, Ckk = np.asarray(lv.r), np.asarray(lv.C_diagonal)
+    where = f"(configuration {row}{f' and {count - 1} more' if count > 1 else ''})"
+    if np.any(Ckk <= 0):
+        bad = np.flatnonzero(Ckk <= 0)
+        return f"C: diagonal entries C_kk must be positive (modes {(bad + 1).tolist()[:5]} have C_kk ≤ 0) {where}"
+    if not np.any(r > 0):
+        return f"system: no mode has r_k > 0, so nothing is ever learned (the loss stays flat) {where}"
+    plan = res.plan
+    K = r.shape[0]
+    if res.groups[g].init == "array":
+        c = c_matrix(res, np.array([row]), K)[0]
+    elif res.groups[g].init == "beta":
+        c = np.arange(1, K + 1, dtype=float) ** -plan.column("beta")[row]
+    else:
+        c = np.ones(K)
+    z0 = res.eps[row] * c
+    k = int(np.flatnonzero((r > 0) & (Ckk * z0 >= r))[0])
+    return (
+        f"eps: too large, mode {k + 1} starts at or above its plateau (C_kk z_k0 = {Ckk[k] * z0[k]:.3g} ≥ "
+        f"r_k = {r[k]:.3g}); the theory describes small initialisation {where}"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Chunks: columns, files, manifest
+# --------------------------------------------------------------------------------------------
+
+
+def chunk_columns(res: Resolved, g: int, rows: np.ndarray, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A chunk's table: the configuration (`index`, every parameter; files and Python values by
+    name) beside its results."""
+    plan = res.plan
+    cols: dict[str, np.ndarray] = {"index": rows.astype(np.int64)}
+    for name in plan.columns:
+        kind = PARAMETERS[name].kind
+        cols[name] = plan.labels(name)[rows] if kind == "object" else plan.columns[name][rows]
+    group = res.groups[g]
+    cols["eps"] = res.eps[rows]
+    cols["modes"] = res.K[rows]
+    cols["rho"] = np.where(plan.has("rho")[rows], plan.column("rho")[rows], 0.5)
+    cols["group"] = np.full(rows.size, g, dtype=np.int64)
+    lr = plan.column("learning_rate")[rows]
+    alpha = None
+    if group.family.key[0] == "power":
+        alpha = (plan.column("alpha1")[rows], plan.column("alpha2")[rows])
+    scalars = {k: v for k, v in out.items() if v.ndim == 1}
+    cols.update(scalars)
+    cols.update(derived(out, res.eps[rows], lr, alpha))
+    cols.update({k: v for k, v in out.items() if v.ndim == 2})
+    return cols
+
+
+def write_chunk(path: Path, cols: dict[str, np.ndarray], spec_hash: str) -> None:
+    """Atomically write a chunk: an uncompressed `.npz` (a 10⁵-configuration sweep writes in
+    seconds, not minutes; `numpy.load(..., allow_pickle=False)` reads it) to a temporary file in
+    the same directory, flushed and fsync'ed, then `os.replace`d onto `path`."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, spec_hash=np.array(spec_hash), **cols)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def read_chunk(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files if k != "spec_hash"}
+
+
+def manifest(
+    res: Resolved, chunks: list[Chunk], *, spec_hash: str, definition, options: dict[str, Any]
+) -> dict[str, Any]:
+    from .. import __version__
+
+    groups = []
+    for g, group in enumerate(res.groups):
+        fam = group.family
+        groups.append(
+            {
+                "family": fam.key[0],
+                "modes": fam.K,
+                "structure": fam.structure,
+                "rank": fam.q,
+                "c": group.init,
+                "curve_points": group.points,
+                "rtol": group.rtol,
+                "atol": group.atol,
+                "n_configs": int(np.count_nonzero(res.group_of == g)),
+            }
+        )
+    return {
+        "format": FORMAT,
+        "lvflow": __version__,
+        "spec_hash": spec_hash,
+        "n_configs": res.plan.n,
+        "options": options,
+        "groups": groups,
+        "chunks": [
+            {"id": c.id, "file": c.file, "group": c.group, "n": int(c.rows.size), "first_index": int(c.rows[0])}
+            for c in chunks
+        ],
+        "spec": definition,
+    }
+
+
+def read_manifest(out: Path) -> dict[str, Any] | None:
+    p = out / MANIFEST
+    if not p.exists():
+        return None
+    try:
+        m = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise LvflowError(f"out: cannot read {p}: {e}") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise LvflowError(f"out: {p} is not an lvflow sweep manifest ({FORMAT})")
+    return m
+
+
+def write_manifest(out: Path, m: dict[str, Any]) -> None:
+    from .._workflow.io import to_json
+
+    atomic_write_text(out / MANIFEST, to_json(m))
+
+
+def remove_stale_temporaries(out: Path, mine: set[int]) -> None:
+    """Delete the temporary files a killed run of this process's share left behind
+    (`.chunk-NNNNNN.npz.*.tmp`; never another process's, which may be writing now)."""
+    for p in out.glob(".chunk-*.npz.*.tmp"):
+        try:
+            cid = int(p.name[len(".chunk-") :].split(".", 1)[0])
+        except ValueError:
+            continue
+        if cid in mine:
+            try:
+                p.unlink()
+            except OSError:
+                pass
+
+
+def progress_bar(enabled: bool | None, total: int, initial: int):
+    """tqdm on stderr, shown only on a terminal (or when asked); a no-op otherwise."""
+    show = sys.stderr.isatty() if enabled is None else bool(enabled)
+    if not show:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, unit="config", desc="lvflow sweep", dynamic_ncols=True, smoothing=0.1)
+
+
+def now() -> float:
+    return time.perf_counter()
+
+
+def chunk_path(out: Path, c: Chunk) -> Path:
+    return out / c.file
+
+
+def exists(path: Path) -> bool:
+    return os.path.isfile(path)

@@ -1,0 +1,357 @@
+"""`lvflow.sweep`: `predict` over a grid or list of configurations, batched, sharded, resumable."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .._errors import LvflowError
+from .families import resolve
+from .grid import PARAMETERS, expand, make_chunks, spec_hash
+from .result import Assembler, SweepResult, load_sweep
+from .run import (
+    CURVE,
+    PER_MODE,
+    Runner,
+    chunk_columns,
+    chunk_path,
+    exists,
+    make_mesh,
+    manifest,
+    progress_bar,
+    read_manifest,
+    remove_stale_temporaries,
+    write_chunk,
+    write_manifest,
+)
+
+DEFAULT_CHUNK_SIZE = 4096
+_OPTIONS = ("curve", "schedule", "chunk_size", "batch_size", "max_steps")
+_SCHEDULES = ("limit", "corrected", "none")
+
+
+def load_spec(spec) -> dict[str, Any]:
+    """A spec from a TOML or JSON file (or a mapping): `grid` (a table, or an array of tables: each
+    a grid), `configs` (an array of tables: one configuration each) and `options` (`curve`,
+    `schedule`, `chunk_size`, `batch_size`, `max_steps`)."""
+    if isinstance(spec, Mapping):
+        data = dict(spec)
+    else:
+        p = Path(os.fspath(spec))
+        if not p.is_file():
+            raise LvflowError(f"spec: file not found: {p}")
+        text = p.read_text(encoding="utf-8")
+        try:
+            if p.suffix.lower() == ".toml":
+                import tomllib
+
+                data = tomllib.loads(text)
+            elif p.suffix.lower() == ".json":
+                data = json.loads(text)
+            else:
+                raise LvflowError(f"spec: unsupported file type {p.suffix or '(none)'!r} for {p}; use .toml or .json")
+        except (ValueError, TypeError) as e:  # tomllib.TOMLDecodeError and json.JSONDecodeError are ValueErrors
+            if isinstance(e, LvflowError):
+                raise
+            raise LvflowError(f"spec: cannot read {p}: {e}") from None
+        # relative file names in a spec file are relative to the spec file
+        data = _relative_to(data, p.parent)
+    unknown = set(data) - {"grid", "configs", "options"}
+    if unknown:
+        raise LvflowError(f"spec: unknown section(s) {sorted(unknown)}; use grid, configs, options")
+    opts = data.get("options", {}) or {}
+    bad = set(opts) - set(_OPTIONS)
+    if bad:
+        raise LvflowError(f"spec: unknown option(s) {sorted(bad)}; known: {', '.join(_OPTIONS)}")
+    grids = data.get("grid", [])
+    grids = [grids] if isinstance(grids, Mapping) else list(grids)
+    return {"grids": grids, "configs": list(data.get("configs", []) or []), "options": dict(opts)}
+
+
+def _relative_to(data: dict, base: Path) -> dict:
+    files = [n for n, p in PARAMETERS.items() if p.kind == "object"]
+
+    def fix(entry):
+        if not isinstance(entry, Mapping):
+            return entry
+        out = dict(entry)
+        for k, v in entry.items():
+            if k in files:
+                fixv = lambda s: str(base / s) if isinstance(s, str) and not os.path.isabs(s) else s
+                out[k] = [fixv(s) for s in v] if isinstance(v, list) else fixv(v)
+        return out
+
+    data = dict(data)
+    if isinstance(data.get("grid"), Mapping):
+        data["grid"] = fix(data["grid"])
+    elif isinstance(data.get("grid"), list):
+        data["grid"] = [fix(g) for g in data["grid"]]
+    if isinstance(data.get("configs"), list):
+        data["configs"] = [fix(c) for c in data["configs"]]
+    return data
+
+
+def _distributed(coordinator, num_processes, process_id) -> tuple[int, int, bool]:
+    """`(process index, process count, jax.distributed in use)`."""
+    import jax
+
+    if coordinator is not None:
+        if not jax.distributed.is_initialized():
+            kw = {}
+            if coordinator != "auto":
+                kw = dict(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
+            try:
+                jax.distributed.initialize(**kw)
+            except (RuntimeError, ValueError) as e:
+                raise LvflowError(f"coordinator: jax.distributed.initialize failed: {e}") from None
+        return jax.process_index(), jax.process_count(), True
+    if jax.distributed.is_initialized():
+        return jax.process_index(), jax.process_count(), True
+    if num_processes is None and process_id is None:
+        return 0, 1, False
+    if num_processes is None or process_id is None:
+        raise LvflowError("num_processes/process_id: give both (or a coordinator)")
+    if isinstance(num_processes, bool) or not isinstance(num_processes, (int, np.integer)) or num_processes < 1:
+        raise LvflowError(f"num_processes: must be a positive integer, got {num_processes!r}")
+    if isinstance(process_id, bool) or not isinstance(process_id, (int, np.integer)):
+        raise LvflowError(f"process_id: must be an integer, got {process_id!r}")
+    if not 0 <= process_id < num_processes:
+        raise LvflowError(f"process_id: must lie in [0, {num_processes}), got {process_id}")
+    return int(process_id), int(num_processes), False
+
+
+def _barrier(name: str, timeout_s: float = 24 * 3600.0) -> None:
+    """Wait for every process (jax.distributed's key-value store; no device collectives needed)."""
+    from jax._src import distributed
+
+    client = distributed.global_state.client
+    if client is not None:
+        client.wait_at_barrier(name, int(timeout_s * 1000))
+
+
+def sweep(
+    grid: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+    *,
+    configs: Sequence[Mapping[str, Any]] | None = None,
+    spec=None,
+    out=None,
+    curve: bool | None = None,
+    schedule: str | None = None,
+    chunk_size: int | None = None,
+    batch_size: int | None = None,
+    max_steps: int | None = None,
+    devices=None,
+    progress: bool | None = None,
+    summary: bool = True,
+    coordinator: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    on_chunk: Callable[[int, Path | None], None] | None = None,
+) -> SweepResult:
+    """`predict` over a grid or a list of configurations: batched with `jax.vmap`, sharded over
+    devices (and hosts), written in resumable chunks.
+
+    ```python
+    res = lvflow.sweep({"alpha1": 2, "alpha2": [0.6, 0.8, 1.0], "modes": 100,
+                        "eps": "log:1e-8:1e-4:5"}, out="sweep-dir")
+    res["t_first"], res["exponent_fit"]      # one row per configuration
+    lvflow.load_sweep("sweep-dir")           # the same, read back
+    ```
+
+    **Configurations.** Each has the inputs of `predict` (its API names; `lr` and `points` are
+    accepted too): the system — `alpha1`, `alpha2`, `modes` (a power-law spectrum, Thm 9), or
+    `system` (a file as `lvflow predict --system`, a `LotkaVolterra` / `LowRankLotkaVolterra`, or a
+    mapping of arrays `r`, `C` / `zeta`, `V` / `r`, `d`, `U`), or `architecture` with `data` (and
+    `kernel`) — the initial scale — `eps` with `beta` (`c_k = k^{−β}`) or `c`, or `z0`, or
+    `init_std` with `width` — and `learning_rate`, `rho`, `t1`, `num_points`, and the ODE's `rtol`,
+    `atol` (`predict`'s defaults: 1e-10, 1e-12). `grid` maps each to one value or a list (also
+    `"a,b,c"`, `"lin:a:b:n"`, `"log:a:b:n"`) and sweeps their product (the last varying fastest);
+    several grids may be given as a list; `configs` lists configurations that are not a grid; a
+    `spec` file (TOML or JSON: sections `grid`, `configs`, `options`) holds either.
+
+    **What is computed**, per configuration (columns of the `SweepResult`): per mode `t_star` (the
+    finite-ε switch-on time, Eq. 158 for diagonal `C`, the ODE otherwise), `tau_star` and
+    `plateau_loss` (the ε → 0 schedule, Eq. 168), `z_inf`, `r`, `V`; and `t1`, `success`,
+    `num_steps`, `n_on`, `t_first` (the length of the initial plateau), `t_last`, `steps_first`
+    (`t_first/η`), `tau_first`, `exponent` (Thm 9's `(α₁−1)/α₂`) and `exponent_fit` (the slope of
+    −ln(plateau loss) against ln t* over the 2nd to ⌈K/10⌉-th switch-ons: the exponent a finite-ε run
+    shows). They equal `predict`'s numbers for the same inputs (to the solver's tolerance on the
+    ODE path); a failed ODE solve is a row with `success = False`, not an exception.
+
+    **How.** Configurations of equal shapes (the same `K`, structure of `C`, `c` given or not,
+    curve length and tolerances) form a group; each group is evaluated in batches by one compiled,
+    vmapped function, each batch sharded over the local devices along a 1-D mesh axis `"batch"`
+    (padded to a multiple of the device count within its group; the padding is dropped). A
+    diagonal `C` is the closed form (Thm 6), a coupled one `solve_lv`; a coupled system's ε → 0
+    schedule is computed once on the host (it does not depend on ε).
+
+    **Files** (with `out`): `manifest.json`, then `chunk-NNNNNN.npz` of `chunk_size`
+    configurations each (the configuration beside its results), each written atomically; when all
+    exist, `summary.json` and `summary.png`. Run the same sweep again into the same directory after
+    a crash or `kill -9` and it resumes: finished chunks are skipped, none is evaluated twice.
+    Without `out` nothing is written.
+
+    **Arguments** (besides `grid`, `configs`, `spec`, `out`):
+
+    - `curve`: also the excess-loss curve at `predict`'s `2·num_points − 1` times (default False).
+    - `schedule`: `"limit"` (the ε → 0 schedule, as `predict`; default), `"corrected"` (the
+      finite-ε corrected schedule, one host `plateau_schedule` per configuration) or `"none"`.
+    - `chunk_size`: configurations per chunk file (default 4096; a rerun takes the manifest's).
+    - `batch_size`: configurations per device per call (default 4096 for the closed form; for the
+      ODE 64 on a CPU, 1024 on an accelerator). It does not depend on the device count, so the
+      numbers do not either, bit for bit.
+    - `max_steps`: the ODE's step budget (default 16384).
+    - `devices`: the local devices to shard over (default all; an int takes the first that many).
+    - `progress`: a progress bar with an ETA (default: only on a terminal).
+    - `summary`: write `summary.json` and `summary.png` when complete (default True).
+    - `coordinator`, `num_processes`, `process_id`: several processes (one per host). With a
+      `coordinator` (`"host:port"`, or `"auto"` for a cluster JAX detects) `jax.distributed` is
+      initialised; without one each process just takes its share. Process `p` of `P` evaluates
+      and writes chunks `c` with `c mod P = p` into the shared `out`; the summary comes once all
+      exist.
+    - `on_chunk`: called as `on_chunk(chunk_id, path)` after each chunk is written (`path` None
+      in memory).
+
+    **Returns:** a `SweepResult` (all configurations; with several processes and no coordinator,
+    those present when this process finished — `complete` says which).
+
+    **Raises:** `LvflowError` naming the input and configuration for bad input (also a
+    configuration `predict` would refuse, e.g. ε above a mode's plateau), for an `out` holding a
+    different sweep, and for a spec without configurations.
+    """
+    t_start = time.perf_counter()
+    grids: list = []
+    if spec is not None:
+        sp = load_spec(spec)
+        grids, configs_spec, opts = sp["grids"], sp["configs"], sp["options"]
+    else:
+        configs_spec, opts = [], {}
+    if grid is not None:
+        grids += [grid] if isinstance(grid, Mapping) else list(grid)
+    all_configs = list(configs_spec) + list(configs or [])
+    curve = bool(opts.get("curve", False) if curve is None else curve)
+    schedule = opts.get("schedule", "limit") if schedule is None else schedule
+    if schedule not in _SCHEDULES:
+        raise LvflowError(f"schedule: must be one of {', '.join(_SCHEDULES)}, got {schedule!r}")
+    max_steps = int(opts.get("max_steps", 16384) if max_steps is None else max_steps)
+    if max_steps < 1:
+        raise LvflowError(f"max_steps: must be a positive integer, got {max_steps}")
+    batch_size = opts.get("batch_size") if batch_size is None else batch_size
+    if batch_size is not None and (not isinstance(batch_size, (int, np.integer)) or batch_size < 1):
+        raise LvflowError(f"batch_size: must be a positive integer, got {batch_size!r}")
+    chunk_size = opts.get("chunk_size") if chunk_size is None else chunk_size
+    if chunk_size is not None and (
+        isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1
+    ):
+        raise LvflowError(f"chunk_size: must be a positive integer, got {chunk_size!r}")
+    if progress is not None and not isinstance(progress, bool):
+        raise LvflowError(f"progress: must be True, False or None, got {progress!r}")
+
+    out_dir = None if out is None else Path(os.fspath(out))
+    existing = None
+    if out_dir is not None:
+        if out_dir.exists() and not out_dir.is_dir():
+            raise LvflowError(f"out: {out_dir} exists and is not a directory")
+        existing = read_manifest(out_dir) if out_dir.is_dir() else None
+        if chunk_size is None and existing is not None:
+            chunk_size = int(existing.get("options", {}).get("chunk_size", DEFAULT_CHUNK_SIZE))
+    chunk_size = int(chunk_size or DEFAULT_CHUNK_SIZE)
+
+    plan = expand(grids, all_configs)
+    res = resolve(plan, curve=curve)
+    chunks = make_chunks(res.group_of, chunk_size)
+    options = {
+        "curve": curve,
+        "schedule": schedule,
+        "max_steps": max_steps,
+        "chunk_size": chunk_size,
+        "parameters": list(plan.columns),
+    }
+    digest = spec_hash(plan.definition, options)
+
+    p_index, p_count, dist = _distributed(coordinator, num_processes, process_id)
+    if out_dir is None and p_count > 1:
+        raise LvflowError("out: a sweep over several processes needs a shared output directory")
+    mine = [c for c in chunks if c.id % p_count == p_index]
+
+    if out_dir is not None:
+        if existing is not None and existing.get("spec_hash") != digest:
+            raise LvflowError(
+                f"out: {out_dir} holds a different sweep (spec hash {existing.get('spec_hash')}, this one {digest}); "
+                "use a new directory, or delete that one"
+            )
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if existing is None:
+            # every process writes the same manifest (atomically): no process waits for another
+            write_manifest(
+                out_dir, manifest(res, chunks, spec_hash=digest, definition=plan.definition, options=options)
+            )
+        remove_stale_temporaries(out_dir, {c.id for c in mine})
+
+    runner = Runner(
+        res,
+        mesh=make_mesh(devices),
+        schedule=schedule,
+        max_steps=max_steps,
+        batch_size=batch_size,
+        chunk_size=chunk_size,
+    )
+    todo = [c for c in mine if out_dir is None or not exists(chunk_path(out_dir, c))]
+    skipped = len(mine) - len(todo)
+    bar = progress_bar(
+        progress, sum(c.rows.size for c in mine), sum(c.rows.size for c in mine) - sum(c.rows.size for c in todo)
+    )
+    widths = {
+        **dict.fromkeys(PER_MODE, int(res.K.max())),
+        **dict.fromkeys(CURVE, max(2 * g.points - 1 for g in res.groups)),
+    }
+    table = Assembler(plan.n, widths) if out_dir is None else None
+    try:
+        for c in todo:
+            cols = chunk_columns(res, c.group, c.rows, runner.evaluate(c.group, c.rows))
+            path = None
+            if out_dir is not None:
+                path = chunk_path(out_dir, c)
+                write_chunk(path, cols, digest)
+            else:
+                table.add(cols)
+            if bar is not None:
+                bar.update(c.rows.size)
+            if on_chunk is not None:
+                on_chunk(c.id, path)
+    finally:
+        if bar is not None:
+            bar.close()
+    stats = {
+        "chunks": len(chunks),
+        "chunks_mine": len(mine),
+        "chunks_evaluated": len(todo),
+        "chunks_skipped": skipped,
+        "configs_evaluated": int(runner.evaluated_rows),
+        "seconds": 0.0,
+        "devices": runner.n_dev,
+        "process_index": p_index,
+        "process_count": p_count,
+    }
+    params = tuple(plan.columns)
+    if out_dir is None:
+        stats["seconds"] = time.perf_counter() - t_start
+        return SweepResult(table.result(), stats, None, True, params)
+    if dist and p_count > 1:
+        _barrier(f"lvflow-sweep-{digest}")
+    complete = all(exists(chunk_path(out_dir, c)) for c in chunks)
+    result = load_sweep(out_dir, partial=not complete)
+    if complete and summary and (p_index == 0 or not dist):
+        from .._workflow.io import save_json
+        from .summary import plot_summary, summarize
+
+        save_json(out_dir / "summary.json", summarize(result))
+        plot_summary(result, out_dir / "summary.png")
+    stats["seconds"] = time.perf_counter() - t_start
+    stats["chunks_missing"] = result.stats.get("chunks_missing", 0)
+    return SweepResult(result.columns, stats, str(out_dir), complete, params)
