@@ -10,6 +10,8 @@ import time
 from ._harness import environment, table
 from .config import Config
 
+FLAGS: dict[str, str] = {}  # errors name no API argument (the `lvflow bench` contract)
+
 #: benchmark name → module (run in this order).
 BENCHMARKS = {
     "glv": "benchmarks.glv",

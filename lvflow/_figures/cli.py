@@ -9,6 +9,8 @@ from pathlib import Path
 
 from . import FIGURES, load
 
+FLAGS: dict[str, str] = {}  # errors name no API argument
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="figures", type=Path, help="output folder (default: figures/)")

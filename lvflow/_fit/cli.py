@@ -7,7 +7,6 @@ Exit codes: 0 success, 2 bad input (one line on stderr naming the input and the 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 
 EXAMPLES = """\
@@ -17,8 +16,8 @@ examples:
   lvflow fit train.csv --family power-law --offset 0 --save fit.json
 """
 
-# API names as the flags the user typed.
-_FLAGS = {
+# API names as the flags the user typed (`lvflow` reports errors with them).
+FLAGS = {
     "learning_rate": "--lr",
     "until": "--until",
     "modes": "--modes",
@@ -34,19 +33,10 @@ _FLAGS = {
 }
 
 
-def _one_line_error(prog: str):
-    def error(message: str):
-        sys.stderr.write(f"{prog}: error: {message}\n")
-        raise SystemExit(2)
-
-    return error
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `lvflow fit`."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EXAMPLES
-    parser.error = _one_line_error(parser.prog)
     parser.add_argument(
         "log",
         metavar="LOG",
@@ -86,42 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
-def _flagged(msg: str) -> str:
-    m = re.match(r"([A-Za-z_0-9]+)(:.*)", msg, flags=re.S)
-    if m and m.group(1) in _FLAGS:
-        return _FLAGS[m.group(1)] + m.group(2)
-    return msg
-
-
 def run(args: argparse.Namespace) -> int:
-    """Run `lvflow fit`; returns the exit code."""
-    prog = "lvflow fit"
-    try:
-        return _run(args)
-    except SystemExit:
-        raise
-    except KeyboardInterrupt:
-        sys.stderr.write(f"{prog}: interrupted\n")
-        return 130
-    except BrokenPipeError:
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
-    except Exception as e:  # noqa: BLE001 — one line per failure, the traceback only on request
-        if getattr(args, "debug", False):
-            raise
-        from .._errors import LvflowError
-
-        msg = " ".join(str(e).split()) or type(e).__name__
-        if isinstance(e, LvflowError):
-            sys.stderr.write(f"{prog}: error: {_flagged(msg)}\n")
-            return 2
-        sys.stderr.write(f"{prog}: internal error: {type(e).__name__}: {msg} (rerun with --debug for the traceback)\n")
-        return 1
-
-
-def _run(args) -> int:
+    """Run `lvflow fit`; returns the exit code (errors are reported by `lvflow`'s `main`)."""
     import warnings
 
     from .._errors import LvflowError

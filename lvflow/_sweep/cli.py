@@ -13,6 +13,17 @@ import sys
 
 from .grid import PARAMETERS
 
+# API names as the flags the user typed (`lvflow` reports errors with them).
+FLAGS = {name: p.flag for name, p in PARAMETERS.items()} | {
+    "chunk_size": "--chunk-size",
+    "batch_size": "--batch-size",
+    "max_steps": "--max-steps",
+    "devices": "--devices",
+    "num_processes": "--num-processes",
+    "process_id": "--process-id",
+    "coordinator": "--coordinator",
+}
+
 EXAMPLES = """\
 values: one value, a comma-separated list (0.6,0.8,1.0), or a range lin:START:STOP:COUNT /
 log:START:STOP:COUNT; the sweep is the grid of all combinations (the last flag varying fastest).
@@ -27,19 +38,10 @@ examples:
 """
 
 
-def _one_line_error(prog: str):
-    def error(message: str):
-        sys.stderr.write(f"{prog}: error: {message}\n")
-        raise SystemExit(2)
-
-    return error
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `lvflow sweep`: `lvflow predict`'s inputs as lists, and the sweep's own."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EXAMPLES
-    parser.error = _one_line_error(parser.prog)
     grid = parser.add_argument_group("the configurations (lvflow predict's inputs; each V or V1,V2,… or a range)")
     for name, p in PARAMETERS.items():
         flags = [p.flag] + (["--learning-rate"] if name == "learning_rate" else [])
@@ -75,40 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run `lvflow sweep`; returns the exit code."""
-    prog = "lvflow sweep"
-    try:
-        return _run(args)
-    except SystemExit:
-        raise
-    except KeyboardInterrupt:
-        sys.stderr.write(f"{prog}: interrupted (rerun the same command to resume)\n")
-        return 130
-    except Exception as e:  # noqa: BLE001 — one line per failure, the traceback only on request
-        if getattr(args, "debug", False):
-            raise
-        from .._errors import LvflowError
-
-        msg = " ".join(str(e).split()) or type(e).__name__
-        if isinstance(e, LvflowError):
-            sys.stderr.write(f"{prog}: error: {_flagged(msg)}\n")
-            return 2
-        sys.stderr.write(f"{prog}: internal error: {type(e).__name__}: {msg} (rerun with --debug for the traceback)\n")
-        return 1
-
-
-def _flagged(msg: str) -> str:
-    """`eps: must lie …` → `--eps: must lie …` (the user typed flags, not API names)."""
-    head, sep, rest = msg.partition(":")
-    flags = {name: p.flag for name, p in PARAMETERS.items()}
-    flags.update(chunk_size="--chunk-size", batch_size="--batch-size", max_steps="--max-steps", devices="--devices")
-    flags.update(num_processes="--num-processes", process_id="--process-id", coordinator="--coordinator")
-    if sep and head in flags:
-        return flags[head] + sep + rest
-    return msg
-
-
-def _run(args) -> int:
+    """Run `lvflow sweep`; returns the exit code (errors are reported by `lvflow`'s `main`)."""
     from .._errors import LvflowError
 
     if args.cpu_devices is not None:

@@ -38,7 +38,7 @@ def _horizon(r, Ckk, c, eps, tau):
     grow = (r > 0) & (Ckk > 0)
     ratio = r / jnp.where(grow, Ckk * c * eps, 1.0)
     t_iso = jnp.where(grow, jnp.log(jnp.maximum(ratio, math.e)) / jnp.where(grow, r, 1.0), 0.0)
-    t_sched = jnp.where(jnp.isfinite(tau), tau, 0.0) * jnp.log(1 / eps)
+    t_sched = jnp.where(jnp.isfinite(tau), tau, 0.0) * -jnp.log(eps)
     rmin = jnp.min(jnp.where(r > 0, r, jnp.inf))
     return 1.2 * jnp.maximum(jnp.max(t_iso), jnp.max(t_sched)) + 8.0 / rmin
 
@@ -120,7 +120,7 @@ def make_member(group: Group, *, schedule: str, host_schedule: bool, max_steps: 
         if schedule != "none":
             out["tau_star"], out["plateau_loss"] = tau, plateau
         if group.points:
-            Cz = (lambda z: Ckk * z) if diagonal else lv.Cz
+            Cz = (lambda z: jnp.broadcast_to(Ckk, z.shape) * z) if diagonal else lv.Cz
             loss = jnp.sum(zs * Cz(zs), axis=-1) / 8 - zs @ r / 4
             loss_inf = jnp.sum(z_inf * Cz(z_inf)) / 8 - z_inf @ r / 4
             out["ts"], out["excess_loss"] = ts, loss - loss_inf

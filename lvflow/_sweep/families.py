@@ -15,14 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import LvflowError, NotCommutingError
+from .._glv.equilibrium import saturated_equilibrium
 from .._glv.interaction import is_diagonal
-from .._glv.lv import (
-    AbstractLotkaVolterra,
-    LotkaVolterra,
-    LowRankLotkaVolterra,
-    equilibrium_is_unique,
-    saturated_equilibrium,
-)
+from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .base import AbstractFamily
 from .grid import DEFAULTS, Plan
 
@@ -201,14 +196,8 @@ def system_info(lv: AbstractLotkaVolterra, label: str) -> SystemInfo:
         structure = "diagonal" if U.shape[1] == 0 or not np.any(U) else "lowrank"
     else:
         structure = "diagonal" if is_diagonal(np.asarray(lv.C)) else "dense"
-    if structure == "diagonal":
-        z_inf, unique = np.where(r > 0, r / np.where(Ckk > 0, Ckk, 1.0), 0.0), True
-    elif structure == "lowrank":
-        z_inf, unique = np.asarray(lv.equilibrium(), dtype=float), True  # C positive definite
-    else:
-        C = np.asarray(lv.C, dtype=float)
-        z_inf = saturated_equilibrium(C, r)
-        unique = bool(np.all(np.isfinite(z_inf))) and equilibrium_is_unique(C, r, z_inf)
+    z_inf, unique = saturated_equilibrium(r, **({"d": Ckk} if structure == "diagonal" else lv._factors()))
+    unique = bool(unique) and bool(np.all(np.isfinite(z_inf)))
     return SystemInfo(lv, label, structure, r, Ckk, np.asarray(z_inf, dtype=float), unique, y2)
 
 

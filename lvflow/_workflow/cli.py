@@ -9,8 +9,9 @@ import os
 import re
 import sys
 
-# Each subcommand lives in its own module exposing `add_arguments(parser)` and `run(args) -> int`;
-# they are imported only when named, so `lvflow --help` stays fast.
+# Each subcommand lives in its own module exposing `add_arguments(parser)`, `run(args) -> int` and
+# `FLAGS` (the API names its errors may start with → the flags the user typed); they are imported
+# only when named, so `lvflow --help` stays fast. Errors are reported here, one line each.
 _COMMANDS = {
     "demo": ("lvflow._workflow.demo", "Predict the plateaus of the paper's Fig 3 system (a two-minute tour)."),
     "predict": ("lvflow._workflow.predict_cli", "Predict the plateaus and switch-on times of a training run."),
@@ -50,10 +51,25 @@ def main(argv: list[str] | None = None) -> int:
     mod = importlib.import_module(_COMMANDS[argv[0]][0])
     sp = argparse.ArgumentParser(prog=f"lvflow {argv[0]}", description=_COMMANDS[argv[0]][1])
     mod.add_arguments(sp)
+    sp.error = _one_line_error(sp.prog)  # one line, not usage + message
     args = sp.parse_args(_negative_values_attached(argv[1:]))
     if argv[0] != "bench":  # benchmarks time cold starts themselves
         _persistent_cache()
     return _run_reporting(f"lvflow {argv[0]}", mod, args)
+
+
+def _one_line_error(prog: str):
+    def error(message: str):
+        sys.stderr.write(f"{prog}: error: {message}\n")
+        raise SystemExit(2)
+
+    return error
+
+
+def _flagged(msg: str, flags: dict[str, str]) -> str:
+    """`eps: must lie …` → `--eps: must lie …`: the user typed flags, not API names."""
+    head, sep, rest = msg.partition(":")
+    return flags[head] + sep + rest if sep and head in flags else msg
 
 
 def _run_reporting(prog: str, mod, args: argparse.Namespace) -> int:
@@ -63,8 +79,10 @@ def _run_reporting(prog: str, mod, args: argparse.Namespace) -> int:
         return int(mod.run(args) or 0)
     except SystemExit:
         raise
-    except KeyboardInterrupt:
-        sys.stderr.write(f"{prog}: interrupted\n")
+    except KeyboardInterrupt:  # a sweep resumes from its finished chunks when rerun
+        sys.stderr.write(
+            f"{prog}: interrupted" + (" (rerun the same command to resume)" if "sweep" in prog else "") + "\n"
+        )
         return 130
     except BrokenPipeError:  # `lvflow predict … | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -73,11 +91,10 @@ def _run_reporting(prog: str, mod, args: argparse.Namespace) -> int:
         if getattr(args, "debug", False):
             raise
         from .._errors import LvflowError, SolverError
-        from .predict_cli import flagged
 
         msg = " ".join(str(e).split()) or type(e).__name__
         if isinstance(e, LvflowError):
-            sys.stderr.write(f"{prog}: error: {flagged(msg)}\n")
+            sys.stderr.write(f"{prog}: error: {_flagged(msg, mod.FLAGS)}\n")
             return 2
         if isinstance(e, SolverError):
             sys.stderr.write(f"{prog}: solver failed: {msg}\n")

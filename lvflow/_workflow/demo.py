@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .predict_cli import FLAGS as FLAGS  # the same options as `lvflow predict`
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eps", type=float, default=1e-5, help="initial scale ε, z_k(0) = ε (default 1e-5)")

@@ -7,7 +7,6 @@ Exit codes: 0 success, 2 bad input (one line on stderr naming the input and the 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 
 EXAMPLES = """\
@@ -18,8 +17,8 @@ examples:
   lvflow predict --system sys.csv --eps 1e-5 --plot loss.png --save out.json --quiet
 """
 
-# Names used by the Python API, as the flags the user typed.
-_FLAGS = {
+# Names used by the Python API, as the flags the user typed (`lvflow` reports errors with them).
+FLAGS = {
     "eps": "--eps",
     "z0": "--z0",
     "c": "--c",
@@ -36,19 +35,10 @@ _FLAGS = {
 }
 
 
-def _one_line_error(prog: str):
-    def error(message: str):
-        sys.stderr.write(f"{prog}: error: {message}\n")
-        raise SystemExit(2)
-
-    return error
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `lvflow predict`."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EXAMPLES
-    parser.error = _one_line_error(parser.prog)  # one line, not usage + message
     src = parser.add_argument_group("the system (give one)")
     src.add_argument(
         "--system",
@@ -104,14 +94,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--json", action="store_true", help="print JSON to stdout instead of the table")
     out.add_argument("--quiet", action="store_true", help="no progress bar")
     out.add_argument("--debug", action="store_true", help="show tracebacks")
-
-
-def _flagged(msg: str) -> str:
-    """`eps: must lie …` → `--eps: must lie …` (the user typed flags, not API names)."""
-    m = re.match(r"([A-Za-z_0-9]+)(:.*)", msg, flags=re.S)
-    if m and m.group(1) in _FLAGS:
-        return _FLAGS[m.group(1)] + m.group(2)
-    return msg
 
 
 def _build(args):
@@ -184,11 +166,6 @@ def _build(args):
             raise LvflowError("--beta: needs a gLV system (modes); the data did not reduce to one")
         kw["c"] = np.arange(1, K + 1, dtype=float) ** (-args.beta)
     return system, kw
-
-
-def flagged(msg: str) -> str:
-    """An error message in the user's terms: `eps: must lie …` → `--eps: must lie …`."""
-    return _flagged(msg)
 
 
 def run(args: argparse.Namespace) -> int:
