@@ -280,26 +280,26 @@ def resolve(plan: Plan, *, curve: bool) -> Resolved:
     # The systems given one by one, each loaded once.
     infos: list[SystemInfo] = []
     sys_of = np.full(n, -1, dtype=np.int64)
-    keys: dict[tuple, int] = {}
     sys_col, data_col = plan.column("system"), plan.column("data")
-    arch_col, kern_col = plan.column("architecture"), plan.column("kernel")
-    for i in np.flatnonzero(table | arch):
-        key = ("system", int(sys_col[i])) if table[i] else ("arch", str(arch_col[i]), int(data_col[i]), kern_col[i])
-        if key not in keys:
-            if key[0] == "system":
-                v = plan.objects["system"][key[1]]
-                label = v if isinstance(v, str) else f"system[{key[1]}]"
-                lv = _system_from_value(v, f"system {label}" if isinstance(v, str) else label)
-            else:
-                v = plan.objects["data"][key[2]]
-                label = f"{key[1]} on {v if isinstance(v, str) else f'data[{key[2]}]'}"
-                lv = _system_from_data(key[1], v, key[3], f"data {label}")
-            keys[key] = len(infos)
+    for j in np.unique(sys_col[table]):
+        v = plan.objects["system"][int(j)]
+        label = v if isinstance(v, str) else f"system[{int(j)}]"
+        lv = _system_from_value(v, f"system {label}" if isinstance(v, str) else label)
+        sys_of[table & (sys_col == j)] = len(infos)
+        infos.append(system_info(lv, label))
+    if np.any(arch):
+        rows = np.flatnonzero(arch)
+        combos = np.stack([plan.column("architecture"), data_col.astype(str), plan.column("kernel")], axis=1)[rows]
+        uniq, inv = np.unique(combos, axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        for u, (name, j, kernel) in enumerate(uniq):
+            v = plan.objects["data"][int(j)]
+            label = f"{name} on {v if isinstance(v, str) else f'data[{int(j)}]'}"
+            lv = _system_from_data(str(name), v, str(kernel), f"data {label}")
+            sys_of[rows[inv == u]] = len(infos)
             infos.append(system_info(lv, label))
-        sys_of[i] = keys[key]
     K = np.where(power, plan.column("modes"), 0)
-    for s, info in enumerate(infos):
-        K[sys_of == s] = info.K
+    K[~power] = np.array([info.K for info in infos], dtype=np.int64)[sys_of[~power]] if infos else 0
 
     eps, c_arrays, init = _initial_scales(plan, K)
     for name, lo, hi in (("rho", 0.0, 1.0),):

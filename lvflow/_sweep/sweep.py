@@ -108,7 +108,13 @@ def _distributed(coordinator, num_processes, process_id) -> tuple[int, int, bool
             try:
                 jax.distributed.initialize(**kw)
             except (RuntimeError, ValueError) as e:
-                raise LvflowError(f"coordinator: jax.distributed.initialize failed: {e}") from None
+                hint = ""
+                if "before any JAX" in str(e):
+                    hint = (
+                        "; JAX was already in use (e.g. systems built as Python objects): call "
+                        "jax.distributed.initialize(...) first thing in the script, and lvflow.sweep uses it"
+                    )
+                raise LvflowError(f"coordinator: jax.distributed.initialize failed: {e}{hint}") from None
         return jax.process_index(), jax.process_count(), True
     if jax.distributed.is_initialized():
         return jax.process_index(), jax.process_count(), True
@@ -262,6 +268,11 @@ def sweep(
             chunk_size = int(existing.get("options", {}).get("chunk_size", DEFAULT_CHUNK_SIZE))
     chunk_size = int(chunk_size or DEFAULT_CHUNK_SIZE)
 
+    # jax.distributed must start before anything touches a JAX device (loading systems does)
+    p_index, p_count, dist = _distributed(coordinator, num_processes, process_id)
+    if out_dir is None and p_count > 1:
+        raise LvflowError("out: a sweep over several processes needs a shared output directory")
+
     plan = expand(grids, all_configs)
     res = resolve(plan, curve=curve)
     chunks = make_chunks(res.group_of, chunk_size)
@@ -274,13 +285,16 @@ def sweep(
     }
     digest = spec_hash(plan.definition, options)
 
-    p_index, p_count, dist = _distributed(coordinator, num_processes, process_id)
-    if out_dir is None and p_count > 1:
-        raise LvflowError("out: a sweep over several processes needs a shared output directory")
     mine = [c for c in chunks if c.id % p_count == p_index]
 
     if out_dir is not None:
         if existing is not None and existing.get("spec_hash") != digest:
+            made = existing.get("options", {}).get("chunk_size")
+            if (
+                made != chunk_size
+                and spec_hash(plan.definition, {**options, "chunk_size": made}) == existing["spec_hash"]
+            ):
+                raise LvflowError(f"chunk_size: {out_dir} holds this sweep in chunks of {made}, not {chunk_size}")
             raise LvflowError(
                 f"out: {out_dir} holds a different sweep (spec hash {existing.get('spec_hash')}, this one {digest}); "
                 "use a new directory, or delete that one"
