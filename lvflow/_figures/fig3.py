@@ -104,8 +104,8 @@ def _right(quick: bool) -> dict:
     k_mid = (t_mid / math.log(8 / eps)) ** (1 / a2)
     # Eq. 292 for this spectrum (ζ_k = k^{−α₂}, V_k = k^{−α₁}, C_k = ζ_k²/(8V_k), z_k0 = ε k^{−β});
     # "flat": what it would be with z_k0 = ε for every mode, the paper's case
-    k_eff = float(_scaling.effective_exponent(k_mid, eps, alpha1=a1, alpha2=a2, beta=beta))
-    k_eff_flat = float(_scaling.effective_exponent(k_mid, eps, alpha1=a1, alpha2=a2, c=1.0))
+    k_eff = float(_scaling.effective_exponent(np.array([k_mid]), eps, alpha1=a1, alpha2=a2, beta=beta)[0])
+    k_eff_flat = float(_scaling.effective_exponent(np.array([k_mid]), eps, alpha1=a1, alpha2=a2, c=1.0)[0])
     res = _scaling.resolved_steps(r, eps, C=Ckk, c=c)
     return dict(
         t=t,
