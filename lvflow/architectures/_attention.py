@@ -15,7 +15,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._errors import LvflowError
 from .._validate import as_array
@@ -47,16 +47,17 @@ def sequence_shape(D: int, seq_len: int | None) -> tuple[int, int]:
     return (D, int(seq_len))
 
 
-def centered_softmax(s: Float[Array, " N"]) -> Float[Array, " N"]:
-    """`softmax(s) − 1/N`, accurate to relative precision when `s` is tiny.
+def centered_softmax(s: Float[Array, "N ..."]) -> Float[Array, "N ..."]:
+    """`softmax(s) − 1/N` over axis 0 (the `N` tokens; any trailing axes, e.g. heads, are
+    batched), accurate to relative precision when `s` is tiny.
 
     Written as `(e_n − ē) / (N (1 + ē))` with `e = expm1(s − c)`: the difference of two numbers
     close to `1/N` would lose everything below `1e-16 · N`, while the NQF regime has `|s| ~ |W|²`.
     The shift `c = max s` (gradient stopped; the value does not depend on it) prevents overflow.
     """
-    c = jax.lax.stop_gradient(jnp.max(s, axis=0))
+    c = jax.lax.stop_gradient(jnp.max(s, axis=0, keepdims=True))
     e = jnp.expm1(s - c)
-    ebar = jnp.mean(e, axis=0)
+    ebar = jnp.mean(e, axis=0, keepdims=True)
     return (e - ebar) / (s.shape[0] * (1.0 + ebar))
 
 
@@ -137,7 +138,7 @@ class MultiHeadAttention(AbstractVectorOutput, AbstractSeparableMap):
     def shared_features(self, X: Float[Array, "D N"]) -> Float[Array, " D"]:
         return jnp.mean(X, axis=1)
 
-    def output_slices(self, Theta: Float[Array, "D k"]) -> Float[Array, "k D"]:
+    def output_slices(self, Theta: Float[ArrayLike, "D k"]) -> Float[ArrayLike, "k D"]:
         return Theta.T
 
     def draw_teacher(self, rng: np.random.Generator, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -14,7 +14,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._errors import LvflowError, ZGZError
 from .._validate import _is_concrete, as_array, check_positive, check_positive_int
@@ -137,7 +137,7 @@ class AbstractSeparableMap(AbstractLearnedMap):
         """`ψ(x)`, the features every output reads."""
 
     @abc.abstractmethod
-    def output_slices(self, Theta: Float[Array, "a b"]) -> Float[Array, "k F"]:
+    def output_slices(self, Theta: Float[ArrayLike, "a b"]) -> Float[ArrayLike, "k F"]:
         """Output `c`'s slice of `Θ` (a linear rearrangement of its entries), row `c`."""
 
 
@@ -185,7 +185,7 @@ class AbstractPooledPerceptron(AbstractSeparableMap):
     def shared_features(self, x) -> Float[Array, " n"]:
         return self.dphi0 * self.pooled_input(x)
 
-    def output_slices(self, Theta: Float[Array, "n k"]) -> Float[Array, "k n"]:
+    def output_slices(self, Theta: Float[ArrayLike, "n k"]) -> Float[ArrayLike, "k n"]:
         return Theta.T
 
     def draw_teacher(self, rng: np.random.Generator, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

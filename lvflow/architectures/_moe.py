@@ -5,7 +5,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from ._base import (
     AbstractSeparableMap,
@@ -96,7 +96,7 @@ class MixtureOfExperts(AbstractVectorInput, AbstractVectorOutput, AbstractSepara
     def shared_features(self, x: Float[Array, " n"]) -> Float[Array, " nn"]:
         return self.dpsi0 * jnp.outer(x, x).reshape(self.in_size**2)
 
-    def output_slices(self, R: Float[Array, "n kn"]) -> Float[Array, "k nn"]:
+    def output_slices(self, R: Float[ArrayLike, "n kn"]) -> Float[ArrayLike, "k nn"]:
         n, k = self.in_size, self._k  # R[a, c·n + b] -> [c, a·n + b]
         return R.reshape(n, k, n).transpose(1, 0, 2).reshape(k, n * n)
 
