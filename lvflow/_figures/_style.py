@@ -90,10 +90,12 @@ def claim(text: str, holds: bool, criterion: str, **measured) -> dict:
     return {"claim": text, "holds": bool(holds), "criterion": criterion, "measured": measured}
 
 
-def band(ax, x, runs, color, *, label=None, lw: float = NETWORK_WIDTH, ls="-", alpha: float = 0.22, log=False):
-    """The mean of `runs` (axis 0: independent runs) as a line, with a ±1 std band (the paper's
-    Fig 6 bands). With `log`, mean and std are of `ln runs` (geometric mean, multiplicative band),
-    which keeps the band positive on a log axis."""
+def band(
+    ax, x, runs, color, *, label=None, lw: float = NETWORK_WIDTH, ls="-", alpha: float = 0.22, log=False, line=True
+):
+    """The mean of `runs` (axis 0: independent runs) as a line (unless `line=False`), with a ±1 std
+    band (the paper's Fig 6 bands). With `log`, mean and std are of `ln runs` (geometric mean,
+    multiplicative band), which keeps the band positive on a log axis."""
     runs = np.asarray(runs, float)
     if log:
         mu, sd = np.mean(np.log(runs), axis=0), np.std(np.log(runs), axis=0)
@@ -101,8 +103,8 @@ def band(ax, x, runs, color, *, label=None, lw: float = NETWORK_WIDTH, ls="-", a
     else:
         mu, sd = np.mean(runs, axis=0), np.std(runs, axis=0)
         mid, lo, hi = mu, mu - sd, mu + sd
-    ax.fill_between(x, lo, hi, color=color, alpha=alpha, lw=0)
-    return ax.plot(x, mid, color=color, lw=lw, ls=ls, label=label)
+    ax.fill_between(x, lo, hi, color=color, alpha=alpha, lw=0, label=None if line else label)
+    return ax.plot(x, mid, color=color, lw=lw, ls=ls, label=label) if line else None
 
 
 def rel_err(measured, predicted):
