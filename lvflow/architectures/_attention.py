@@ -214,7 +214,7 @@ class QKAttention(AbstractVectorOutput, AbstractLearnedMap):
     def sample_shape(self, *, seq_len: int | None = None) -> tuple[int, int]:
         return sequence_shape(self.in_size, seq_len)
 
-    def f0(self, X: Float[Array, "D N"]) -> Float[Array, "*k"]:
+    def f0(self, X: Float[ArrayLike, "D N"]) -> Float[Array, "*k"]:
         """`f_X(0) = d cᵀ x̄`: the output of all heads at `W = 0` (not included in `__call__`)."""
         X = check_sequence("X", X, self.in_size)
         return self.d * (jnp.mean(X, axis=1) @ self._c)

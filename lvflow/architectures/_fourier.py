@@ -6,7 +6,7 @@ import math
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._validate import as_array
 from ._base import AbstractArchitecture, bilinear, check_input, check_size, init_W, unpack
@@ -60,13 +60,13 @@ class FourierMLP(AbstractArchitecture):
         s_psi = k ** (-self.theta) * math.sqrt(2.0) * jnp.cos(2 * jnp.pi * k * x)
         return v @ jnp.tanh(s_psi * a) / math.sqrt(self.num_modes)
 
-    def __call__(self, x: Float[Array, ""]) -> Float[Array, ""]:
+    def __call__(self, x: Float[ArrayLike, "..."]) -> Float[Array, ""]:  # a scalar (checked: LvflowError)
         x = check_input("x", x, (), "a scalar input")
         a, v = unpack(self.W, [(self.num_modes,)] * 2)  # (P, d) each
         s_psi = self.features(x) * math.sqrt(self.num_modes)
         return jnp.sum(v * jnp.tanh(s_psi[:, None] * a)) / math.sqrt(self.num_modes)
 
-    def structure(self, x: Float[Array, ""]) -> Float[Array, "p p"]:
+    def structure(self, x: Float[ArrayLike, "..."]) -> Float[Array, "p p"]:  # a scalar (checked)
         x = check_input("x", x, (), "a scalar input", dtype=self.W.dtype)
         P = self.num_modes
         return bilinear(self.p, (0, P), (P, 2 * P), jnp.diag(self.features(x)))
