@@ -446,6 +446,6 @@ def _draw(out: Path, runs: dict, stated: dict, mlps: dict) -> None:
         ax.plot([], [], color="black", ls=(0, (1, 1.2)), lw=2.0, label="predicted slopes (shifted)")
         ax.set(xlabel="time $t$ = lr × step", ylabel=r"$\mathcal{L}(t)/\mathcal{L}(0)$", title="Fourier MLP")
         ax.set_ylim(bottom=0.3 * min(R["E_net"][-1] / R["E_net"][0] for R in runs.values()), top=3)
-        ax.legend(loc="lower left", fontsize=6.5)
+        ax.legend(loc="upper right", fontsize=6.5)
         _style.panel_label(ax, "b")
         _style.save(fig, out, "fig5")

@@ -135,8 +135,9 @@ def make(out: Path, *, quick: bool = False) -> dict:
     models = {}
     for name, runs in res.items():
         s = runs[0]["steps"]
-        Ln = np.mean([R["loss_net"] for R in runs], axis=0)  # the curves the figure shows (mean of the runs)
-        Lq = np.mean([R["loss_nqf"] for R in runs], axis=0)
+        # the curves the figure shows: the mean over runs of L(t)/L(0) (network and NQF share L(0))
+        Ln = np.mean([R["loss_net"] / R["loss_net"][0] for R in runs], axis=0)
+        Lq = np.mean([R["loss_nqf"] / R["loss_net"][0] for R in runs], axis=0)
         rel = np.abs(Ln - Lq) / Lq
         dep_mean = departure_step(s, rel)
         early = [float(np.max(R["rel"][R["steps"] <= TRACK_STEPS])) for R in runs]
@@ -146,7 +147,7 @@ def make(out: Path, *, quick: bool = False) -> dict:
             _style.claim(
                 f"{LABELS[name]}: network and NQF match for the first {TRACK_STEPS} steps",
                 float(np.max(rel[s <= TRACK_STEPS])) <= DEPARTURE,
-                f"|L_net − L_NQF|/L_NQF of the run-averaged losses ≤ {DEPARTURE:.0%} over steps ≤ {TRACK_STEPS} "
+                f"|L_net − L_NQF|/L_NQF of the run-averaged L/L(0) ≤ {DEPARTURE:.0%} over steps ≤ {TRACK_STEPS} "
                 "(each run's own maximum, noisier under SGD, is reported beside)",
                 max_rel_gap_first_100_steps=float(np.max(rel[s <= TRACK_STEPS])),
                 median_rel_gap_first_100_steps=float(np.median(rel[(s > 0) & (s <= TRACK_STEPS)])),
@@ -157,7 +158,7 @@ def make(out: Path, *, quick: bool = False) -> dict:
             _style.claim(
                 f"{LABELS[name]}: ... and then they become different (within the {steps} steps)",
                 dep_mean is not None,
-                f"the relative gap of the run-averaged losses stays above {DEPARTURE:.0%} from some step on",
+                f"the relative gap of the run-averaged L/L(0) stays above {DEPARTURE:.0%} from some step on",
                 departure_step=dep_mean,
                 per_run=dep,
             )
@@ -166,7 +167,7 @@ def make(out: Path, *, quick: bool = False) -> dict:
             _style.claim(
                 f"{LABELS[name]}: the departure comes at about step {TRACK_STEPS}",
                 dep_mean is not None and TRACK_STEPS / 2 <= dep_mean <= 2 * TRACK_STEPS,
-                f"the departure step of the run-averaged losses within [{TRACK_STEPS // 2}, {2 * TRACK_STEPS}]",
+                f"the departure step of the run-averaged L/L(0) within [{TRACK_STEPS // 2}, {2 * TRACK_STEPS}]",
                 departure_step=dep_mean,
                 per_run=dep,
                 per_run_mean=float(np.nanmean(dep_f)) if np.any(np.isfinite(dep_f)) else None,
@@ -201,8 +202,8 @@ def make(out: Path, *, quick: bool = False) -> dict:
             "the recorded step from which on |L_net - L_NQF| / L_NQF stays above the threshold "
             "(losses on fixed fresh samples); null if it never departs"
         ),
-        "bands": "mean ± 1 std over the runs of ln L (geometric mean, multiplicative band); the claims use the "
-        "arithmetic mean of the runs' losses",
+        "bands": "each run's losses divided by its L(0) (the five teachers' label scales differ); mean ± 1 std over "
+        "the runs of ln(L/L(0)) (geometric mean, multiplicative band); the claims use the arithmetic mean of L/L(0)",
         "choices": {
             "runs": "each run redraws the teacher, the student's init and the data stream (seeds 100 + run)",
             "loss_measured_on": f"{eval_size} fresh samples per run, fixed during the run",
@@ -221,11 +222,11 @@ def _draw(out: Path, res: dict, steps: int) -> None:
         for j, (name, runs) in enumerate(res.items()):
             s = runs[0]["steps"][1:]
             ax = axs[0, j]
-            Ln = np.stack([R["loss_net"][1:] for R in runs])
-            Lq = np.stack([R["loss_nqf"][1:] for R in runs])
+            Ln = np.stack([R["loss_net"][1:] / R["loss_net"][0] for R in runs])
+            Lq = np.stack([R["loss_nqf"][1:] / R["loss_net"][0] for R in runs])
             _style.band(ax, s, Ln, "tab:blue", label="network", log=True)
             _style.band(ax, s, Lq, "black", label="NQF", lw=1.1, ls="--", log=True, alpha=0.12)
-            ax.set(xscale="log", yscale="log", ylabel="loss (fresh samples)", title=LABELS[name])
+            ax.set(xscale="log", yscale="log", ylabel=r"$L(t)/L(0)$ (fresh samples)", title=LABELS[name])
             ax.title.set_fontsize(8.5)
             ax2 = axs[1, j]
             _style.band(ax2, s, np.stack([R["rel"][1:] for R in runs]), "tab:red", log=True, line=False, label="runs")

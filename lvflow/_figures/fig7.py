@@ -142,41 +142,41 @@ def run_model(name: str, net, *, n_train: int, n_test: int | None, steps: int, e
     Xtr, Xte = jnp.asarray(_layout(name, Xtr)), jnp.asarray(_layout(name, Xte))
     ytr, yte = jnp.asarray(ytr), jnp.asarray(yte)
     checks = _check(forms, Xtr[:4])
-    Ftr, Fte = forms.features(Xtr), forms.features(Xte)
+    D = dict(Xtr=Xtr, Ftr=forms.features(Xtr), ytr=ytr, Xte=Xte, Fte=forms.features(Xte), yte=yte)
 
     def outputs(p, X, F):
         return forms.network(p[0], X), forms.nqf(p[1], F)
 
-    def total_loss(p):
-        a, b = outputs(p, Xtr, Ftr)
-        return jnp.mean((a - ytr) ** 2) + jnp.mean((b - ytr) ** 2)  # Eq. 26 of each; nothing shared
+    def total_loss(p, D):
+        a, b = outputs(p, D["Xtr"], D["Ftr"])
+        return jnp.mean((a - D["ytr"]) ** 2) + jnp.mean((b - D["ytr"]) ** 2)  # Eq. 26 of each; nothing shared
 
-    def record(p):
+    def record(p, D):
         out = []
-        for X, F, y in ((Xtr, Ftr, ytr), (Xte, Fte, yte)):
+        for X, F, y in ((D["Xtr"], D["Ftr"], D["ytr"]), (D["Xte"], D["Fte"], D["yte"])):
             preds = outputs(p, X, F)
             out.append(jnp.stack([jnp.mean((q - y) ** 2) for q in preds]))
             out.append(jnp.stack([jnp.mean((jnp.sign(q) == y).astype(float)) for q in preds]))
         return jnp.stack(out)  # (4 quantities, 2 models)
 
     opt = optax.adam(LR)
-    grad = jax.grad(total_loss)
 
-    def step(carry, _):
-        p, s = carry
-        u, s = opt.update(grad(p), s, p)
-        return (optax.apply_updates(p, u), s), None
-
+    # the data are arguments, not constants: XLA would otherwise constant-fold the CNN's patches
     @jax.jit
-    def run(p):
+    def run(p, D):
+        def step(carry, _):
+            p, s = carry
+            u, s = opt.update(jax.grad(total_loss)(p, D), s, p)
+            return (optax.apply_updates(p, u), s), None
+
         def block(carry, _):
             carry, _ = jax.lax.scan(step, carry, None, length=every)
-            return carry, record(carry[0])
+            return carry, record(carry[0], D)
 
         return jax.lax.scan(block, (p, opt.init(p)), None, length=steps // every)[1]
 
     p0 = (net.W, net.W)
-    recs = np.concatenate([np.asarray(record(p0))[None], np.asarray(run(p0))])  # (n, 4, 2)
+    recs = np.concatenate([np.asarray(jax.jit(record)(p0, D))[None], np.asarray(run(p0, D))])  # (n, 4, 2)
     return dict(
         steps=every * np.arange(recs.shape[0]),
         loss_train=recs[:, 0],
@@ -298,5 +298,5 @@ def _draw(out: Path, runs: dict, steps: int) -> None:
             lo = min(100 * R["acc_test"][len(s) // 10 :].min() - 2, 90)
             ax.set(xlabel="step (Adam, full batch)", ylabel="test accuracy (%)", ylim=(max(lo, 45), 100))
             ax.set_xlim(0, steps)
-            ax.legend(loc="lower right")
+            ax.legend(loc="best")
         _style.save(fig, out, "fig7")

@@ -232,6 +232,7 @@ def make(out: Path, *, quick: bool = False) -> dict:
                 "optimiser",
                 train_gap=g2,
                 test_gap=g2t,
+                holds_per_optimiser={o: g <= TWO_LAYER_BOUND for o, g in g2.items()},
             )
         )
         claims.append(
@@ -240,6 +241,7 @@ def make(out: Path, *, quick: bool = False) -> dict:
                 min(g1.values()) >= ONE_LAYER_APART,
                 f"max over steps of |L_net − L_1NQF| ≥ {ONE_LAYER_APART:.0%} of L_net(0), every optimiser",
                 train_gap=g1,
+                holds_per_optimiser={o: g >= ONE_LAYER_APART for o, g in g1.items()},
             )
         )
         models[name] = {
