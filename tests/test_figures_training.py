@@ -5,6 +5,7 @@ loop, and the figures' summaries (network vs NQF at small and large init)."""
 import importlib
 import json
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -32,9 +33,11 @@ KEY = jax.random.PRNGKey(0)
 def test_bilinear_twin_is_the_quadratic_form_of_the_structure_matrix(net, shape):
     X = jnp.asarray(np.random.default_rng(1).standard_normal((3,) + shape))
     W = np.asarray(net.W)
+    structure = eqx.filter_jit(lambda n, x: n.structure(x))  # compiled once per model (eager ops compile one by one)
+    twin = eqx.filter_jit(lambda n, x: _bilinear.BilinearTwin(n)(x))
     for x in X:
-        direct = np.einsum("...ij,id,jd->...", np.asarray(net.structure(x)), W, W)  # Tr[Wᵀ A(x) W] (Eq. 2)
-        fast = np.asarray(_bilinear.BilinearTwin(net)(x))
+        direct = np.einsum("...ij,id,jd->...", np.asarray(structure(net, x)), W, W)  # Tr[Wᵀ A(x) W] (Eq. 2)
+        fast = np.asarray(twin(net, x))
         assert fast.shape == direct.shape
         assert np.max(np.abs(fast - direct)) <= 1e-12 * np.max(np.abs(direct))
     assert _bilinear.twin_check(net, X) < 1e-12  # against lvflow.nqf_twin at another W
