@@ -171,7 +171,8 @@ class QKAttention(AbstractVectorOutput, AbstractLearnedMap):
     **Arguments:**
 
     - `in_size` `D`, `key_size` `d_k`, `num_heads` `d`, `out_size` `k` (`None`: scalar).
-      Paper, Fig 2: `QKAttention(20, 8, 4, 8)`; Fig 6: `QKAttention(16, 8, 4)` on sequences of 10.
+      Paper, Fig 2: `QKAttention(20, 8, 1, 8)` (a single head) on sequences of 16; Fig 6:
+      `QKAttention(16, 8, 4)` on sequences of 10; Fig 7: `QKAttention(28, 32, 10)` on 28 tokens.
     - `readout`: the fixed `c`, shape `(D,)` or `(D, k)`; default `N(0, 1/D)` drawn from `key`.
     - `key`, `init_scale`: `W ~ N(0, init_scale²)`.
     """
