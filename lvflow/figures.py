@@ -1,6 +1,9 @@
 """The paper's figures as functions: each writes `<name>.png`, `<name>.pdf` and `<name>.json`
 into `out` and returns the JSON summary (the quantities the figure shows: predicted vs
-measured plateau times, fitted vs predicted exponents, ...).
+measured plateau times, fitted vs predicted exponents, ...). Each summary's `claims` lists the
+paper's statements about the figure, each with `holds` (here, as measured), the criterion and the
+numbers; `deviations` and `choices` say where the setup differs from App. C or fills a value it
+leaves out (docs/howto/figures.md collects them).
 
 `quick=True` runs reduced sizes; the default runs the paper's sizes. The same figures come from
 the command line: `lvflow figures [--quick] [--out DIR] [--only fig3,fig5]`.
@@ -20,8 +23,8 @@ def _make(name: str, out, quick: bool) -> dict:
 
 
 def fig2(out="figures", *, quick: bool = False) -> dict:
-    """Fig 2: network vs NQF twin (ŝ_k/s_k) for MLP, CNN, QK-only and 4-head attention × GD/momentum/Adam ×
-    σ = 0.01/0.2."""
+    """Fig 2: network vs NQF twin (ŝ_k/s_k) for MLP, CNN, a single QK-only head and 4-head attention ×
+    GD/momentum/Adam × σ = 0.01/0.2."""
     return _make("fig2", out, quick)
 
 
@@ -44,17 +47,20 @@ def fig5(out="figures", *, quick: bool = False) -> dict:
 
 
 def fig6(out="figures", *, quick: bool = False) -> dict:
-    """Fig 6: online SGD teacher–student (tanh MLP, QK-only attention): the NQF tracks, then departs."""
+    """Fig 6: online SGD teacher–student (tanh MLP, QK-only attention), 5 runs with ±1 std bands: the
+    NQF tracks, then departs."""
     return _make("fig6", out, quick)
 
 
 def fig7(out="figures", *, quick: bool = False) -> dict:
-    """Fig 7: odd-vs-even digits, MLP/CNN/attention vs their NQF (Adam, lr 1e-3, ε = 0.01)."""
+    """Fig 7: odd-vs-even digits (scikit-learn's, upsampled to 28×28), the paper's MLP/CNN/attention vs
+    their NQF (Adam, lr 1e-3, ε = 0.01)."""
     return _make("fig7", out, quick)
 
 
 def fig8(out="figures", *, quick: bool = False) -> dict:
-    """Fig 8: 4-layer MLP and 2-layer attention vs a 2-layer and a 1-layer NQF."""
+    """Fig 8: 4-layer MLP and 2-layer attention vs a 2-layer and a 1-layer NQF, under GD/momentum/Adam
+    and two initial variances."""
     return _make("fig8", out, quick)
 
 

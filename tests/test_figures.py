@@ -29,6 +29,8 @@ def test_quick_run_writes_every_file(quick):
         for ext in ("png", "pdf", "json"):
             assert (out / f"{n}.{ext}").stat().st_size > 1000, f"{n}.{ext}"
         assert summaries[n]["figure"] == n and summaries[n]["quick"] is True
+        for c in summaries[n].get("claims", []):  # every claim: its words, a verdict, a criterion, numbers
+            assert set(c) == {"claim", "holds", "criterion", "measured"} and isinstance(c["holds"], bool)
 
 
 def test_fig3_plateaus_at_switch_on_times_and_power_law(quick):
@@ -44,6 +46,7 @@ def test_fig3_plateaus_at_switch_on_times_and_power_law(quick):
     assert right["rel_err_fitted_vs_predicted"] < 0.10
     assert right["k_eff_eq292"] == pytest.approx(1.25, rel=1e-9)
     assert right["t_star_first"] < right["fit_window"][0] and right["fit_window"][1] < right["t_star_last"]
+    assert all(c["holds"] for c in s["claims"])  # the paper's three statements about Fig 3
 
 
 def test_fig4_sample_plateaus(quick):
@@ -55,26 +58,62 @@ def test_fig4_sample_plateaus(quick):
     assert np.all(np.diff(s["t_measured_gd"]) > 0)
     tau = np.array(s["t_measured_gd"]) * np.array(s["zeta"]) / math.log(1 / s["eps"])
     assert np.all(np.abs(tau - 1) < 0.25)
+    # the paper's dashed lines ln(1/ε)/ζ_μ (Eq. 47) sit 5–20 % before the drops at this ε: the summary
+    # says the third claim does not hold, while Eq. 158's finite-ε times are within 2 %
+    holds = [c["holds"] for c in s["claims"]]
+    assert holds == [True, True, False] and max(s["claims"][2]["measured"]["rel_err_leading_order"]) > 0.1
+
+
+def _fig5_t_star(k, theta, *, P=64, beta=1.5, eps=1e-4):
+    """Eq. 158 (ρ = ½) for the Fourier MLP's NQF, by hand: mode k grows at ζ_k = 4 s_k b_k/√P
+    from z_k0 = ε² to z_k(∞) = 2√P b_k/s_k (s_k = k^−θ, b_k = k^−β)."""
+    s_k, b_k = k**-theta, k**-beta
+    zeta, z_inf = 4 * s_k * b_k / math.sqrt(P), 2 * math.sqrt(P) * b_k / s_k
+    return np.log(z_inf / eps**2) / zeta
 
 
 def test_fig5_fourier_exponents(quick):
     s = quick[2]["fig5"]
     for key, th in s["max_abs_dev_fast_loss_vs_model_outputs"].items():
         assert th < 1e-12, key  # the fast losses are the architectures' own outputs
+    claims = {c["claim"]: c for c in s["claims"]}
     for theta, r in s["theta"].items():
-        kappa = (2 * 1.5 - 1) / (float(theta) + 1.5)
+        kappa = (2 * 1.5 - 1) / (float(theta) + 1.5)  # Eq. 298
         assert r["exponent_predicted"] == pytest.approx(kappa)
         assert r["rel_err_nqf_vs_predicted"] < 0.10, theta
         # finite ε steepens the law (Eq. 292, α₁ − α₂ = β − θ > 0): the NQF sides with k_eff
         # where that shift (3–6 %) stands above the seed noise
         if float(theta) < 1:
             assert r["rel_err_nqf_vs_k_eff"] < r["rel_err_nqf_vs_predicted"], theta
-    # the network itself: within 10 % for θ = ½, 1; at θ = 0 its first modes saturate tanh
-    # (a_k² = 2√P k^{−β}/s_k of order 10) and it falls faster than its NQF
-    for theta in ("0.5", "1"):
-        assert s["theta"][theta]["rel_err_fitted_vs_predicted"] < 0.10, theta
-    assert s["theta"]["0"]["exponent_fitted_network"] > s["theta"]["0"]["exponent_fitted_nqf"]
-    assert s["plain_mlp"]["fit"]["exponent"] is None  # no power-law window at all
+    # Fig 5 left: θ = 1 descends as the predicted power law (within 10 %), and the figure says so
+    assert s["theta"]["1"]["rel_err_fitted_vs_predicted"] < 0.10
+    assert claims["θ = 1: the Fourier MLP descends as the predicted power law t^−(2β−1)/(θ+β) (Fig 5 left)"]["holds"]
+    # ... but at θ = 0 the network falls faster than its NQF and than Eq. 292 allows (its first modes
+    # saturate tanh): the paper's "finite-initialisation effect" does not explain it, and the figure says so
+    r0 = s["theta"]["0"]
+    assert r0["exponent_fitted_network"] > 1.1 * r0["exponent_predicted"]
+    assert r0["rel_err_fitted_vs_k_eff"] > 0.10
+    key = [c for c in claims if c.startswith("θ = 0: the steepening")][0]
+    assert not claims[key]["holds"]
+    # App. C's stated setup (lr 0.02 × 30000 steps, t = 600) switches on only the modes whose Eq. 158
+    # switch-on time is below 600 (counted here by hand): too few for a power law
+    for theta, st in s["stated_setup"].items():
+        k = np.arange(1, 65, dtype=float)
+        n_pred = int(np.sum(_fig5_t_star(k, float(theta)) <= st["t_end"]))
+        assert st["t_end"] == pytest.approx(600.0)
+        assert st["modes_predicted_eq158"] == n_pred
+        assert abs(st["modes_on_nqf"] - n_pred) <= 1, theta
+        assert st["modes_on_network"] < 8 and st["auto_power_law_fit"]["exponent"] is None
+    assert [n for n in (s["stated_setup"][t]["modes_predicted_eq158"] for t in ("0", "0.5", "1"))] == [6, 3, 2]
+    assert not claims["App. C's setup (full-batch GD, lr 0.02, 30000 steps, ε = 1e-4) produces the power law"]["holds"]
+    # the figure's larger learning rate is the same gradient flow: against a 10× smaller one the NQF's
+    # loss moves by < 5 % in the fit window and its exponent by < 0.02
+    for theta, d in s["lr_vs_flow"].items():
+        assert d["max_rel_dev_nqf_loss_in_window"] < 0.05 and d["exponent_shift"] < 0.02, theta
+    # the plain MLP on raw x: no power-law window, at the stated ε and at 0.1
+    for m in s["plain_mlp"].values():
+        assert m["fit"]["exponent"] is None
+    assert s["plain_mlp"]["eps=0.0001"]["loss_drop_decades"] < 0.01  # from 1e-4 it does not move by t = 200
 
 
 def _limit_events(r, C):

@@ -8,7 +8,12 @@ defines
   `_style` (which writes `<name>.png` and `<name>.pdf`), writes `<name>.json` with
   `_style.write_summary`, and returns that summary. `quick=True` runs reduced sizes
   (all quick figures together must stay under 5 minutes on 2 cores); the default runs the
-  paper's sizes.
+  paper's setup (App. C).
+
+A summary holds `claims`: each statement the paper makes about the figure as `_style.claim`
+builds it (the claim, `holds` as measured, the criterion, the numbers); `deviations` where the
+setup must differ from the paper's, with what that changes; `choices` for values the paper
+leaves out. docs/howto/figures.md collects them.
 
 Modules are imported only when their figure is made, so one figure's missing dependency
 never blocks the others.

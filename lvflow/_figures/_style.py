@@ -84,6 +84,29 @@ def write_summary(out: Path, name: str, summary: Mapping[str, Any]) -> Path:
     return save_json(Path(out) / f"{name}.json", summary)  # numpy → JSON, non-finite → null
 
 
+def claim(text: str, holds: bool, criterion: str, **measured) -> dict:
+    """One claim the paper makes about a figure, as its summary reports it: the claim in the
+    paper's words, whether it `holds` here, the `criterion` applied, and the numbers measured."""
+    return {"claim": text, "holds": bool(holds), "criterion": criterion, "measured": measured}
+
+
+def band(
+    ax, x, runs, color, *, label=None, lw: float = NETWORK_WIDTH, ls="-", alpha: float = 0.22, log=False, line=True
+):
+    """The mean of `runs` (axis 0: independent runs) as a line (unless `line=False`), with a ±1 std
+    band (the paper's Fig 6 bands). With `log`, mean and std are of `ln runs` (geometric mean,
+    multiplicative band), which keeps the band positive on a log axis."""
+    runs = np.asarray(runs, float)
+    if log:
+        mu, sd = np.mean(np.log(runs), axis=0), np.std(np.log(runs), axis=0)
+        mid, lo, hi = np.exp(mu), np.exp(mu - sd), np.exp(mu + sd)
+    else:
+        mu, sd = np.mean(runs, axis=0), np.std(runs, axis=0)
+        mid, lo, hi = mu, mu - sd, mu + sd
+    ax.fill_between(x, lo, hi, color=color, alpha=alpha, lw=0, label=None if line else label)
+    return ax.plot(x, mid, color=color, lw=lw, ls=ls, label=label) if line else None
+
+
 def rel_err(measured, predicted):
     """`|measured − predicted| / |predicted|`, elementwise."""
     m, p = np.asarray(measured, float), np.asarray(predicted, float)

@@ -1,20 +1,18 @@
 """Fig 5: a feature-wise power law in a trained network.
 
-The Fourier MLP `f(x) = (1/√P) Σ_k W_k tanh(s_k a_k ψ_k(x))`, `ψ_k = √2 cos(2πkx)` on the grid
-`x ∈ {0, 1/M, …}` (M = 256, P = 64), `s_k = k^{−θ}`, learns the target `y = Σ_k k^{−β} ψ_k`
-(β = 1.5) by full-batch GD from `N(0, ε²)` (ε = 1e-4). Its NQF, `A_k = s_k/(2√P) [[0, ψ_k],
-[ψ_k, 0]]`, decouples into one logistic mode per frequency with
-`ζ_k = 4 s_k k^{−β}/√P ∝ k^{−(θ+β)}` and `V_k = k^{−2β}`, so (Thm 9, `α₁ = 2β`, `α₂ = θ + β`)
+The Fourier MLP `f(x) = (1/√P) Σ_k W_k tanh(s_k a_k ψ_k(x))` (Eq. 50), `ψ_k = √2 cos(2πkx)` on
+the grid `x ∈ {0, 1/M, …}` (M = 256, P = 64), `s_k = k^{−θ}`, learns the target
+`y = Σ_k k^{−β} ψ_k` (β = 1.5) by full-batch GD from `N(0, ε²)` (ε = 1e-4). Its NQF
+(Eq. 296), `A_k = s_k/(2√P) [[0, ψ_k], [ψ_k, 0]]`, decouples into one logistic mode per
+frequency with `ζ_k = 4 s_k k^{−β}/√P ∝ k^{−(θ+β)}` and `V_k ∝ k^{−2β}`, so (Thm 9, Eq. 298)
+`E(t) ∝ t^{−(2β−1)/(θ+β)}`, steepened at finite ε as Eq. 292 says. A plain 256-unit tanh MLP on
+the raw `x` has a single NQF mode: no power law.
 
-`E(t) ∝ t^{−(2β−1)/(θ+β)}`,
-
-steepened at finite ε as Eq. 292 says (`α₁ − α₂ = β − θ > 0`). A plain 256-unit tanh MLP on the
-raw `x` has a single NQF mode (`A = ½[[0, x],[x, 0]]`): one drop, then a plateau, no power law.
-
-Time is `t = lr × step`. The run of each θ lasts until about `K_LEARN` modes have switched on
-(`t*_k = ln(z_k∞/z_k0)/ζ_k`), which for θ = 1 is far beyond the paper's 30000 steps at lr 0.02;
-the quick run uses a larger learning rate for the same gradient-flow time (GD's error is
-O(lr ζ₁) ≈ 5 % on the first mode only).
+Panels as the paper's: (a) θ = 1, the network, its NQF, the plain MLP and the predicted slope;
+(b) the network for θ ∈ {0, ½, 1} with the predicted slopes. Curves are `L(t)/L(0)` against the
+gradient-flow time `t = lr × step`. Beside the figure's own run, the setup App. C states (GD lr
+0.02 for 30000 steps, `t = 600`) is run too and drawn in grey: the summary says how many modes
+it switches on. The summary's `claims` check each of the paper's statements about the figure.
 """
 
 from __future__ import annotations
@@ -31,6 +29,11 @@ TITLE = "Fourier MLP (θ = 0, ½, 1) vs its NQF: E ∝ t^−(2β−1)/(θ+β); a
 
 M_GRID, P, BETA, EPS = 256, 64, 1.5, 1e-4
 THETAS = (0.0, 0.5, 1.0)
+STATED_LR, STATED_STEPS = 0.02, 30_000  # App. C, Fig 5: t = lr × steps = 600
+MLP_WIDTH = 256
+EXPONENT_TOL = 0.10  # "matches the theory": fitted exponent within 10 % of (2β−1)/(θ+β)
+TRACK = 1.5  # "tracked by its NQF": network and NQF losses within this factor (0.18 decades) over the fit window
+K_STATED = 8  # a power law needs this many modes switched on (our quick fit window ends at mode 8)
 
 
 def zeta(k, theta):
@@ -52,7 +55,7 @@ def _data():
     x = np.arange(M_GRID) / M_GRID
     k = np.arange(1, P + 1)
     psi = math.sqrt(2.0) * np.cos(2 * np.pi * k[None, :] * x[:, None])
-    return x, psi @ k**-BETA
+    return x, psi, psi @ k**-BETA
 
 
 def _fourier_loss(net, X, y, *, quadratic: bool):
@@ -68,141 +71,245 @@ def _fourier_loss(net, X, y, *, quadratic: bool):
     if quadratic:
         f = lambda a, W: (F * a[None, :]) @ W
     else:
-        f = lambda a, W: jnp.tanh(F * rootP * a[None, :]) @ W / rootP
+        f = lambda a, W: jnp.tanh(F * (rootP * a)[None, :]) @ W / rootP
     return lambda p: jnp.mean((f(*p) - yj) ** 2), f
 
 
-def eqx_set_W(model, W):
-    """`model` with its neuron array replaced by `W`."""
+def _set_W(model, W):
     import equinox as eqx
 
     return eqx.tree_at(lambda m: m.W, model, W)
 
 
-def make(out: Path, *, quick: bool = False) -> dict:
+class _Theta:
+    """One θ: the network's and the NQF's losses as functions of `(a, W)`, their inits, and the
+    checks that the fast losses are the architecture's own outputs."""
+
+    def __init__(self, theta: float, n_inits: int):
+        import jax
+        import jax.numpy as jnp
+
+        from .._training.twin import nqf_twin
+        from ..architectures import FourierMLP
+
+        self.theta = theta
+        x, self.psi, y = _data()
+        nets = [FourierMLP(P, theta=theta, key=jax.random.PRNGKey(s), init_scale=EPS) for s in range(n_inits)]
+        self.a0 = jnp.stack([n.W[:P, 0] for n in nets])
+        self.W0 = jnp.stack([n.W[P:, 0] for n in nets])
+        self.loss_net, self.f_net = _fourier_loss(nets[0], x, y, quadratic=False)
+        loss_nqf_data, f_nqf = _fourier_loss(nets[0], x, y, quadratic=True)
+        self.c = np.asarray(nets[0].features(jnp.asarray(0.0))) / math.sqrt(2.0)  # s_k/√P
+        kk = np.arange(1, P + 1, dtype=float)
+        self.b = kk**-BETA
+        c, b = jnp.asarray(self.c), jnp.asarray(self.b)
+        # ψ_k are orthonormal on the grid, so the NQF loss is Σ_k (c_k a_k W_k − k^{−β})² exactly
+        self.loss_modes = lambda p: jnp.sum((c * p[0] * p[1] - b) ** 2)
+        probe = jax.random.normal(jax.random.PRNGKey(7), (2 * P, 1)) * 0.3
+        model = _set_W(nets[0], probe)
+        twin = nqf_twin(model, x=jnp.asarray(x[1]))
+        pa, pW = probe[:P, 0], probe[P:, 0]
+        X = jnp.asarray(x)
+        self.checks = {
+            f"network θ={theta:g}": float(jnp.max(jnp.abs(jax.vmap(model)(X) - self.f_net(pa, pW)))),
+            f"nqf θ={theta:g}": float(jnp.max(jnp.abs(jax.vmap(twin)(X) - f_nqf(pa, pW)))),
+            f"nqf mode-space loss θ={theta:g}": abs(float(self.loss_modes((pa, pW)) - loss_nqf_data((pa, pW)))),
+        }
+
+    def run(self, *, lr: float, steps: int, seeds_net: int, seeds_nqf: int, every: int) -> dict:
+        """GD on `seeds_net` network inits and `seeds_nqf` NQF inits (the first `seeds_net` shared)."""
+        import jax
+        import jax.numpy as jnp
+
+        from ._gd import gd_losses, gd_losses_vector
+
+        # independent inits, one GD each: GD on the sum of their losses, averaged after
+        batch = lambda loss: lambda p: jnp.sum(jax.vmap(lambda a, W: loss((a, W)))(*p))
+        p_net = (self.a0[:seeds_net], self.W0[:seeds_net])
+        t, E_net, fin_net = gd_losses(batch(self.loss_net), p_net, lr=lr, steps=steps, every=every)
+        per_seed = lambda p: jax.vmap(lambda a, W: self.loss_modes((a, W)))(*p)
+        p_nqf = (self.a0[:seeds_nqf], self.W0[:seeds_nqf])
+        _, E_nqf_all, fin_nqf = gd_losses_vector(per_seed, p_nqf, lr=lr, steps=steps, every=every)
+        # Fourier coefficients of the final functions: (1/M) Σ_x f(x) ψ_k(x), and c_k a_k W_k
+        f_fin = np.asarray(jax.vmap(self.f_net)(*fin_net))  # (seeds, M)
+        coef_net = f_fin @ self.psi / M_GRID
+        coef_nqf = self.c[None, :] * np.asarray(fin_nqf[0]) * np.asarray(fin_nqf[1])
+        return dict(
+            t=t,
+            E_net=E_net / seeds_net,
+            E_nqf=E_nqf_all.mean(1),
+            E_nqf_same=E_nqf_all[:, :seeds_net].mean(1),
+            on_net=float(np.mean(np.sum(coef_net >= self.b[None, :] / 2, axis=1))),
+            on_nqf=float(np.mean(np.sum(coef_nqf >= self.b[None, :] / 2, axis=1))),
+        )
+
+    def nqf_flow_check(self, *, lr: float, steps: int, seeds: int, every: int, refine: int = 10) -> np.ndarray:
+        """The NQF's mean loss at `lr / refine` (`refine ×` the steps, the same times): a
+        gradient-flow reference for the figure's learning rate."""
+        import jax
+
+        from ._gd import gd_losses_vector
+
+        per_seed = lambda p: jax.vmap(lambda a, W: self.loss_modes((a, W)))(*p)
+        _, E, _ = gd_losses_vector(
+            per_seed, (self.a0[:seeds], self.W0[:seeds]), lr=lr / refine, steps=steps * refine, every=every * refine
+        )
+        return E.mean(1)
+
+
+def _plain_mlp(init_scale: float, steps: int):
+    """The plain tanh MLP 1 → 256 → 1 on raw `x`, full-batch GD at the stated lr 0.02."""
     import jax
     import jax.numpy as jnp
 
-    from .._training.twin import nqf_twin
-    from ..architectures import MLP, FourierMLP
-    from ._gd import gd_losses, gd_losses_vector
+    from ..architectures import MLP
+    from ._gd import gd_losses
 
+    x, _, y = _data()
+    mlp = MLP(1, MLP_WIDTH, key=jax.random.PRNGKey(1), init_scale=init_scale)
+    u0, v0 = mlp.W[0], mlp.W[1]  # neuron i = (u_i, v_i): f(x) = Σ_i v_i tanh(u_i x)
+    X1, yj = jnp.asarray(x), jnp.asarray(y)
+    f_mlp = lambda u, v: jnp.tanh(X1[:, None] * u[None, :]) @ v
+    check = float(jnp.max(jnp.abs(jax.vmap(mlp)(X1[:, None]) - f_mlp(u0, v0))))
+    t, E, _ = gd_losses(
+        lambda p: jnp.mean((f_mlp(*p) - yj) ** 2), (u0, v0), lr=STATED_LR, steps=steps, every=steps // 1000
+    )
+    try:
+        fit = _scaling.fit_power_law(t[1:], E[1:])
+        fit = dict(exponent=fit.exponent, window=list(fit.window), decades=fit.decades)
+    except Exception as e:  # no power-law window at all
+        fit = dict(exponent=None, reason=str(e))
+    return dict(t=t, E=E, fit=fit, check=check, drop_decades=math.log10(E[0] / E[-1]), init_scale=init_scale)
+
+
+def _auto_fit(t, E) -> dict:
+    try:
+        f = _scaling.fit_power_law(t[1:], E[1:])
+        return dict(exponent=f.exponent, window=list(f.window), decades=f.decades)
+    except Exception as e:
+        return dict(exponent=None, reason=str(e))
+
+
+def make(out: Path, *, quick: bool = False) -> dict:
     # fit window: from the switch-on of mode K1 (after the coarse first steps) to that of K2
     K1, K2 = 3, (8 if quick else 12)
     lr = 0.5 if quick else 0.25
     seeds_net = 4 if quick else 8  # network runs (data space, the costly part)
-    seeds_nqf = 64  # NQF runs in mode space: the same first `seeds_net` inits, and more
-    x, y = _data()
+    seeds_nqf = 16 if quick else 64  # NQF runs in mode space: the same first `seeds_net` inits, and more
+    seeds_stated = 2 if quick else seeds_net
     kk = np.arange(1, P + 1, dtype=float)
-    runs = {}
-    checks = {}
+    runs, stated, checks = {}, {}, {}
     for theta in THETAS:
+        th = _Theta(theta, seeds_nqf)
+        checks.update(th.checks)
         window = (float(t_star(K1, theta)), float(t_star(K2, theta)))
         steps = int(math.ceil(1.15 * window[1] / lr))
         every = max(1, steps // 1500)
-        nets = [FourierMLP(P, theta=theta, key=jax.random.PRNGKey(s), init_scale=EPS) for s in range(seeds_nqf)]
-        a0 = jnp.stack([n.W[:P, 0] for n in nets])
-        W0 = jnp.stack([n.W[P:, 0] for n in nets])
-        loss_net, f_net = _fourier_loss(nets[0], x, y, quadratic=False)
-        loss_nqf_data, f_nqf = _fourier_loss(nets[0], x, y, quadratic=True)
-        c = np.asarray(nets[0].features(0.0)) / math.sqrt(2.0)  # s_k/√P
-        # ψ_k are orthonormal on the grid, so the NQF loss is Σ_k (c_k a_k W_k − k^{−β})² exactly
-        loss_modes = lambda p: jnp.sum((c * p[0] * p[1] - kk**-BETA) ** 2)
-        # the fast losses are the model's and its twin's own outputs (checked at a generic point)
-        probe = jax.random.normal(jax.random.PRNGKey(7), (2 * P, 1)) * 0.3
-        model = eqx_set_W(nets[0], probe)
-        twin = nqf_twin(model, x=x[1])
-        pa, pW = probe[:P, 0], probe[P:, 0]
-        checks[f"network θ={theta:g}"] = float(jnp.max(jnp.abs(jax.vmap(model)(jnp.asarray(x)) - f_net(pa, pW))))
-        checks[f"nqf θ={theta:g}"] = float(jnp.max(jnp.abs(jax.vmap(twin)(jnp.asarray(x)) - f_nqf(pa, pW))))
-        checks[f"nqf mode-space loss θ={theta:g}"] = abs(float(loss_modes((pa, pW)) - loss_nqf_data((pa, pW))))
-        # independent inits, one GD each: GD on the sum of their losses, averaged after
-        batch = lambda loss: lambda p: jnp.sum(jax.vmap(lambda a, W: loss((a, W)))(*p))
-        t, E_net, _ = gd_losses(batch(loss_net), (a0[:seeds_net], W0[:seeds_net]), lr=lr, steps=steps, every=every)
-        E_net = E_net / seeds_net
-        per_seed = lambda p: jax.vmap(lambda a, W: loss_modes((a, W)))(*p)
-        _, E_nqf_all, _ = gd_losses_vector(per_seed, (a0, W0), lr=lr, steps=steps, every=every)
-        E_nqf_same = E_nqf_all[:, :seeds_net].mean(1)
-        E_nqf = E_nqf_all.mean(1)
-        fit = _scaling.fit_power_law(t[1:], E_net[1:], window=window)
-        fit_nqf = _scaling.fit_power_law(t[1:], E_nqf[1:], window=window)
-        kappa = _scaling.predicted_exponent(alpha1=2 * BETA, alpha2=theta + BETA)
+        R = th.run(lr=lr, steps=steps, seeds_net=seeds_net, seeds_nqf=seeds_nqf, every=every)
+        R["fit"] = _scaling.fit_power_law(R["t"][1:], R["E_net"][1:], window=window)
+        R["fit_nqf"] = _scaling.fit_power_law(R["t"][1:], R["E_nqf"][1:], window=window)
+        R["kappa"] = _scaling.predicted_exponent(alpha1=2 * BETA, alpha2=theta + BETA)
         # finite-ε exponent (Eq. 292) at the mode switching on mid-window, z_k0 = ε²
         k_mid = math.sqrt(K1 * K2)
         zk, zi = zeta(k_mid, theta), z_inf(k_mid, theta)
-        k_eff = float(
-            _scaling.effective_exponent(k_mid, EPS**2, alpha1=2 * BETA, alpha2=theta + BETA, zeta=zk, C=zk / zi)
+        R["k_eff"] = float(
+            _scaling.effective_exponent(
+                np.array([k_mid]), EPS**2, alpha1=2 * BETA, alpha2=theta + BETA, zeta=zk, C=zk / zi
+            )[0]
         )
-        runs[theta] = dict(
-            t=t,
-            E_net=E_net,
-            E_nqf=E_nqf,
-            E_nqf_same=E_nqf_same,
-            fit=fit,
-            fit_nqf=fit_nqf,
-            kappa=kappa,
-            k_eff=k_eff,
-            k_mid=k_mid,
-            steps=steps,
-            t_star=t_star(kk, theta),
+        R.update(window=window, steps=steps, k_mid=k_mid)
+        sel = (R["t"] >= window[0]) & (R["t"] <= window[1])
+        ratio = R["E_net"][sel] / R["E_nqf_same"][sel]
+        R["ratio_window"] = (float(ratio.min()), float(ratio.max()))
+        # the learning rate against a 10× finer one (the gradient-flow reference), on the NQF
+        E_fine = th.nqf_flow_check(lr=lr, steps=steps, seeds=seeds_net, every=every)
+        R["lr_dev"] = float(np.max(np.abs(R["E_nqf_same"][sel] / E_fine[sel] - 1)))
+        R["lr_exp_dev"] = abs(
+            _scaling.fit_power_law(R["t"][1:], R["E_nqf_same"][1:], window=window).exponent
+            - _scaling.fit_power_law(R["t"][1:], E_fine[1:], window=window).exponent
         )
+        runs[theta] = R
+        # the setup App. C states: lr 0.02 for 30000 steps (t = 600)
+        steps_s = STATED_STEPS  # cheap: run as stated in the quick run too
+        S = th.run(lr=STATED_LR, steps=steps_s, seeds_net=seeds_stated, seeds_nqf=seeds_nqf, every=steps_s // 600)
+        S["predicted_on"] = int(np.sum(t_star(kk, theta) <= STATED_LR * steps_s))
+        S["fit"] = _auto_fit(S["t"], S["E_net"])
+        S["steps"] = steps_s
+        stated[theta] = S
 
-    # the plain MLP on raw x: the paper's lr 0.02 (it is unstable at the Fourier runs' lr) and an
-    # init of 0.1 (from 1e-4 its single NQF mode, with rate ∝ mean(x y) ≈ 0, never grows in this time)
-    lr_mlp, steps_mlp = 0.02, (10_000 if quick else 30_000)
-    mlp = MLP(1, 256, key=jax.random.PRNGKey(1), init_scale=0.1)
-    u0, v0 = mlp.W[0], mlp.W[1]  # neuron i = (u_i, v_i): f(x) = Σ_i v_i tanh(u_i x)
-    X1, yj = jnp.asarray(x), jnp.asarray(y)
-    f_mlp = lambda u, v: jnp.tanh(X1[:, None] * u[None, :]) @ v
-    checks["plain_mlp"] = float(jnp.max(jnp.abs(jax.vmap(mlp)(X1[:, None]) - f_mlp(u0, v0))))
-    t_mlp, E_mlp, _ = gd_losses(
-        lambda p: jnp.mean((f_mlp(*p) - yj) ** 2), (u0, v0), lr=lr_mlp, steps=steps_mlp, every=steps_mlp // 1000
+    steps_mlp = 10_000 if quick else STATED_STEPS
+    mlps = {eps: _plain_mlp(eps, steps_mlp) for eps in (EPS, 0.1)}
+    for eps, R in mlps.items():
+        checks[f"plain_mlp ε={eps:g}"] = R["check"]
+
+    _draw(out, runs, stated, mlps)
+
+    claims = []
+    R1 = runs[1.0]
+    claims.append(
+        _style.claim(
+            "θ = 1: the Fourier MLP descends as the predicted power law t^−(2β−1)/(θ+β) (Fig 5 left)",
+            abs(R1["fit"].exponent - R1["kappa"]) <= EXPONENT_TOL * R1["kappa"],
+            f"fitted exponent within {EXPONENT_TOL:.0%} of the prediction",
+            fitted=R1["fit"].exponent,
+            predicted=R1["kappa"],
+        )
     )
-    try:
-        fit_mlp = _scaling.fit_power_law(t_mlp[1:], E_mlp[1:])
-        mlp_fit = dict(exponent=fit_mlp.exponent, window=list(fit_mlp.window), decades=fit_mlp.decades)
-    except Exception as e:  # no power-law window at all: what this panel shows
-        mlp_fit = dict(exponent=None, reason=str(e))
-    mlp_drop_decades = math.log10(E_mlp[0] / E_mlp[-1])
-
-    cols = dict(zip(THETAS, ["tab:blue", "tab:orange", "tab:green"]))
-    with _style.style():
-        fig, axs = _style.subplots(2, width=3.9, height=3.1)
-        ax = axs[0]
-        for theta, R in runs.items():
-            c, fit = cols[theta], R["fit"]
-            ax.loglog(
-                R["t"][1:],
-                R["E_net"][1:],
-                color=c,
-                lw=_style.NETWORK_WIDTH,
-                label=f"θ = {theta:g}: fit −{fit.exponent:.2f}, NQF −{R['fit_nqf'].exponent:.2f}, "
-                f"theory −{R['kappa']:.2f}",
+    claims.append(
+        _style.claim(
+            "θ = 1: the Fourier MLP is tracked by its NQF approximation",
+            1 / TRACK <= R1["ratio_window"][0] and R1["ratio_window"][1] <= TRACK,
+            f"L_net/L_NQF within [1/{TRACK:g}, {TRACK:g}] over the fit window (same inits)",
+            ratio_min=R1["ratio_window"][0],
+            ratio_max=R1["ratio_window"][1],
+        )
+    )
+    for theta, R in runs.items():
+        claims.append(
+            _style.claim(
+                f"θ = {theta:g}: the network's power-law exponent matches the theory (Fig 5 right)",
+                abs(R["fit"].exponent - R["kappa"]) <= EXPONENT_TOL * R["kappa"],
+                f"fitted exponent within {EXPONENT_TOL:.0%} of (2β−1)/(θ+β)",
+                fitted=R["fit"].exponent,
+                predicted=R["kappa"],
+                nqf=R["fit_nqf"].exponent,
+                k_eff_eq292=R["k_eff"],
+                network_over_nqf_loss=list(R["ratio_window"]),
             )
-            ax.loglog(R["t"][1:], R["E_nqf_same"][1:], color=c, ls="--", lw=1.0, alpha=0.9)
-            tw = np.geomspace(*fit.window, 30)
-            ax.loglog(tw, fit(tw) / 2.2, color=c, ls=(0, (1, 1)), lw=2.0)
-        ax.plot([], [], color="0.3", ls="--", lw=1.0, label="its NQF (same inits)")
-        ax.plot([], [], color="0.4", ls=(0, (1, 1)), lw=2.0, label="power-law fit (shifted)")
-        ax.set(
-            xlabel="time $t$ = lr × step",
-            ylabel="training loss",
-            title=r"Fourier MLP: $E \propto t^{-(2\beta-1)/(\theta+\beta)}$",
         )
-        ax.set_ylim(top=30)
-        ax.legend(loc="upper right", fontsize=6.5)
-        _style.panel_label(ax, "a")
-
-        ax = axs[1]
-        ax.loglog(
-            t_mlp[1:], E_mlp[1:], color="tab:purple", lw=_style.NETWORK_WIDTH, label="tanh MLP, 256 units, raw $x$"
+    for theta, R in runs.items():
+        claims.append(
+            _style.claim(
+                f"θ = {theta:g}: the steepening relative to theory is the finite-initialisation effect (App. C, "
+                "Eq. 292), which vanishes as ε → 0",
+                abs(R["fit"].exponent - R["k_eff"]) <= EXPONENT_TOL / 2 * R["k_eff"],
+                f"the network's fitted exponent within {EXPONENT_TOL / 2:.0%} of Eq. 292's k_eff (its NQF's "
+                "exponent is reported beside)",
+                fitted=R["fit"].exponent,
+                k_eff_eq292=R["k_eff"],
+                nqf=R["fit_nqf"].exponent,
+            )
         )
-        R0 = runs[0.0]
-        ax.loglog(R0["t"][1:], R0["E_net"][1:], color=cols[0.0], lw=1.0, alpha=0.6, label="Fourier MLP, θ = 0")
-        ax.set(xlabel="time $t$ = lr × step", ylabel="training loss", title="plain MLP on raw $x$: no power law")
-        ax.legend(loc="lower left")
-        _style.panel_label(ax, "b")
-        _style.save(fig, out, "fig5")
+    m1 = mlps[EPS]
+    claims.append(
+        _style.claim(
+            "a standard tanh MLP trained on the raw input x does not exhibit a power law",
+            m1["fit"]["exponent"] is None and mlps[0.1]["fit"]["exponent"] is None,
+            "no power-law window found (lvflow.fit_power_law), at the stated ε = 1e-4 and at ε = 0.1",
+            loss_drop_decades_eps_1e_4=m1["drop_decades"],
+            loss_drop_decades_eps_0_1=mlps[0.1]["drop_decades"],
+        )
+    )
+    claims.append(
+        _style.claim(
+            "App. C's setup (full-batch GD, lr 0.02, 30000 steps, ε = 1e-4) produces the power law",
+            all(S["on_net"] >= K_STATED for S in stated.values()),
+            f"at least {K_STATED} modes switched on (Fourier coefficient ≥ half its target) by t = 600",
+            modes_on_network={f"{th:g}": S["on_net"] for th, S in stated.items()},
+            modes_on_nqf={f"{th:g}": S["on_nqf"] for th, S in stated.items()},
+            modes_predicted_eq158={f"{th:g}": S["predicted_on"] for th, S in stated.items()},
+        )
+    )
 
     summary = {
         "figure": "fig5",
@@ -214,7 +321,36 @@ def make(out: Path, *, quick: bool = False) -> dict:
         "lr": lr,
         "seeds_network": seeds_net,
         "seeds_nqf": seeds_nqf,
+        "seeds_network_stated_setup": seeds_stated,
         "fit_window_modes": [K1, K2],
+        "claims": claims,
+        "deviations": {
+            "learning_rate_and_steps": (
+                f"App. C states GD lr {STATED_LR} for {STATED_STEPS} steps (t = 600); that switches on only the "
+                "modes listed under 'stated_setup', too few for a power law. This figure runs lr "
+                f"{lr} until mode {K2} has switched on (Eq. 158), the same gradient flow at fewer steps: "
+                "'lr_vs_flow' measures the effect of the learning rate against a 10× smaller one."
+            ),
+        },
+        "stated_setup": {
+            f"{theta:g}": {
+                "lr": STATED_LR,
+                "steps": S["steps"],
+                "t_end": STATED_LR * S["steps"],
+                "modes_on_network": S["on_net"],
+                "modes_on_nqf": S["on_nqf"],
+                "modes_predicted_eq158": S["predicted_on"],
+                "auto_power_law_fit": S["fit"],
+            }
+            for theta, S in stated.items()
+        },
+        "lr_vs_flow": {
+            f"{theta:g}": {
+                "max_rel_dev_nqf_loss_in_window": R["lr_dev"],
+                "exponent_shift": R["lr_exp_dev"],
+            }
+            for theta, R in runs.items()
+        },
         "theta": {
             f"{theta:g}": {
                 "steps": R["steps"],
@@ -229,20 +365,87 @@ def make(out: Path, *, quick: bool = False) -> dict:
                 "k_at_window_middle": R["k_mid"],
                 "rel_err_fitted_vs_predicted": abs(R["fit"].exponent - R["kappa"]) / R["kappa"],
                 "rel_err_fitted_vs_k_eff": abs(R["fit"].exponent - R["k_eff"]) / R["k_eff"],
+                "network_over_nqf_loss_in_window": list(R["ratio_window"]),
                 "max_rel_dev_network_vs_nqf_loss": float(np.max(np.abs(R["E_net"] / R["E_nqf_same"] - 1))),
             }
             for theta, R in runs.items()
         },
         "max_abs_dev_fast_loss_vs_model_outputs": checks,
         "plain_mlp": {
-            "lr": lr_mlp,
-            "steps": steps_mlp,
-            "init_scale": 0.1,
-            "fit": mlp_fit,
-            "loss_drop_decades": mlp_drop_decades,
-            "final_loss": float(E_mlp[-1]),
-            "initial_loss": float(E_mlp[0]),
+            f"eps={eps:g}": {
+                "lr": STATED_LR,
+                "steps": steps_mlp,
+                "width": MLP_WIDTH,
+                "init_scale": eps,
+                "fit": R["fit"],
+                "loss_drop_decades": R["drop_decades"],
+                "final_loss": float(R["E"][-1]),
+                "initial_loss": float(R["E"][0]),
+            }
+            for eps, R in mlps.items()
         },
     }
     _style.write_summary(out, "fig5", summary)
     return summary
+
+
+def _draw(out: Path, runs: dict, stated: dict, mlps: dict) -> None:
+    cols = dict(zip(THETAS, ["tab:blue", "tab:orange", "tab:green"]))
+
+    def slope(ax, R, E, color, label=None):
+        # the predicted law through the curve at the window's start, drawn over the window (shifted down)
+        tw = np.geomspace(*R["window"], 30)
+        E0 = np.interp(R["window"][0], R["t"], E)
+        ax.loglog(tw, 0.45 * E0 * (tw / tw[0]) ** -R["kappa"], color=color, ls=(0, (1, 1.2)), lw=2.0, label=label)
+
+    with _style.style():
+        fig, axs = _style.subplots(2, width=3.9, height=3.1)
+        ax = axs[0]
+        R = runs[1.0]
+        L0 = R["E_net"][0]
+        ax.loglog(R["t"][1:], R["E_net"][1:] / L0, color="tab:blue", lw=_style.NETWORK_WIDTH, label="Fourier MLP")
+        ax.loglog(R["t"][1:], R["E_nqf_same"][1:] / L0, **_style.THEORY, label="its NQF (same inits)")
+        for eps, M, ls in ((EPS, mlps[EPS], "-"), (0.1, mlps[0.1], ":")):
+            ax.loglog(
+                M["t"][1:],
+                M["E"][1:] / M["E"][0],
+                color="tab:red",
+                ls=ls,
+                lw=1.4,
+                label=f"tanh MLP on raw $x$, ε = {eps:g}",
+            )
+        S = stated[1.0]
+        t_stated = S["t"][-1]
+        ax.loglog(
+            S["t"][1:],
+            S["E_net"][1:] / S["E_net"][0],
+            color="0.5",
+            lw=1.2,
+            zorder=5,
+            label="App. C: lr 0.02 to t = 600",
+        )
+        ax.axvline(t_stated, **_style.PREDICTED_TIME)
+        slope(ax, R, R["E_net"] / L0, "black", label=f"predicted $t^{{-{R['kappa']:.2f}}}$")
+        ax.set(xlabel="time $t$ = lr × step", ylabel=r"$\mathcal{L}(t)/\mathcal{L}(0)$", title="θ = 1")
+        ax.set_ylim(bottom=0.3 * min(R["E_net"][-1], R["E_nqf_same"][-1]) / L0, top=3)
+        ax.legend(loc="lower left", fontsize=6.5)
+        _style.panel_label(ax, "a")
+
+        ax = axs[1]
+        for theta, R in runs.items():
+            c, L0 = cols[theta], R["E_net"][0]
+            ax.loglog(
+                R["t"][1:],
+                R["E_net"][1:] / L0,
+                color=c,
+                lw=_style.NETWORK_WIDTH,
+                label=f"θ = {theta:g}: fit −{R['fit'].exponent:.2f} (NQF −{R['fit_nqf'].exponent:.2f}), "
+                f"theory −{R['kappa']:.2f}",
+            )
+            slope(ax, R, R["E_net"] / L0, "black")
+        ax.plot([], [], color="black", ls=(0, (1, 1.2)), lw=2.0, label="predicted slopes (shifted)")
+        ax.set(xlabel="time $t$ = lr × step", ylabel=r"$\mathcal{L}(t)/\mathcal{L}(0)$", title="Fourier MLP")
+        ax.set_ylim(bottom=0.3 * min(R["E_net"][-1] / R["E_net"][0] for R in runs.values()), top=3)
+        ax.legend(loc="upper right", fontsize=6.5)
+        _style.panel_label(ax, "b")
+        _style.save(fig, out, "fig5")

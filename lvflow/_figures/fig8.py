@@ -1,154 +1,329 @@
-"""Fig 8: deep networks follow a two-layer NQF, not a one-layer one (App. B.4).
+"""Fig 8: deep networks against a two-layer and a one-layer NQF (App. B.4).
 
-A 4-layer tanh MLP 20→32→32→32→4 without bias (`lvflow._training.deep.DeepMLP`) and two-layer 4-head
-attention (`DeepAttention`, D = 8, N = 8 tokens) learn a rank-4 low-rank linear teacher
-(`low_rank_teacher`, `s = (1, ½, ¼, ⅛)`) by full-batch GD. Beside each: its two-layer NQF
-`f = Q₂(φ'(0) Q₁(x))`, `Q_ℓ = Tr[M_ℓ A_ℓ]` (`lvflow._training.deep.DeepNQF`, degree 4 in the weights,
-same initial weights), and a one-layer NQF (the twin of a two-layer network of the same width
-and init, degree 2). The deep network's saddle escape is algebraic (degree 4), the one-layer
-NQF's exponential, so only the two-layer NQF reproduces its loss curve. Summary: the maximum
-loss discrepancy `max_t |L_net − L_NQF| / L(0)` of each NQF.
+As App. C: a 4-layer bias-free tanh MLP 8→16→16→16→1 (`lvflow._training.deep.DeepMLP`) and a
+2-layer single-head attention model (`DeepAttention`, input and hidden dimension 8, `d_k = d_v =
+8`, N = 10 tokens, output 1), each learning a teacher of the same architecture with fixed
+Gaussian weights (variance 1/fan-in) from 200 Gaussian training samples (1000 test samples), under three
+optimisers (GD, Polyak momentum 0.9, Adam) and two initial *variances* (MLP 0.05 and 0.5,
+attention 0.1 and 1). Beside each network:
+
+- its two-layer NQF `f = Q₂(φ'(0) Q₁(x))`, `Q_ℓ = Tr[M_ℓ A_ℓ]` (`DeepNQF`, degree 4 in the
+  weights), from the network's own initial weights;
+- a one-layer NQF (the NQF of a two-layer MLP 8→16→1, or of one attention head), trained on its
+  own from weights that match the network at step 0: its map `Θ(0)` is the network's end-to-end
+  linear map `(Θ₁Θ₂)(0)` (the two-layer NQF's output at step 0), factored as one balanced neuron.
+
+All three share the learning rate (fixed per model, init and optimiser). Curves: training loss
+solid, test loss dashed; network black, two-layer NQF orange, one-layer NQF purple (the paper's
+colours). The summary's `claims` check the paper's statement (at small init the dynamics overlap
+with the two-layer NQF, not with the one-layer one) for each model and optimiser.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
+from jaxtyping import Array
 
 from . import _style
 from ._bilinear import BilinearTwin
-from ._bundle import Bundle, bundle_loss
+from ._bundle import Bundle, bundle_loss, with_W
 
-TITLE = "deep networks (4-layer MLP, 2-layer attention) vs 2-layer and 1-layer NQFs"
+TITLE = "deep networks (4-layer MLP, 2-layer attention) vs 2-layer and 1-layer NQFs × GD/momentum/Adam × 2 inits"
 
-EPS = 0.1  # attention
-EPS_MLP = 0.05
-S = (1.0, 0.5, 0.25, 0.125)
-N_TOK = 8
+VARIANCES = {"mlp": (0.05, 0.5), "attention": (0.1, 1.0)}  # App. C: initial variances, small and large
+N_TRAIN, N_TEST = 200, 1000
+N_TOK = 10
+OPTIMISERS = ("GD", "momentum", "Adam")
+MOMENTUM = 0.9
+TWO_LAYER_BOUND = 0.10  # "well approximated": max_t |L_net − L_2NQF| ≤ 10 % of L_net(0)
+ONE_LAYER_APART = 0.10  # "not by 1-layer NQFs": max_t |L_net − L_1NQF| ≥ 10 % of L_net(0)
+MODELS = ("network", "two_layer_nqf", "one_layer_nqf")
+COLORS = {"network": "black", "two_layer_nqf": "tab:orange", "one_layer_nqf": "tab:purple"}
+LABELS = {"mlp": "4-layer MLP 8→16→16→16→1", "attention": "2-layer attention (1 head, D = 8, N = 10)"}
+SHORT = {"mlp": "4-layer MLP", "attention": "2-layer attention"}
+# Learning rates (not given by the paper): per model and init, shared by the three optimisers'
+# GD step (momentum: lr (1 − β), the same effective step); Adam's per model.
+LR_GD = {"mlp": (0.02, 1e-4), "attention": (0.02, 1e-4)}
+LR_ADAM = {"mlp": 1e-3, "attention": 1e-3}
 
 
-def _problems():
-    from .. import architectures as arch
+def _arch(name: str, variance: float, key):
     from .._training.deep import DeepAttention, DeepMLP
 
-    key = jax.random.PRNGKey(0)
-    k1, k2 = jax.random.split(key)
-    return {
-        # the MLP from a smaller init (tanh's curvature is the departure from the NQF), with a
-        # larger rate to keep its slower, degree-4 saddle escape inside the run
-        "mlp": dict(
-            label="4-layer MLP 20→32→32→32→4",
-            deep=DeepMLP(20, (32, 32, 32), 4, key=k1, init_scale=EPS_MLP),
-            shallow=arch.MLP(20, 32, 4, key=k2, init_scale=EPS_MLP),
-            lr=0.1,
-        ),
-        "attention": dict(
-            label="2-layer 4-head attention",
-            seq=N_TOK,
-            deep=DeepAttention(8, 4, 4, 4, 4, hidden_size=8, key=k1, init_scale=EPS),
-            shallow=arch.MultiHeadAttention(8, 4, 4, 4, 4, key=k2, init_scale=EPS),
-            lr=0.5,
-        ),
-    }
+    scale = math.sqrt(variance)
+    if name == "mlp":
+        return DeepMLP(8, (16, 16, 16), None, key=key, init_scale=scale)
+    return DeepAttention(8, 8, 8, 1, None, hidden_size=8, key=key, init_scale=scale)
 
 
-def _run(P: dict, *, m: int, steps: int, every: int) -> dict:
-    from .._training.data import low_rank_teacher
+def _shallow(name: str):
+    from .. import architectures as arch
+
+    k = jax.random.PRNGKey(0)
+    if name == "mlp":
+        return arch.MLP(8, 16, None, key=k, init_scale=0.0)
+    return arch.MultiHeadAttention(8, 8, 8, 1, None, key=k, init_scale=0.0)
+
+
+@eqx.filter_jit
+def _batched(model, X):
+    """`model` on every input of `X`, compiled once (an eager `vmap` compiles op by op)."""
+    return jax.vmap(model)(X)
+
+
+def teacher(name: str, seed: int = 0):
+    """A teacher of the same architecture with fixed Gaussian weights, each of variance
+    1/fan-in (LeCun scale: pre-activations and outputs O(1))."""
+    t = _arch(name, 1.0, jax.random.PRNGKey(1000 + seed))
+    if name == "mlp":  # block 1: [row of W₁ (fan-in 8), column of W₂ (16)]; block 2: [W₃ (16), W₄ (16)]
+        fan_in = (np.r_[np.full(8, 8.0), np.full(16, 16.0)], np.full(17, 16.0))
+    else:  # every matrix of both heads reads a vector of size 8 (D = d_v = hidden = 8)
+        fan_in = tuple(np.full(b.W.shape[0], 8.0) for b in t.blocks)
+    for i, f in enumerate(fan_in):
+        t = eqx.tree_at(lambda m, i=i: m.blocks[i].W, t, t.blocks[i].W / np.sqrt(f)[:, None])
+    return t
+
+
+def data(name: str, *, n_train: int = N_TRAIN, n_test: int = N_TEST, seed: int = 0):
+    """Gaussian inputs labelled by `teacher(name)`: `((X_train, y_train), (X_test, y_test))`."""
+    t = teacher(name, seed)
+    shape = (8,) if name == "mlp" else (8, N_TOK)
+    rng = np.random.default_rng(seed)
+    X = jnp.asarray(rng.standard_normal((n_train + n_test,) + shape))
+    y = _batched(t, X)
+    return (X[:n_train], y[:n_train]), (X[n_train:], y[n_train:])
+
+
+def two_layer_nqf(deep, X):
+    """The two-layer NQF of `deep` through its blocks' learned maps (`BilinearTwin`), and its
+    relative deviation on `X` from the same composition of the blocks' closed-form quadratic
+    forms `Tr[Wᵀ A(x) W]` (`NQFModel(method="structure")`, what `lvflow.nqf_twin(deep)` builds)."""
     from .._training.deep import DeepNQF
-    from .._training.train import train
-    from .._training.twin import nqf_twin
+    from .._training.twin import NQFModel
 
-    deep, shallow = P["deep"], P["shallow"]
-    teacher = low_rank_teacher(shallow, m, s=S, seq_len=P.get("seq"), seed=1)
-    ref = nqf_twin(deep, seq_len=P.get("seq"))  # the library's two-layer NQF (checks ZGZ per block)
-    two = DeepNQF(blocks=tuple(BilinearTwin(b) for b in deep.blocks), chain=ref.chain, dphi0=ref.dphi0)
-    X = teacher.X
-    check = float(
-        np.max(np.abs(np.asarray(jax.vmap(two)(X[:8]) - jax.vmap(ref)(X[:8]))))
-        / np.max(np.abs(np.asarray(jax.vmap(ref)(X[:8]))))
+    two = DeepNQF(blocks=tuple(BilinearTwin(b) for b in deep.blocks), chain=deep.chain, dphi0=deep.link_slope)
+    ref = DeepNQF(
+        blocks=tuple(NQFModel(network=b, method="structure") for b in deep.blocks),
+        chain=deep.chain,
+        dphi0=deep.link_slope,
     )
-    bundle = Bundle((deep, two, BilinearTwin(shallow)))
+    a, b = _batched(two, X), _batched(ref, X)
+    return two, float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b)))
 
-    def record(b):
-        preds = jax.vmap(b)(X)
-        return tuple(teacher.singular_values(p) for p in preds) + tuple(
-            ((p - teacher.y) ** 2).sum() / X.shape[0] for p in preds
-        )
 
+def matched_one_layer(name: str, two, X):
+    """The one-layer NQF whose output at step 0 is the two-layer NQF's (the network's leading,
+    linear, term): `Θ(0)` fitted by least squares on the features `ψ(x)` (exact: both are linear
+    in `ψ`), factored as one balanced neuron `[Θ/√|Θ|, √|Θ|]`. Returns the twin and the relative
+    mismatch at step 0 on `X`."""
+    shallow = _shallow(name)
+    psi = np.asarray(jax.vmap(shallow.shared_features)(X))  # (m, n): φ'(0) x, or x̄
+    target = np.asarray(_batched(two, X))
+    theta = np.linalg.lstsq(psi, target, rcond=None)[0]
+    norm = float(np.linalg.norm(theta))
+    W = np.zeros(shallow.W.shape)
+    if name == "mlp":
+        W[: theta.size, 0], W[theta.size, 0] = theta / math.sqrt(norm), math.sqrt(norm)
+    else:  # one head [Wᑫ, Wᴷ, Wᴠ (d_v×D), v (d_v)]: row 0 of Wᴠ and v_0, so Θ = Wᴠᵀ v = θ
+        start = 2 * shallow.key_size * shallow.in_size
+        W[start : start + theta.size, 0] = theta / math.sqrt(norm)
+        W[start + shallow.value_size * shallow.in_size, 0] = math.sqrt(norm)
+    one = BilinearTwin(with_W(shallow, jnp.asarray(W)))
+    out = np.asarray(_batched(one, X))
+    return one, float(np.max(np.abs(out - target)) / np.max(np.abs(target)))
+
+
+class _Losses(eqx.Module):
+    """Each model's training and test loss (Eq. 26): `(2, models)`."""
+
+    Xtr: Array
+    ytr: Array
+    Xte: Array
+    yte: Array
+
+    def __call__(self, bundle):
+        out = []
+        for X, y in ((self.Xtr, self.ytr), (self.Xte, self.yte)):
+            preds = jax.vmap(bundle)(X)
+            out.append(jnp.stack([jnp.mean((p - y) ** 2) for p in preds]))
+        return jnp.stack(out)
+
+
+def _optimiser(name: str) -> optax.GradientTransformation:
+    """One optimiser for the bundle of every run of a model: models `[6 j, 6 j + 6)` are
+    optimiser `j`'s, the first three of them at the small-init rate, the others at the
+    large-init rate (`optax.multi_transform`, exact: no parameter is shared)."""
+
+    def one(opt, lr_gd):
+        if opt == "GD":
+            return optax.sgd(lr_gd)
+        if opt == "momentum":
+            return optax.sgd(lr_gd * (1 - MOMENTUM), momentum=MOMENTUM)
+        return optax.adam(LR_ADAM[name])
+
+    n = len(MODELS) * len(VARIANCES[name])
+    tag = lambda i: f"{OPTIMISERS[i // n]}/{(i % n) // len(MODELS)}"
+    labels = lambda params: type(params)(
+        models=tuple(jax.tree_util.tree_map(lambda _, i=i: tag(i), m) for i, m in enumerate(params.models))
+    )
+    transforms = {f"{o}/{v}": one(o, LR_GD[name][v]) for o in OPTIMISERS for v in range(len(VARIANCES[name]))}
+    return optax.multi_transform(transforms, labels)
+
+
+def run_model(name: str, *, steps: int, every: int, n_train: int = N_TRAIN, n_test: int = N_TEST) -> dict:
+    """Train network, two-layer and one-layer NQF from both inits under the three optimisers.
+
+    Returns `steps`, `loss` `(n, optimisers, inits, 2 (train, test), 3 models)` and the checks.
+    """
+    from .._training.train import train
+
+    (Xtr, ytr), (Xte, yte) = data(name, n_train=n_train, n_test=n_test)
+    models, checks = [], {}
+    for v, var in enumerate(VARIANCES[name]):
+        deep = _arch(name, var, jax.random.PRNGKey(v))
+        two, checks[f"two_layer_nqf_vs_nqf_twin var={var:g}"] = two_layer_nqf(deep, Xtr[:8])
+        one, checks[f"one_layer_match_at_step0 var={var:g}"] = matched_one_layer(name, two, Xtr)
+        models += [deep, two, one]
+    bundle = Bundle(tuple(models) * len(OPTIMISERS))  # optimiser j trains copies [6 j, 6 j + 6)
     h = train(
         bundle,
-        teacher,
-        optax.sgd(P["lr"]),
+        (Xtr, ytr),
+        _optimiser(name),
         steps,
         record_every=every,
         loss=bundle_loss,
-        record=record,
+        record=_Losses(Xtr, ytr, Xte, yte),
         record_M=False,
         throw=False,
     )
-    ex = [np.asarray(e) for e in h.extras]
-    s_hat = np.stack(ex[:3], axis=1) / np.asarray(S)  # (n, 3 models, r)
-    L = np.stack(ex[3:], axis=1)  # (n, 3)
-    return dict(steps=np.asarray(h.steps), s_hat=s_hat, loss=L, twin_check=check)
+    L = np.asarray(h.extras)  # (n, 2, optimisers · inits · models)
+    L = L.reshape(L.shape[0], 2, len(OPTIMISERS), len(VARIANCES[name]), len(MODELS)).transpose(0, 2, 3, 1, 4)
+    return dict(steps=np.asarray(h.steps), loss=L, checks=checks)
 
 
 def make(out: Path, *, quick: bool = False) -> dict:
-    probs = _problems()
-    steps = {"mlp": 2000, "attention": 1500} if not quick else {"mlp": 400, "attention": 400}
-    runs = {name: _run(P, m=128 if quick else 600, steps=steps[name], every=5) for name, P in probs.items()}
-    names = ("network", "2-layer NQF", "1-layer NQF")
-    cols = _style.mode_colors(len(S))
-    with _style.style():
-        fig, axs = _style.subplots(2, 2, width=3.5, height=2.6)
-        for j, (name, P) in enumerate(probs.items()):
-            R = runs[name]
-            ax = axs[0, j]
-            ax.semilogy(R["steps"], R["loss"][:, 0], color="tab:blue", lw=_style.NETWORK_WIDTH, label=names[0])
-            ax.semilogy(R["steps"], R["loss"][:, 1], **_style.THEORY, label=names[1])
-            ax.semilogy(R["steps"], R["loss"][:, 2], color="tab:red", ls=":", lw=1.4, label=names[2])
-            ax.set(title=P["label"], ylabel="loss (Eq. 26)")
-            ax.set_ylim(1e-8, 2 * R["loss"][0].max())  # the NQFs go on down to round-off
-            ax.legend(loc="lower left")
-            _style.panel_label(ax, "ab"[j])
-            ax = axs[1, j]
-            for k in range(len(S)):
-                ax.plot(R["steps"], R["s_hat"][:, 0, k], color=cols[k], lw=_style.NETWORK_WIDTH)
-                ax.plot(R["steps"], R["s_hat"][:, 1, k], color="black", ls="--", lw=0.9)
-                ax.plot(R["steps"], R["s_hat"][:, 2, k], color=cols[k], ls=":", lw=1.2)
-            ax.set(xlabel="training step (GD)", ylabel=r"$\hat s_k/s_k$", ylim=(-0.1, 1.3))
-            ax.plot([], [], color="0.3", lw=_style.NETWORK_WIDTH, label="network")
-            ax.plot([], [], color="black", ls="--", lw=0.9, label="2-layer NQF")
-            ax.plot([], [], color="0.3", ls=":", label="1-layer NQF")
-            ax.legend(loc="lower right")
-        _style.save(fig, out, "fig8")
+    steps, every = (200, 10) if quick else (2000, 10)
+    n_train, n_test = (N_TRAIN, 200) if quick else (N_TRAIN, N_TEST)
+    runs = {name: run_model(name, steps=steps, every=every, n_train=n_train, n_test=n_test) for name in VARIANCES}
+    _draw(out, runs)
 
-    def disc(R, i):
-        L = R["loss"]
+    def gap(R, o, v, which, i):  # max_t |L_net − L_i| / L_net(0), train (0) or test (1)
+        L = R["loss"][:, o, v, which]
         return float(np.max(np.abs(L[:, 0] - L[:, i])) / L[0, 0])
 
+    claims, models = [], {}
+    for name, R in runs.items():
+        g2 = {o: gap(R, j, 0, 0, 1) for j, o in enumerate(OPTIMISERS)}
+        g2t = {o: gap(R, j, 0, 1, 1) for j, o in enumerate(OPTIMISERS)}
+        g1 = {o: gap(R, j, 0, 0, 2) for j, o in enumerate(OPTIMISERS)}
+        claims.append(
+            _style.claim(
+                f"{LABELS[name]}: under small init (variance {VARIANCES[name][0]:g}) the training dynamics are well "
+                "approximated by the 2-layer NQF",
+                max(g2.values()) <= TWO_LAYER_BOUND,
+                f"max over steps of |L_net − L_2NQF| ≤ {TWO_LAYER_BOUND:.0%} of L_net(0) (training loss), every "
+                "optimiser",
+                train_gap=g2,
+                test_gap=g2t,
+                holds_per_optimiser={o: g <= TWO_LAYER_BOUND for o, g in g2.items()},
+            )
+        )
+        claims.append(
+            _style.claim(
+                f"{LABELS[name]}: ... but not by the 1-layer NQF",
+                min(g1.values()) >= ONE_LAYER_APART,
+                f"max over steps of |L_net − L_1NQF| ≥ {ONE_LAYER_APART:.0%} of L_net(0), every optimiser",
+                train_gap=g1,
+                holds_per_optimiser={o: g >= ONE_LAYER_APART for o, g in g1.items()},
+            )
+        )
+        models[name] = {
+            "label": LABELS[name],
+            "variances": VARIANCES[name],
+            "init_std": [math.sqrt(v) for v in VARIANCES[name]],
+            "lr_gd": LR_GD[name],
+            "lr_momentum": [lr * (1 - MOMENTUM) for lr in LR_GD[name]],
+            "lr_adam": LR_ADAM[name],
+            "steps": steps,
+            "gap_rel_to_initial_loss": {
+                f"{o}, variance={var:g}": {
+                    f"{which}_{m}": gap(R, j, v, w, i)
+                    for w, which in enumerate(("train", "test"))
+                    for i, m in ((1, "two_layer_nqf"), (2, "one_layer_nqf"))
+                }
+                for j, o in enumerate(OPTIMISERS)
+                for v, var in enumerate(VARIANCES[name])
+            },
+            "final_train_loss": {
+                f"{o}, variance={var:g}": dict(zip(MODELS, R["loss"][-1, j, v, 0].tolist()))
+                for j, o in enumerate(OPTIMISERS)
+                for v, var in enumerate(VARIANCES[name])
+            },
+            "initial_train_loss": {
+                f"variance={var:g}": dict(zip(MODELS, R["loss"][0, 0, v, 0].tolist()))
+                for v, var in enumerate(VARIANCES[name])
+            },
+            "checks": R["checks"],
+        }
     summary = {
         "figure": "fig8",
         "quick": quick,
-        "eps": {"mlp": EPS_MLP, "attention": EPS},
-        "s": S,
-        "discrepancy_definition": "max over recorded steps of |L_net - L_NQF| / L_net(0)",
-        "models": {
-            name: {
-                "label": P["label"],
-                "lr": P["lr"],
-                "steps": steps[name],
-                "discrepancy_two_layer_nqf": disc(runs[name], 1),
-                "discrepancy_one_layer_nqf": disc(runs[name], 2),
-                "s_hat_gap_two_layer_nqf": float(np.max(np.abs(runs[name]["s_hat"][:, 0] - runs[name]["s_hat"][:, 1]))),
-                "s_hat_gap_one_layer_nqf": float(np.max(np.abs(runs[name]["s_hat"][:, 0] - runs[name]["s_hat"][:, 2]))),
-                "final_loss": dict(zip(("network", "two_layer_nqf", "one_layer_nqf"), runs[name]["loss"][-1].tolist())),
-                "fast_two_layer_nqf_vs_nqf_twin_rel_err": runs[name]["twin_check"],
-            }
-            for name, P in probs.items()
+        "n_train": n_train,
+        "n_test": n_test,
+        "seq_len": N_TOK,
+        "optimisers": OPTIMISERS,
+        "momentum": MOMENTUM,
+        "gap_definition": "max over recorded steps of |L_net − L_NQF| / L_net(0), on the training (or test) set",
+        "claims": claims,
+        "choices": {
+            "teacher": "the same architecture with Gaussian weights of variance 1/fan-in (the paper: 'fixed Gaussian "
+            "weights', variance not given; with N(0, 1) weights the attention teacher's outputs are O(50))",
+            "attention_sizes": "d_k = d_v = 8 (the paper gives input and hidden dimension 8)",
+            "learning_rates_and_steps": "not given by the paper; listed per model",
+            "one_layer_match": "Θ(0) of the 1-layer NQF = the network's end-to-end linear map at step 0 (the "
+            "2-layer NQF's output), one balanced neuron; the other neurons start at 0",
         },
+        "models": models,
     }
     _style.write_summary(out, "fig8", summary)
     return summary
+
+
+def _draw(out: Path, runs: dict) -> None:
+    names = {"network": "network", "two_layer_nqf": "2-layer NQF", "one_layer_nqf": "1-layer NQF"}
+    ncol = len(OPTIMISERS) * 2
+    with _style.style():
+        fig, axs = _style.subplots(ncol, len(runs), width=1.85, height=1.7)
+        for r, (name, R) in enumerate(runs.items()):
+            s = R["steps"]
+            for j, o in enumerate(OPTIMISERS):
+                for v, var in enumerate(VARIANCES[name]):
+                    ax = axs[r, v * len(OPTIMISERS) + j]
+                    L = R["loss"][:, j, v]
+                    for i, m in enumerate(MODELS):
+                        lw = _style.NETWORK_WIDTH if m == "network" else 1.2
+                        ax.semilogy(s, L[:, 0, i], color=COLORS[m], lw=lw)
+                        ax.semilogy(s, L[:, 1, i], color=COLORS[m], lw=0.9, ls="--")
+                    ax.set_xlim(0, s[-1])
+                    ax.tick_params(labelsize=6.5)
+                    if r == 0:
+                        ax.set_title(f"{o}, var {var:g}", fontsize=7.5)
+                    else:
+                        ax.set_title(f"var {var:g}", fontsize=7.5)
+                    if j == 0 and v == 0:
+                        ax.set_ylabel(f"{SHORT[name]}\nloss", fontsize=7.5)
+                    if r == len(runs) - 1:
+                        ax.set_xlabel("step", fontsize=7.5)
+        for m in MODELS:
+            axs[0, 0].plot([], [], color=COLORS[m], lw=1.5, label=names[m])
+        axs[0, 0].plot([], [], color="0.4", lw=1.2, label="train")
+        axs[0, 0].plot([], [], color="0.4", lw=1.0, ls="--", label="test")
+        fig.legend(*axs[0, 0].get_legend_handles_labels(), loc="outside lower center", ncol=5)
+        _style.save(fig, out, "fig8")

@@ -34,13 +34,19 @@ def system() -> LotkaVolterra:
     return LotkaVolterra(_G @ _Y, _G @ _G.T, y2=float(_Y @ _Y) / 8)
 
 
+def _equilibria(sched) -> np.ndarray:
+    """`z*` on every plateau of the schedule: row 0 before the first event, row `i+1` after event
+    `i` (what `PlateauSchedule.equilibria` returns; formed here through `z_at`)."""
+    return np.stack([np.asarray(sched.z_at(t)) for t in [-1.0, *(float(t) for t in np.asarray(sched.tau))]])
+
+
 def _s_limit(sched, tau):
     """The limit's `s_k(τ) = ln z_k / ln(1/ε)`: piecewise linear, `ds/dτ = r − C z*` with `z*`
     the plateau equilibrium between events (from `s_k(0) = −1`)."""
     lv = sched.system
     r, C = np.asarray(lv.r), np.asarray(lv.C)
     ev = np.asarray(sched.tau)
-    Z = np.asarray(sched.equilibria())  # row i: plateau after i events
+    Z = _equilibria(sched)  # row i: plateau after i events
     bounds = np.r_[0.0, np.unique(ev)]
     s = np.full(r.size, -1.0)
     out = np.empty((tau.size, r.size))
@@ -66,7 +72,7 @@ def make(out: Path, *, quick: bool = False) -> dict:
     ev_ign = np.asarray(lim.ignites)
     # ignitions: mode k reaches half of its value on the plateau it ignites into
     ign = np.flatnonzero(ev_ign)
-    Z = np.asarray(lim.equilibria())
+    Z = _equilibria(lim)
     half = np.array([0.5 * Z[i + 1, ev_mode[i]] for i in ign])
     shown = [1e-2, 1e-4, 1e-8, 1e-16, 1e-32]
     conv = [1e-2, 1e-3, 1e-4, 1e-6, 1e-8, 1e-12, 1e-16, 1e-24, 1e-32] + ([] if quick else [1e-64, 1e-128])

@@ -47,8 +47,9 @@ def sequence_shape(D: int, seq_len: int | None) -> tuple[int, int]:
     return (D, int(seq_len))
 
 
-def centered_softmax(s: Float[ArrayLike, "N *b"]) -> Float[Array, "N *b"]:  # noqa: F821 (jaxtyping's variadic dims)
-    """`softmax(s) − 1/N`, accurate to relative precision when `s` is tiny.
+def centered_softmax(s: Float[ArrayLike, "N ..."]) -> Float[Array, "N ..."]:
+    """`softmax(s) − 1/N` over axis 0 (the `N` tokens; any trailing axes, e.g. heads, are
+    batched), accurate to relative precision when `s` is tiny.
 
     Written as `(e_n − ē) / (N (1 + ē))` with `e = expm1(s − c)`: the difference of two numbers
     close to `1/N` would lose everything below `1e-16 · N`, while the NQF regime has `|s| ~ |W|²`.
@@ -170,7 +171,8 @@ class QKAttention(AbstractVectorOutput, AbstractLearnedMap):
     **Arguments:**
 
     - `in_size` `D`, `key_size` `d_k`, `num_heads` `d`, `out_size` `k` (`None`: scalar).
-      Paper, Fig 2: `QKAttention(20, 8, 4, 8)`; Fig 6: `QKAttention(16, 8, 4)` on sequences of 10.
+      Paper, Fig 2: `QKAttention(20, 8, 1, 8)` (a single head) on sequences of 16; Fig 6:
+      `QKAttention(16, 8, 4)` on sequences of 10; Fig 7: `QKAttention(28, 32, 10)` on 28 tokens.
     - `readout`: the fixed `c`, shape `(D,)` or `(D, k)`; default `N(0, 1/D)` drawn from `key`.
     - `key`, `init_scale`: `W ~ N(0, init_scale²)`.
     """

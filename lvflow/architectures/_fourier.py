@@ -49,24 +49,24 @@ class FourierMLP(AbstractArchitecture):
     def sample_shape(self, *, seq_len: int | None = None) -> tuple[()]:
         return ()
 
-    def features(self, x: Float[ArrayLike, ""]) -> Float[Array, " P"]:
+    def features(self, x: Float[Array, ""]) -> Float[Array, " P"]:
         """`s_k ψ_k(x) / √P`, `k = 1..P`: the diagonal of `D(x)`."""
         k = jnp.arange(1, self.num_modes + 1, dtype=jnp.result_type(float))
         return k ** (-self.theta) * math.sqrt(2.0) * jnp.cos(2 * jnp.pi * k * x) / math.sqrt(self.num_modes)
 
-    def unit(self, w: Float[ArrayLike, " p"], x: Float[ArrayLike, ""]) -> Float[Array, ""]:
+    def unit(self, w: Float[Array, " p"], x: Float[Array, ""]) -> Float[Array, ""]:
         a, v = unpack(w, [(self.num_modes,)] * 2)
         k = jnp.arange(1, self.num_modes + 1, dtype=w.dtype)
         s_psi = k ** (-self.theta) * math.sqrt(2.0) * jnp.cos(2 * jnp.pi * k * x)
         return v @ jnp.tanh(s_psi * a) / math.sqrt(self.num_modes)
 
-    def __call__(self, x: Float[ArrayLike, ""]) -> Float[Array, ""]:
+    def __call__(self, x: Float[ArrayLike, "..."]) -> Float[Array, ""]:  # a scalar (checked: LvflowError)
         x = check_input("x", x, (), "a scalar input")
         a, v = unpack(self.W, [(self.num_modes,)] * 2)  # (P, d) each
         s_psi = self.features(x) * math.sqrt(self.num_modes)
         return jnp.sum(v * jnp.tanh(s_psi[:, None] * a)) / math.sqrt(self.num_modes)
 
-    def structure(self, x: Float[ArrayLike, ""]) -> Float[Array, "p p"]:
+    def structure(self, x: Float[ArrayLike, "..."]) -> Float[Array, "p p"]:  # a scalar (checked)
         x = check_input("x", x, (), "a scalar input", dtype=self.W.dtype)
         P = self.num_modes
         return bilinear(self.p, (0, P), (P, 2 * P), jnp.diag(self.features(x)))
