@@ -19,8 +19,10 @@ from lvflow._workflow.predict_inputs import initial_scale, lv_from_arrays, power
 
 
 def t_star_158(r, Ckk, c, eps, rho):
-    """Eq. 158 with a = 1, ζ_k = r_k, C_k = C_kk (exact for diagonal C, Thm 6)."""
-    return (math.log(1 / eps) - np.log(Ckk * c / (r - Ckk * c * eps) * (1 - rho) / rho)) / r
+    """Eq. 158 with a = 1, ζ_k = r_k, C_k = C_kk (exact for diagonal C, Thm 6); 0 for a mode that
+    starts at or above its target ρ z_k(∞) (there Eq. 158's logarithm turns negative)."""
+    t = (math.log(1 / eps) - np.log(Ckk * c / (r - Ckk * c * eps) * (1 - rho) / rho)) / r
+    return np.maximum(t, 0.0)
 
 
 def z_thm6(t, r, Ckk, z0):
