@@ -1,4 +1,4 @@
-"""The `lvflow` console command: `lvflow predict | sweep | figures | bench`, each with `--help`."""
+"""The `lvflow` console command: `lvflow demo | predict | fit | sweep | figures | bench`, each with `--help`."""
 
 from __future__ import annotations
 
