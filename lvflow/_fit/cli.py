@@ -7,7 +7,8 @@ Exit codes: 0 success, 2 bad input (one line on stderr naming the input and the 
 from __future__ import annotations
 
 import argparse
-import sys
+
+from .._workflow.cli import check_output_names, write_outputs
 
 EXAMPLES = """\
 examples:
@@ -80,12 +81,9 @@ def run(args: argparse.Namespace) -> int:
     """Run `lvflow fit`; returns the exit code (errors are reported by `lvflow`'s `main`)."""
     import warnings
 
-    from .._errors import LvflowError
     from .fit import fit
 
-    for flag, path, ok in (("--save", args.save, (".json", ".npz")), ("--plot", args.plot, (".png", ".pdf", ".svg"))):
-        if path is not None and not any(path.lower().endswith(s) for s in ok):
-            raise LvflowError(f"{flag}: unsupported file type for {path}; use {' or '.join(ok)}")
+    check_output_names(args)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the result's warnings are printed with the table
         result = fit(
@@ -104,15 +102,5 @@ def run(args: argparse.Namespace) -> int:
             level=args.level,
             horizon=args.horizon,
         )
-    if args.save:
-        result.save(args.save)
-    if args.plot:
-        result.plot(args.plot)
-    if args.json:
-        sys.stdout.write(result.to_json())
-    else:
-        print(result.summary())
-        for flag, path in (("saved", args.save), ("plot", args.plot)):
-            if path:
-                print(f"{flag}: {path}")
+    write_outputs(result, args)
     return 0

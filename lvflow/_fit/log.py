@@ -12,6 +12,7 @@ import numpy as np
 from jaxtyping import Float
 
 from .._errors import LvflowError
+from .._workflow.io import csv_lines
 
 #: Column names accepted for each quantity (case-insensitive).
 STEP_NAMES = ("step", "steps", "iteration", "iter", "epoch")
@@ -77,13 +78,7 @@ def _column(name: str, values, source: str) -> np.ndarray:
 
 
 def _read_csv(p: Path, source: str) -> dict:
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise LvflowError(f"{source}: cannot read {p}: {e.__class__.__name__}: {e}") from None
-    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    if not lines:
-        raise LvflowError(f"{source}: {p} is empty")
+    lines = csv_lines(p, source)
     sep = "\t" if "\t" in lines[0] and "," not in lines[0] else ","
     header = [c.strip() for c in lines[0].split(sep)]
     if all(_is_number(c) for c in header):

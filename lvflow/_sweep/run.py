@@ -26,7 +26,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -36,15 +35,13 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .._errors import LvflowError
-from .._workflow.io import atomic_write_text
+from .._workflow.io import atomic_write, atomic_write_text
 from .evaluate import batched, derived, make_member
 from .families import Group, Resolved, c_matrix
 from .grid import PARAMETERS, Chunk
 
 MANIFEST = "manifest.json"
 _FUNCTIONS: dict[tuple, Callable] = {}
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
 FORMAT = "lvflow-sweep/1"
 
 #: Columns with one entry per mode (shape `(n, K)`) and per curve time (shape `(n, T)`).
@@ -271,22 +268,9 @@ def chunk_columns(res: Resolved, g: int, rows: np.ndarray, out: dict[str, np.nda
 
 def write_chunk(path: Path, cols: dict[str, np.ndarray], spec_hash: str) -> None:
     """Atomically write a chunk: an uncompressed `.npz` (a 10⁵-configuration sweep writes in
-    seconds, not minutes; `numpy.load(..., allow_pickle=False)` reads it) to a temporary file in
-    the same directory, flushed and fsync'ed, then `os.replace`d onto `path`."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, spec_hash=np.array(spec_hash), **cols)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    seconds, not minutes; `numpy.load(..., allow_pickle=False)` reads it), streamed straight into
+    `atomic_write`'s temporary file."""
+    atomic_write(path, lambda f: np.savez(f, spec_hash=np.array(spec_hash), **cols))
 
 
 def read_chunk(path: Path) -> dict[str, np.ndarray]:

@@ -58,6 +58,37 @@ def main(argv: list[str] | None = None) -> int:
     return _run_reporting(f"lvflow {argv[0]}", mod, args)
 
 
+_OUTPUTS = (("save", ".json", ".npz"), ("plot", ".png", ".pdf", ".svg"))
+
+
+def check_output_names(args: argparse.Namespace) -> None:
+    """Refuse a `--save`/`--plot` file type before a long computation, not after it.
+
+    **Raises:** `LvflowError` naming the flag and the path.
+    """
+    from .._errors import LvflowError
+
+    for flag, *ok in _OUTPUTS:
+        path = getattr(args, flag)
+        if path is not None and not any(path.lower().endswith(s) for s in ok):
+            raise LvflowError(f"--{flag}: unsupported file type for {path}; use {' or '.join(ok)}")
+
+
+def write_outputs(result, args: argparse.Namespace) -> None:
+    """`--save`, `--plot`, then `--json` (the JSON on stdout) or the summary and the files written."""
+    if args.save:
+        result.save(args.save)
+    if args.plot:
+        result.plot(args.plot)
+    if args.json:
+        sys.stdout.write(result.to_json())
+        return
+    print(result.summary())
+    for label, path in (("saved", args.save), ("plot", args.plot)):
+        if path:
+            print(f"{label}: {path}")
+
+
 def _one_line_error(prog: str):
     def error(message: str):
         sys.stderr.write(f"{prog}: error: {message}\n")

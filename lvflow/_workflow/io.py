@@ -15,7 +15,7 @@ import os
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, BinaryIO, Callable, Mapping
 
 import numpy as np
 
@@ -70,7 +70,11 @@ def _unreadable(name: str, p: Path, e: Exception, what: str = "") -> LvflowError
     return LvflowError(f"{name}: cannot read {p}{what}: {e.__class__.__name__}: {e}")
 
 
-def _load_csv(p: Path, name: str) -> dict[str, np.ndarray]:
+def csv_lines(p: Path, name: str) -> list[str]:
+    """The non-blank, non-comment (`#`) lines of a UTF-8 text file.
+
+    **Raises:** `LvflowError` (naming `name` and `p`) if it cannot be read or has no such line.
+    """
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -78,6 +82,11 @@ def _load_csv(p: Path, name: str) -> dict[str, np.ndarray]:
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     if not lines:
         raise LvflowError(f"{name}: {p} is empty")
+    return lines
+
+
+def _load_csv(p: Path, name: str) -> dict[str, np.ndarray]:
+    lines = csv_lines(p, name)
     header: list[str] | None = None
     first = [c.strip() for c in lines[0].split(",")]
     try:
@@ -167,7 +176,13 @@ def load_array(path, *, name: str = "file") -> np.ndarray:
 
 
 def atomic_write_bytes(path, data: bytes) -> Path:
-    """Write `data` to `path` atomically: temp file in the same directory, fsync, `os.replace`."""
+    """Write `data` to `path` atomically (`atomic_write`)."""
+    return atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_write(path, write: Callable[[BinaryIO], object]) -> Path:
+    """Write `path` atomically: `write(f)` fills a temporary file in the same directory, which is
+    flushed, fsync'ed and `os.replace`d onto `path` (removed instead if anything fails)."""
     p = Path(os.fspath(path))
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
@@ -183,7 +198,7 @@ def atomic_write_bytes(path, data: bytes) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)

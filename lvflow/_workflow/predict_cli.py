@@ -7,7 +7,8 @@ Exit codes: 0 success, 2 bad input (one line on stderr naming the input and the 
 from __future__ import annotations
 
 import argparse
-import sys
+
+from .cli import check_output_names, write_outputs
 
 EXAMPLES = """\
 examples:
@@ -175,13 +176,10 @@ def run(args: argparse.Namespace) -> int:
 
         print("\n".join(architecture_names()))
         return 0
-    from .._errors import LvflowError, NotCommutingError
+    from .._errors import NotCommutingError
     from .predict import predict
 
-    for flag, path, ok in (("--save", args.save, (".json", ".npz")), ("--plot", args.plot, (".png", ".pdf", ".svg"))):
-        # Refuse a bad output name before a long solve, not after it.
-        if path is not None and not any(path.lower().endswith(s) for s in ok):
-            raise LvflowError(f"{flag}: unsupported file type for {path}; use {' or '.join(ok)}")
+    check_output_names(args)
     system, kw = _build(args)
     try:
         pred = predict(system, **kw)
@@ -190,15 +188,5 @@ def run(args: argparse.Namespace) -> int:
             f"--data: {args.architecture} on {args.data} does not reduce to a gLV (--force-lv): {e}; "
             "drop --force-lv to integrate the full M-flow instead"
         ) from None
-    if args.save:
-        pred.save(args.save)
-    if args.plot:
-        pred.plot(args.plot)
-    if args.json:
-        sys.stdout.write(pred.to_json())
-    else:
-        print(pred.summary())
-        for flag, path in (("saved", args.save), ("plot", args.plot)):
-            if path:
-                print(f"{flag}: {path}")
+    write_outputs(pred, args)
     return 0
