@@ -60,6 +60,9 @@ _EXPORTS = {
     "NQF": "._form.nqf",
     "FlowSolution": "._form.flow",
     "matrix_flow": "._form.flow",
+    "MatrixDrops": "._form.drops",
+    "matrix_drops": "._form.drops",
+    "nqf_from_data": "._workflow.predict_data",
     "RecursionResult": "._form.recursion",
     "gd_recursion": "._form.recursion",
     "Compressed": "._form.compress",
@@ -155,6 +158,7 @@ if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers 
     from ._fit.modes import DecoupledModes as DecoupledModes
     from ._fit.power import PowerLawModel as PowerLawModel
     from ._form.compress import Compressed as Compressed, compress as compress
+    from ._form.drops import MatrixDrops as MatrixDrops, matrix_drops as matrix_drops
     from ._form.flow import FlowSolution as FlowSolution, matrix_flow as matrix_flow
     from ._form.nqf import NQF as NQF
     from ._form.recursion import RecursionResult as RecursionResult, gd_recursion as gd_recursion
@@ -230,6 +234,7 @@ if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers 
     )
     from ._training.twin import NQFModel as NQFModel, nqf_twin as nqf_twin
     from ._workflow.predict import Prediction as Prediction, predict as predict
+    from ._workflow.predict_data import nqf_from_data as nqf_from_data
 
 
 def __getattr__(name: str):

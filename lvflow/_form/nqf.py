@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._errors import LvflowError
-from .._validate import as_array, check_symmetric
+from .._validate import _is_concrete, as_array, check_symmetric
 
 
 class NQF(eqx.Module):
@@ -21,33 +24,66 @@ class NQF(eqx.Module):
     and the loss is `L = (1/m) Σ_μ |f_μ − y_μ|²` (summed over output components for vector
     outputs, Cor. 1).
 
+    The structure matrices are stored densely, or factored as `A_μ = Σ_d Φ_μd E_d` over `D`
+    symmetric matrices `E_d` (for a learned-map architecture, Eq. 17, `Φ` are the map features
+    and `E` the adjoint of the block `M ↦ Θ`; see `nqf_from_data`). The factored form costs
+    `O(m D + D p²)` per evaluation instead of `O(m p²)` and never forms the `(m, p, p)` array.
+
     **Arguments:**
 
     - `A`: structure matrices, shape `(m, p, p)`, or `(m, k, p, p)` for `k` outputs; symmetric.
+      `None` when `features` and `basis` are given.
     - `y`: targets, shape `(m,)` or `(m, k)`.
     - `f0`: outputs at `W = 0` (default 0), shaped like `y`.
     - `g`, `B`: the non-ZGZ terms of Thm 12, shapes `(m, [k,] p)` and `(m, [k,] p, p)`;
       `None` (the default) for ZGZ modules.
+    - `features`, `basis`: the factored form `Φ` of shape `(m, [k,] D)` and `E` of shape
+      `(D, p, p)`, symmetric; instead of `A`.
+
+    **Raises:** `LvflowError` for shapes that do not match or non-symmetric matrices.
     """
 
-    A: Float[Array, "m *k p p"]
+    dense_A: Float[Array, "m *k p p"] | None
+    features: Float[Array, "m *k D"] | None
+    basis: Float[Array, "*k D p p"] | None
+    _coo: tuple[Int[Array, " nnz"], Int[Array, " nnz"], Float[Array, " nnz"], Int[Array, " nnz"]] | None
     y: Float[Array, "m *k"]  # noqa: F821 (jaxtyping's variadic dims)
     f0: Float[Array, "m *k"]  # noqa: F821 (jaxtyping's variadic dims)
     g: Float[Array, "m *k p"] | None
     B: Float[Array, "m *k p p"] | None
 
-    def __init__(self, A, y, *, f0=None, g=None, B=None):
-        A = as_array("A", A, ndim=(3, 4))
+    def __init__(self, A=None, y=None, *, f0=None, g=None, B=None, features=None, basis=None):
+        if y is None:
+            raise LvflowError("y: required (the targets)")
         y = as_array("y", y, ndim=(1, 2))
-        out = np.shape(A)[:-2]
-        if np.shape(A)[-1] != np.shape(A)[-2]:
-            raise LvflowError(f"A: the last two axes must be square (p, p), got shape {np.shape(A)}")
+        if (A is None) == (features is None and basis is None):
+            raise LvflowError("A: give either A, or features and basis (the factored form), not both")
+        if A is not None:
+            A = as_array("A", A, ndim=(3, 4))
+            out = np.shape(A)[:-2]
+            if np.shape(A)[-1] != np.shape(A)[-2]:
+                raise LvflowError(f"A: the last two axes must be square (p, p), got shape {np.shape(A)}")
+            if 0 in np.shape(A):
+                raise LvflowError(f"A: needs at least one sample and p ≥ 1, got shape {np.shape(A)}")
+            check_symmetric("A", A)
+            p = np.shape(A)[-1]
+        else:
+            if features is None or basis is None:
+                raise LvflowError("features, basis: the factored form needs both")
+            features = as_array("features", features, ndim=(2, 3))
+            basis = as_array("basis", basis, ndim=(3, 4))
+            D, p = np.shape(features)[-1], np.shape(basis)[-1]
+            if np.shape(basis)[-3:] != (D, p, p) or 0 in np.shape(basis) or np.shape(features)[0] == 0:
+                raise LvflowError(
+                    f"basis: expected shape ([k,] D, p, p) with D = {D} (features' last axis), p ≥ 1 and "
+                    f"at least one sample, got basis {np.shape(basis)} and features {np.shape(features)}"
+                )
+            if np.ndim(features) == 3 and np.ndim(basis) == 4:
+                raise LvflowError("features, basis: the output axis k goes on one of them, not both")
+            check_symmetric("basis", basis)
+            out = np.shape(features)[:-1] + np.shape(basis)[:-3]
         if tuple(np.shape(y)) != tuple(out):
             raise LvflowError(f"y: shape {np.shape(y)} does not match A's sample/output axes {tuple(out)}")
-        if 0 in np.shape(A):
-            raise LvflowError(f"A: needs at least one sample and p ≥ 1, got shape {np.shape(A)}")
-        check_symmetric("A", A)
-        p = np.shape(A)[-1]
         if f0 is not None:
             f0 = as_array("f0", f0)
             if tuple(np.shape(f0)) != tuple(out):
@@ -61,21 +97,70 @@ class NQF(eqx.Module):
             if tuple(np.shape(B)) != tuple(out) + (p, p):
                 raise LvflowError(f"B: shape {np.shape(B)}, expected {tuple(out) + (p, p)}")
             check_symmetric("B", B)
-        self.A = jnp.asarray(A)
+        self.dense_A = None if A is None else jnp.asarray(A)
+        self.features = None if features is None else jnp.asarray(features)
+        self.basis = None if basis is None else jnp.asarray(basis)
+        self._coo = None if basis is None else _sparse(basis)
         self.y = jnp.asarray(y)
         self.f0 = jnp.zeros_like(self.y) if f0 is None else jnp.asarray(f0)
         self.g = None if g is None else jnp.asarray(g)
         self.B = None if B is None else jnp.asarray(B)
 
     @property
+    def A(self) -> Float[Array, "m *k p p"]:
+        """The structure matrices `A_μ`, shape `(m, [k,] p, p)` (formed from the factors when factored)."""
+        if self.dense_A is not None:
+            return self.dense_A
+        if self.basis.ndim == 4:
+            return jnp.einsum("md,cdij->mcij", self.features, self.basis)
+        return jnp.einsum("...d,dij->...ij", self.features, self.basis)
+
+    @property
+    def is_factored(self) -> bool:
+        """Whether `A` is stored as `Σ_d Φ_μd E_d`."""
+        return self.dense_A is None
+
+    @property
     def m(self) -> int:
         """Number of samples."""
-        return self.A.shape[0]
+        return self.y.shape[0]
 
     @property
     def p(self) -> int:
         """Neuron size."""
-        return self.A.shape[-1]
+        return (self.basis if self.dense_A is None else self.dense_A).shape[-1]
+
+    def _theta(self, M) -> Array:
+        """`θ_d = ⟨E_d, M⟩_F` (per output when `basis` has an output axis), shape `([k,] D)`."""
+        if self._coo is None:
+            return jnp.einsum("...dij,ij->...d", self.basis, M)
+        rows, cols, vals, seg = self._coo
+        return jax.ops.segment_sum(vals * M[rows, cols], seg, num_segments=math.prod(self.basis.shape[:-2])).reshape(
+            self.basis.shape[:-2]
+        )
+
+    def _pair(self, M) -> Array:
+        """`⟨A_μ, M⟩_F` for every sample (and output)."""
+        if self.dense_A is not None:
+            return jnp.einsum("...ij,ij->...", self.dense_A, M)
+        theta = self._theta(M)
+        if theta.ndim == 2:  # (k, D): one feature vector per sample, a basis per output
+            return self.features @ theta.T
+        return self.features @ theta
+
+    def weighted_sum(self, w: Float[ArrayLike, "m *k"]) -> Float[Array, "p p"]:  # noqa: F821 (jaxtyping's variadic dims)
+        """`Σ_μ w_μ A_μ` (summed over outputs too) for weights `w` shaped like `y`."""
+        if self.dense_A is not None:
+            return jnp.einsum("...,...ij->ij", w, self.dense_A)
+        if self.basis.ndim == 4:
+            coef = w.T @ self.features  # (k, D)
+        else:
+            coef = jnp.einsum("...,...d->d", w, self.features)
+        if self._coo is None:
+            return jnp.einsum("...d,...dij->ij", coef, self.basis)
+        rows, cols, vals, seg = self._coo
+        p = self.basis.shape[-1]
+        return jnp.zeros((p, p), coef.dtype).at[rows, cols].add(vals * coef.reshape(-1)[seg])
 
     @property
     def has_mu_terms(self) -> bool:
@@ -85,7 +170,7 @@ class NQF(eqx.Module):
     def predict(self, M: Float[ArrayLike, "p p"], mu: Float[ArrayLike, " p"] | None = None) -> Float[Array, "m *k"]:  # noqa: F821 (jaxtyping's variadic dims)
         """`f_μ = f0_μ + g_μᵀμ + Tr[M A_μ] + μᵀ B_μ μ` for every sample (Eq. 2, Eq. 196)."""
         self._need_mu(mu)
-        out = self.f0 + jnp.einsum("...ij,ij->...", self.A, M)
+        out = self.f0 + self._pair(jnp.asarray(M))
         if mu is not None:
             if self.g is not None:
                 out = out + self.g @ mu
@@ -104,20 +189,20 @@ class NQF(eqx.Module):
     @property
     def Y(self) -> Float[Array, "p p"]:
         """`Y = (4/m) Σ_μ (y_μ − f0_μ) A_μ` (Eq. 252)."""
-        return 4.0 / self.m * jnp.einsum("...,...ij->ij", self.y - self.f0, self.A)
+        return 4.0 / self.m * self.weighted_sum(self.y - self.f0)
 
     def K(self, X: Float[ArrayLike, "p p"]) -> Float[Array, "p p"]:
         """`K(X) = (4/m) Σ_μ ⟨A_μ, X⟩_F A_μ` (Eq. 252)."""
-        return 4.0 / self.m * jnp.einsum("...kl,kl,...ij->ij", self.A, X, self.A)
+        return 4.0 / self.m * self.weighted_sum(self._pair(jnp.asarray(X)))
 
     def H(self, M, mu=None) -> Float[Array, "p p"]:
         """`H = (4/m) Σ_μ Δ_μ A_μ` (Eq. 27), so that `Ẇ = −H W` for a ZGZ module."""
-        return 4.0 / self.m * jnp.einsum("...,...ij->ij", self.residual(M, mu), self.A)
+        return 4.0 / self.m * self.weighted_sum(self.residual(M, mu))
 
     def v(self, M, mu) -> Float[Array, " p"]:
         """`v = Σ_x ℓ'_x (g_x + 2 B_x μ)` with `ℓ' = 2Δ/m` (Thm 2); zero for ZGZ modules."""
         if not self.has_mu_terms:
-            return jnp.zeros(self.p, dtype=self.A.dtype)
+            return jnp.zeros(self.p, dtype=self.y.dtype)
         self._need_mu(mu)
         return self._v(self.residual(M, mu), mu)
 
@@ -128,7 +213,7 @@ class NQF(eqx.Module):
 
     def _v(self, res, mu):
         lp = 2.0 / self.m * res
-        acc = jnp.zeros(self.p, dtype=self.A.dtype)
+        acc = jnp.zeros(self.p, dtype=self.y.dtype)
         if self.g is not None:
             acc = acc + jnp.einsum("...,...i->i", lp, self.g)
         if self.B is not None:
@@ -138,8 +223,24 @@ class NQF(eqx.Module):
     def subset(self, idx) -> "NQF":
         """The NQF of the samples `idx` (a minibatch)."""
         take = lambda a: None if a is None else a[idx]
-        return NQF(self.A[idx], self.y[idx], f0=self.f0[idx], g=take(self.g), B=take(self.B))
+        A, features = take(self.dense_A), take(self.features)
+        return NQF(A, self.y[idx], f0=self.f0[idx], g=take(self.g), B=take(self.B), features=features, basis=self.basis)
 
     def scaled(self, factor) -> "NQF":
         """The same data with `A → factor · A` (used by compression, Thm 3)."""
-        return NQF(self.A * factor, self.y, f0=self.f0, g=self.g, B=self.B)
+        scale = lambda a: None if a is None else a * factor
+        A, features = scale(self.dense_A), scale(self.features)
+        return NQF(A, self.y, f0=self.f0, g=self.g, B=self.B, features=features, basis=self.basis)
+
+
+def _sparse(basis):
+    """The nonzero entries of a concrete `basis` as `(rows, cols, values, d)` (flattened over `[k,] D`),
+    when they are under a tenth of it; otherwise (or under a transformation) `None`."""
+    if not _is_concrete(basis):
+        return None
+    E = np.asarray(basis)
+    flat = E.reshape(-1, E.shape[-2], E.shape[-1])
+    seg, rows, cols = np.nonzero(flat)
+    if rows.size > 0.1 * flat.size:
+        return None
+    return (jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(flat[seg, rows, cols]), jnp.asarray(seg))

@@ -17,8 +17,8 @@ from .lv import LotkaVolterra
 _CLUSTER_GAP = 1e-6
 
 
-def _targets(nqf: NQF, name: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """`A` flattened to `(n, p, p)` over samples and output components, targets `y − f0` and `m`."""
+def _targets_checked(nqf: NQF, name: str) -> None:
+    """Raise unless `nqf` is a ZGZ `NQF`."""
     if not isinstance(nqf, NQF):
         raise LvflowError(f"{name}: expected an lvflow.NQF, got {type(nqf).__name__}")
     if nqf.has_mu_terms:
@@ -26,6 +26,11 @@ def _targets(nqf: NQF, name: str) -> tuple[np.ndarray, np.ndarray, int]:
             f"{name}: the NQF has μ-terms (g or B of Thm 12); the Lotka–Volterra reduction needs a "
             "ZGZ module, whose flow closes on M alone (Eq. 28)"
         )
+
+
+def _targets(nqf: NQF, name: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """`A` flattened to `(n, p, p)` over samples and output components, targets `y − f0` and `m`."""
+    _targets_checked(nqf, name)
     p = nqf.p
     A = np.asarray(nqf.A, dtype=float).reshape(-1, p, p)
     t = (np.asarray(nqf.y, dtype=float) - np.asarray(nqf.f0, dtype=float)).reshape(-1)
@@ -53,6 +58,42 @@ def _joint_eigenbasis(A: np.ndarray, rng: np.random.Generator, depth: int = 0) -
             sub = np.einsum("ia,nij,jb->nab", Pc, A, Pc)
             P[:, idx] = Pc @ _joint_eigenbasis(sub, rng, depth + 1)
     return P
+
+
+# Below this many structure matrices a failure reports the exact largest pairwise commutator.
+_PAIRWISE = 256
+
+
+def _not_commuting(A, scale: float, detail: str) -> NotCommutingError:
+    norm = max_commutator_norm(A)
+    err = NotCommutingError(
+        f"A: the structure matrices share no eigenbasis (Assumption 1 fails): "
+        f"max ‖[A_μ, A_ν]‖_F = {norm:.3g} (max|A| = {scale:.3g}); {detail}"
+    )
+    err.commutator_norm = norm
+    return err
+
+
+def _random_commutator(nqf: NQF, atol: float, rng: np.random.Generator) -> None:
+    """Raise `NotCommutingError` when two random combinations `B = Σ_μ w_μ A_μ` do not commute.
+
+    If every pair commutes so do all combinations; if some `[A_μ, A_ν] ≠ 0`, then `[B₁, B₂]`,
+    a nonzero bilinear form in the Gaussian weights, is nonzero with probability one. Costs two
+    weighted sums and one product instead of all `m²` pairs.
+    """
+    w1, w2 = rng.standard_normal((2,) + tuple(nqf.y.shape))
+    B1, B2 = (np.asarray(nqf.weighted_sum(jnp.asarray(w))) for w in (w1, w2))
+    comm = np.linalg.norm(B1 @ B2 - B2 @ B1)
+    bound = np.linalg.norm(B1) * np.linalg.norm(B2)
+    if comm > atol * max(bound, np.finfo(float).tiny):
+        n = int(np.prod(nqf.y.shape))
+        detail = f"two random combinations B₁, B₂ of the A_μ have ‖[B₁, B₂]‖_F/(‖B₁‖‖B₂‖) = {comm / bound:.3g}"
+        if n <= _PAIRWISE:
+            A = np.asarray(nqf.A, dtype=float).reshape(-1, nqf.p, nqf.p)
+            raise _not_commuting(A, max(float(np.max(np.abs(A))), np.finfo(float).tiny), detail)
+        err = NotCommutingError(f"A: the structure matrices share no eigenbasis (Assumption 1 fails): {detail}")
+        err.commutator_norm = float(comm / bound)
+        raise err
 
 
 def max_commutator_norm(A) -> float:
@@ -102,6 +143,8 @@ def reduce_to_lv(nqf: NQF, *, atol: float = 1e-10, seed: int = 0) -> LotkaVolter
     exists (its `commutator_norm` attribute holds the number); `LvflowError` for an NQF with
     μ-terms.
     """
+    _targets_checked(nqf, "nqf")
+    _random_commutator(nqf, atol, np.random.default_rng(seed))
     A, t, m = _targets(nqf, "nqf")
     scale = max(float(np.max(np.abs(A))), np.finfo(float).tiny) if A.size else 1.0
     P = _joint_eigenbasis(A, np.random.default_rng(seed))
@@ -109,14 +152,7 @@ def reduce_to_lv(nqf: NQF, *, atol: float = 1e-10, seed: int = 0) -> LotkaVolter
     lam = np.einsum("nkk->nk", Lam)
     off = float(np.max(np.abs(Lam - lam[:, :, None] * np.eye(A.shape[-1])))) if A.size else 0.0
     if off > atol * scale:
-        norm = max_commutator_norm(A)
-        err = NotCommutingError(
-            f"A: the structure matrices share no eigenbasis (Assumption 1 fails): "
-            f"max ‖[A_μ, A_ν]‖_F = {norm:.3g} (max|A| = {scale:.3g}); "
-            f"best common basis leaves off-diagonal entries up to {off:.3g}"
-        )
-        err.commutator_norm = norm
-        raise err
+        raise _not_commuting(A, scale, f"best common basis leaves off-diagonal entries up to {off:.3g}")
     used = np.max(np.abs(lam), axis=0) > atol * scale
     P, lam = P[:, used], lam[:, used]
     r = 8.0 / m * t @ lam

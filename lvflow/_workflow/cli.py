@@ -8,6 +8,7 @@ import importlib.util
 import os
 import re
 import sys
+import warnings
 
 # Each subcommand lives in its own module exposing `add_arguments(parser)`, `run(args) -> int` and
 # `FLAGS` (the API names its errors may start with → the flags the user typed); they are imported
@@ -179,6 +180,9 @@ def _persistent_cache() -> None:
         os.makedirs(path, exist_ok=True)
     except OSError:
         return  # an unwritable cache directory costs speed, not correctness
+    # another process evicting entries at the same time makes JAX warn once per program; the cache
+    # only saves time, so a failed read or write is not the user's business
+    warnings.filterwarnings("ignore", message=r"Error (reading|writing) persistent compilation cache")
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_compilation_cache_max_size", 2**30)

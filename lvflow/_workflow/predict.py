@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import LvflowError, NotCommutingError
-from .._form.flow import matrix_flow
+from .._form.drops import matrix_drops
 from .._form.nqf import NQF
 from .._glv.lv import AbstractLotkaVolterra
 from .._glv.reduce import reduce_to_lv
@@ -55,6 +55,7 @@ def predict(
     rtol: float = 1e-10,
     atol: float = 1e-12,
     source: str | None = None,
+    input_shape: tuple[int, ...] | None = None,
 ) -> Prediction:
     """Predict the plateaus, switch-on times and loss curve of gradient descent from small init.
 
@@ -71,15 +72,15 @@ def predict(
     **Arguments:**
 
     - `system`: a `LotkaVolterra` or `LowRankLotkaVolterra`, or an `NQF` (reduced with `reduce_to_lv` when its `A_μ`
-      commute, Assumption 1; otherwise integrated with the full M-flow `matrix_flow`, Eq. 28,
-      from `M0 = ε I`, and the result says so).
+      commute, Assumption 1; otherwise the full M-flow, Eq. 28, is run from `M0 = ε I` until it
+      converges, and its drops are found by `matrix_drops`; the result says so).
     - `eps`, `c`, `z0`, `init_std`, `width`: the initial scale, one of: `eps` with `c`
       (`z_k0 = ε c_k`, default `c_k = 1`); `z0` (then `ε = max z0`); `init_std` σ with `width`
       d (`z_k0 ≈ d σ²`: `E[W Wᵀ] = d σ² I` for i.i.d. `N(0, σ²)` weights). Need `0 < ε < 1`.
     - `learning_rate`: GD's `η`; gradient-flow time `t` is `η ×` steps, so steps = `t/η`.
     - `rho`: the switch-on fraction `ρ ∈ (0, 1)`.
     - `t1`: the horizon (default: 1.2× the last expected switch-on plus 8 e-folding times of the
-      slowest mode; for the M-flow fallback, 1.5× its slowest switch-on plus 10 e-folds).
+      slowest mode; for the M-flow, until the flow converges, see `matrix_drops`).
     - `num_points`: samples of the loss curve (linear and log-spaced, merged).
     - `force_lv`: raise `NotCommutingError` instead of falling back to the M-flow.
     - `alpha`: `(α₁, α₂)` of a power-law spectrum, to report `(α₁−1)/α₂` (Thm 9).
@@ -88,6 +89,9 @@ def predict(
     - `rtol`, `atol`: the solver's tolerances on `ln z` (tight by default: the table prints
       `t*_k` to six digits, and a small system costs milliseconds).
     - `source`: a label for the report.
+    - `input_shape`: for an `NQF` of a known architecture, the shape of the input side of a
+      neuron (its first entries; e.g. `(8, 8)` for an MLP on 8×8 images, the kernel for a CNN),
+      so that the drops' directions are reported as an input picture and an output vector.
 
     **Returns:** a `Prediction`. **Raises:** `LvflowError` subclasses for bad input (one line
     naming it), `NotCommutingError` with `force_lv`, `SolverError` if the solve fails.
@@ -122,6 +126,7 @@ def predict(
                 exponent=exponent,
                 source=source or "NQF",
                 reason=str(e),
+                input_shape=None if input_shape is None else tuple(int(v) for v in input_shape),
             )
         y2_known = True
         source = source or f"NQF reduced to a {lv.K}-mode gLV"
@@ -210,31 +215,28 @@ def _schedule_per_mode(sched, lv: AbstractLotkaVolterra) -> tuple[np.ndarray, np
     return tau_star, np.where(np.isfinite(tau_star), before - base, np.nan)
 
 
-def _predict_matrix_flow(nqf: NQF, *, eps, c, z0, init_std, width, lr, rho, t1, num_points, exponent, source, reason):
-    """Fallback when the `A_μ` share no eigenbasis: the full M-flow (Eq. 28) from `M0 = ε I`."""
+def _predict_matrix_flow(
+    nqf: NQF, *, eps, c, z0, init_std, width, lr, rho, t1, num_points, exponent, source, reason, input_shape
+):
+    """When the `A_μ` share no eigenbasis: the full M-flow (Eq. 28) from `M0 = ε I`, run until it
+    converges, and its drops (`matrix_drops`)."""
     if z0 is not None or (c is not None and np.ndim(c) > 0):
         raise LvflowError("z0/c: per-mode initial values need commuting structure matrices; give eps or init_std")
     eps, cvec = initial_scale(1, eps=eps, c=c, init_std=init_std, width=width)
-    # r_k = 2 × (eigenvalues of Y = (4/m) Σ y_μ A_μ) in the commuting case: the same rates set
-    # the time scale here.
-    Y = np.asarray(nqf.Y)
-    rates = 2 * np.linalg.eigvalsh((Y + Y.T) / 2)
-    pos = rates[rates > 1e-9 * max(float(np.max(np.abs(rates))), np.finfo(float).tiny)]
-    if pos.size == 0:
-        raise LvflowError("data: Y = (4/m) Σ y_μ A_μ has no positive eigenvalue, so nothing is learned from small init")
-    if t1 is None:
-        t1 = float(1.5 * -math.log(eps) / pos.min() + 10.0 / pos.min())
-    ts = _time_grid(t1, num_points)
-    sol = matrix_flow(nqf, eps * float(cvec[0]) * np.eye(nqf.p), ts)
-    loss = np.asarray(sol.loss)
+    drops = matrix_drops(nqf, eps * float(cvec[0]) * np.eye(nqf.p), rho=rho, t1=t1, num_points=num_points)
+    loss = np.asarray(drops.loss)
+    floor = drops.loss_floor if math.isfinite(drops.loss_floor) else float(loss[-1])
+    notes = [
+        f"structure matrices do not commute ({reason}); used the full M-flow (Eq. 28) from M0 = eps·I: "
+        "a drop is a direction of M (an eigenvector of M(t_end)) switching on"
+    ]
+    if t1 is None and not drops.converged:
+        notes.append(f"the flow had not converged by t = {drops.t_end:.4g} (the longest horizon tried)")
     empty = jnp.zeros((0,))
     return Prediction(
         method="matrix_flow",
-        **_header(source, eps, rho, lr, t1, exponent),
-        notes=(
-            f"structure matrices do not commute ({reason}); used the full M-flow (Eq. 28) from M0 = eps·I, "
-            "no per-mode table; excess_loss is relative to the loss at t1",
-        ),
+        **_header(source, eps, rho, lr, drops.t_end, exponent),
+        notes=tuple(notes),
         c=jnp.asarray(cvec),
         order=jnp.zeros((0,), dtype=int),
         r=empty,
@@ -245,9 +247,11 @@ def _predict_matrix_flow(nqf: NQF, *, eps, c, z0, init_std, width, lr, rho, t1, 
         plateau_loss=empty,
         eps_merge=empty,
         z_inf=empty,
-        ts=jnp.asarray(ts),
-        loss=jnp.asarray(loss),
-        excess_loss=jnp.asarray(loss - loss[-1]),
+        ts=drops.ts,
+        loss=drops.loss,
+        excess_loss=jnp.asarray(loss - floor),
+        drops=drops,
+        input_shape=input_shape,
     )
 
 

@@ -104,7 +104,7 @@ def _build(args):
     from .._errors import LvflowError
     from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra
     from .io import load_array, load_arrays
-    from .predict_data import nqf_from_data
+    from .predict_data import input_side_shape, nqf_from_data
     from .predict_inputs import lv_from_arrays, power_law_lv
 
     power = [a for a in ("alpha1", "alpha2", "modes") if getattr(args, a) is not None]
@@ -148,6 +148,9 @@ def _build(args):
         arrays = load_arrays(args.data, name="--data")
         system = nqf_from_data(args.architecture, arrays, kernel=args.kernel, name="--data")
         kw["source"] = f"{args.architecture} on {args.data} ({system.m} samples)"
+        x = arrays.get("x", arrays.get("X"))
+        if x is not None:
+            kw["input_shape"] = input_side_shape(args.architecture, np.shape(x), args.kernel)
     else:
         missing = [f"--{a}" for a in ("alpha1", "alpha2", "modes") if getattr(args, a) is None]
         if missing:
@@ -172,9 +175,11 @@ def _build(args):
 def run(args: argparse.Namespace) -> int:
     """Run `lvflow predict`; returns the exit code (errors are reported by `lvflow`'s `main`)."""
     if args.list_architectures:
-        from .predict_data import architecture_names
+        from .predict_data import architecture_inputs
 
-        print("\n".join(architecture_names()))
+        shapes = architecture_inputs()
+        width = max(map(len, shapes))
+        print("\n".join(f"{name.ljust(width)}  {s}" for name, s in shapes.items()))
         return 0
     from .._errors import NotCommutingError
     from .predict import predict

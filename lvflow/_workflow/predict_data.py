@@ -3,8 +3,10 @@ the architecture's closed-form structure matrix (Table 3)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,8 +33,9 @@ def _scalar_output(label: str, k) -> None:
 
 
 def _mlp(x, k, kernel):
-    _vectors(x)
-    return architectures.MLP(x.shape[1], 1, k, key=_key())
+    if x.ndim < 2:
+        raise LvflowError(f"x: expected shape (m, n) or (m, H, W) (flattened), got {x.shape}")
+    return architectures.MLP(math.prod(x.shape[1:]), 1, k, key=_key())
 
 
 def _cnn(x, k, kernel):
@@ -59,22 +62,37 @@ def _sensing(x, k, kernel):
     return architectures.MatrixSensing(x.shape[1], 1, key=_key())
 
 
-# name → builder(x, k, kernel) of a module in `lvflow.architectures` (k: the output dimension,
+# name → (expected input shape, builder(x, k, kernel)) of a module in `lvflow.architectures` (k: the output dimension,
 # None for scalar y). The width is irrelevant: `A(x)` is the same for every neuron (Thm 1), so a
 # one-neuron module is built.
 _ARCHITECTURES = {
-    "mlp": _mlp,
-    "cnn": _cnn,
-    "diagonal": _scalar_vectors(architectures.DiagonalLinear),
-    "signed-diagonal": _scalar_vectors(architectures.SignedDiagonal),
-    "quadratic": _scalar_vectors(architectures.QuadraticNet),
-    "sensing": _sensing,
+    "mlp": ("x (m, n), or (m, H, W) images (flattened); y (m,) or (m, k)", _mlp),
+    "cnn": ("x (m, H, W) single-channel images, with --kernel KH KW; y (m,) or (m, k)", _cnn),
+    "diagonal": ("x (m, n); y (m,)", _scalar_vectors(architectures.DiagonalLinear)),
+    "signed-diagonal": ("x (m, n); y (m,)", _scalar_vectors(architectures.SignedDiagonal)),
+    "quadratic": ("x (m, n); y (m,)", _scalar_vectors(architectures.QuadraticNet)),
+    "sensing": ("x (m, n, n) square sensing matrices; y (m,)", _sensing),
 }
 
 
 def architecture_names() -> list[str]:
     """Built-in architectures `nqf_from_data` accepts."""
     return list(_ARCHITECTURES)
+
+
+def architecture_inputs() -> dict[str, str]:
+    """Each built-in architecture's expected data shapes, for `lvflow predict --list-architectures`."""
+    return {name: shapes for name, (shapes, _) in _ARCHITECTURES.items()}
+
+
+def input_side_shape(architecture: str, x_shape: tuple[int, ...], kernel=None) -> tuple[int, ...] | None:
+    """The shape of a neuron's input side for `architecture` on inputs of shape `x_shape`
+    (`(m, …)`): the input for an MLP, the kernel for a CNN; `None` for the others."""
+    if architecture == "mlp":
+        return tuple(int(v) for v in x_shape[1:])
+    if architecture == "cnn" and kernel is not None:
+        return tuple(int(v) for v in kernel)
+    return None
 
 
 def _xy(arrays: Mapping[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -112,6 +130,36 @@ def nqf_from_data(architecture: str, arrays: Mapping[str, Any], *, kernel=None, 
     if x.shape[0] == 0:
         raise LvflowError(f"{name}: holds no samples")
     k = None if y.ndim == 1 else y.shape[1]
-    model = _ARCHITECTURES[architecture](x, k, kernel)
+    model = _ARCHITECTURES[architecture][1](x, k, kernel)
+    if architecture == "mlp":
+        x = x.reshape(x.shape[0], -1)
+    if isinstance(model, architectures.AbstractLearnedMap):
+        return _factored(model, jnp.asarray(x), y)
     A = jax.vmap(model.structure)(jnp.asarray(x))
     return NQF(A, y)
+
+
+def _factored(model, x, y) -> NQF:
+    """The NQF of a learned-map architecture in factored form, `A_c(x) = Σ_d Φ_d E_d` (Eq. 17)."""
+    features, basis = _factors(model, x)
+    return NQF(features=features, basis=basis, y=y)
+
+
+@eqx.filter_jit
+def _factors(model, x):
+    """`(Φ, E)` of `A_c(x) = Σ_d Φ_d E_d` for a learned-map architecture (one compiled program).
+
+    A separable map (`f_c = ψ(x)ᵀ S(Θ)_c`) shares its features across outputs: `Φ = ψ(x)` and
+    `E_{c,f} = ∂S(Θ)_{c,f}/∂Θ · E` with `E = model.map_basis()`; otherwise `Φ_c = Φ_c(x)`
+    flattened, one basis for all outputs.
+    """
+    E = model.map_basis()
+    a, b, p = E.shape[0], E.shape[1], E.shape[-1]
+    scalar = model.out_size is None
+    if isinstance(model, architectures.AbstractSeparableMap):
+        features = jax.vmap(model.shared_features)(x)
+        jac = jax.jacfwd(model.output_slices)(jnp.zeros((a, b), E.dtype))  # (k, F, a, b)
+        basis = jnp.einsum("cfab,abij->cfij", jac, E)
+        return features, basis[0] if scalar else basis
+    features = jax.vmap(model.map_features)(x).reshape(x.shape[0], -1, a * b)
+    return (features[:, 0] if scalar else features), E.reshape(a * b, p, p)

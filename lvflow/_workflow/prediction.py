@@ -14,6 +14,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from .._errors import LvflowError
+from .._form.drops import MatrixDrops
 from .io import save_json, save_npz, to_json
 
 
@@ -41,6 +42,10 @@ class Prediction(eqx.Module):
     - `exponent`: the predicted loss exponent `(α₁−1)/α₂` (Thm 9) for a power-law spectrum, else NaN.
     - `ts`, `loss`, `excess_loss`: the predicted curve (loss is NaN where `y2` is unknown).
     - `notes`: human-readable remarks (fallbacks taken, modes that never switch on).
+    - `drops`: for the matrix flow, its drops (`MatrixDrops`: the directions of `M` that switch
+      on, when, and the loss before and after each); `None` for the gLV.
+    - `input_shape`: the shape of the input side of a direction (its first entries; the rest is
+      the output side), when the architecture is known; `None` otherwise.
     """
 
     method: str = eqx.field(static=True)
@@ -64,6 +69,8 @@ class Prediction(eqx.Module):
     ts: Float[Array, " T"]
     loss: Float[Array, " T"]
     excess_loss: Float[Array, " T"]
+    drops: MatrixDrops | None = None
+    input_shape: tuple[int, ...] | None = eqx.field(static=True, default=None)
 
     @property
     def steps_star(self) -> Float[Array, " K"]:
@@ -110,6 +117,7 @@ class Prediction(eqx.Module):
             exponent=self.exponent,
             notes=list(self.notes),
             modes=self.rows(),
+            drops=self.drop_rows(),
             curve=dict(
                 t=np.asarray(self.ts).tolist(),
                 steps=np.asarray(self.steps).tolist() if self.learning_rate else None,
@@ -128,7 +136,10 @@ class Prediction(eqx.Module):
         if p.suffix.lower() == ".json":
             return save_json(p, self.to_dict())
         if p.suffix.lower() == ".npz":
-            arrays = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+            skip = ("drops", "input_shape")
+            arrays = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
+            if self.drops is not None:
+                arrays.update({f"drops_{f.name}": getattr(self.drops, f.name) for f in dataclasses.fields(self.drops)})
             arrays["notes"] = np.asarray(list(self.notes) or [""])
             arrays["learning_rate"] = np.nan if self.learning_rate is None else self.learning_rate
             arrays["steps_star"] = self.steps_star
@@ -150,6 +161,68 @@ class Prediction(eqx.Module):
         cut = body if max_rows is None else body[:max_rows]
         more = [f"… {len(body) - len(cut)} more modes (all of them in --save / --json)"] if len(cut) < len(body) else []
         return "\n".join([line(head)] + [line(b) for b in cut] + more)
+
+    def _split(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """A direction's input side (reshaped to `input_shape`) and output side, when known."""
+        if self.input_shape is None:
+            return None
+        n = math.prod(self.input_shape)
+        return u[:n].reshape(self.input_shape), u[n:]
+
+    def drop_rows(self) -> list[dict[str, Any]]:
+        """The drops of the matrix flow, one dict per direction in switch-on order (empty for the gLV)."""
+        if self.drops is None:
+            return []
+        d, out = self.drops, []
+        for i in range(d.t_star.shape[0]):
+            t, th = float(d.t_star[i]), float(d.t_half[i])
+            u = np.asarray(d.directions[i])
+            row = dict(
+                rank=i + 1,
+                t_star=t,
+                steps_star=t / self.learning_rate if self.learning_rate else math.nan,
+                t_half=th,
+                steps_half=th / self.learning_rate if self.learning_rate else math.nan,
+                loss_before=float(d.loss_before[i]),
+                loss_after=float(d.loss_after[i]),
+                strength=float(d.strength[i]),
+                direction=u.tolist(),
+            )
+            parts = self._split(u)
+            if parts is not None:
+                row.update(input_direction=parts[0].tolist(), output_direction=parts[1].tolist())
+            out.append(row)
+        return out
+
+    def drop_table(self, *, digits: int = 4, max_rows: int | None = None) -> str:
+        """The drops of the matrix flow as aligned text: per direction, its switch-on time `t*`
+        (strength at `ρ` of final), the time the loss is halfway through its drop, the loss
+        before and after, and (for a vector output) the output direction's largest entries."""
+        head = ["#", "t*", "steps*", "t half", "steps half", "loss before", "loss after", "strength"]
+        head.append("output direction")
+        fmt = lambda v: "-" if not np.isfinite(v) else f"{v:.{digits}g}"  # noqa: E731
+        body = []
+        for d in self.drop_rows():
+            out = d.get("output_direction")
+            if out is None or len(out) < 2:
+                desc = "-"
+            else:
+                v = np.asarray(out) / max(np.linalg.norm(out), np.finfo(float).tiny)
+                top = np.argsort(-np.abs(v))[:3]
+                desc = " ".join(f"{v[j]:+.2f}·y{j}" for j in top)
+            keys = ("t_star", "steps_star", "t_half", "steps_half", "loss_before", "loss_after", "strength")
+            body.append([str(d["rank"])] + [fmt(d[k]) for k in keys] + [desc])
+        if not body:
+            return "no direction of M switched on (grew 100-fold) before the flow stopped"
+        w = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+        line = lambda cells: "  ".join(c.rjust(w[i]) for i, c in enumerate(cells))  # noqa: E731
+        cut = body if max_rows is None else body[:max_rows]
+        more = [f"… {len(body) - len(cut)} more drops (all of them in --save / --json)"] if len(cut) < len(body) else []
+        floor = self.drops.loss_floor
+        tail = [f"loss at the end {float(self.loss[-1]):.{digits}g} (t = {self.t1:.{digits}g})"]
+        if np.isfinite(floor):
+            tail[0] += f"; least loss over the features {floor:.{digits}g}"
+        return "\n".join(["drops (directions of M switching on):", line(head)] + [line(b) for b in cut] + more + tail)
 
     def n_resolved(self) -> int:
         """How many leading switch-ons stand apart at this ε (each of them and its successor
@@ -183,6 +256,8 @@ class Prediction(eqx.Module):
                     "into a smooth decay (eps merge: the eps above which a step merges with the next)"
                 )
             lines.append(self.table(max_rows=max_rows))
+        if self.drops is not None:
+            lines.append(self.drop_table(max_rows=max_rows))
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 

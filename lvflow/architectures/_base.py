@@ -117,6 +117,17 @@ class AbstractLearnedMap(AbstractArchitecture):
         `rng`), and `Z (p, r)` with `Tr[Z Zᵀ A_c(x)] = ⟨Θ*, Φ_c(x)⟩` for every `x` and `c`.
         """
 
+    def map_basis(self) -> Float[Array, "a b p p"]:
+        """`E_ab`, the symmetric matrices with `Θ_ab(W) = Tr[W Wᵀ E_ab]` (the adjoint of `M ↦ Θ`).
+
+        Then `A_c(x) = Σ_ab Φ_c(x)_ab E_ab` (Eq. 17), the factored form `NQF(features=…,
+        basis=…)` uses. Computed as `E_ab = ½ ∂Θ_ab/∂W` at `W = I_p` (`Θ` is linear in `WWᵀ`,
+        so `∂⟨G, Θ⟩/∂W = 2 Θ*(G) W`).
+        """
+        eye = jnp.eye(self.p, dtype=self.W.dtype)
+        jac = jax.jacrev(lambda W: eqx.tree_at(lambda m: m.W, self, W).learned_map())(eye)
+        return 0.5 * jac
+
     @property
     def map_shape(self) -> tuple[int, int]:
         """`(a, b)`, the shape of `Θ(W)`."""

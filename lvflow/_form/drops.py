@@ -1,0 +1,259 @@
+"""The drops of the M-flow on any data: the gradient flow (Eq. 28) run to convergence, and the
+directions of `M` that switch on, when, and what each removes from the loss."""
+
+from __future__ import annotations
+
+import math
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Bool, Float
+
+from .._errors import LvflowError, SolverError
+from .._validate import check_in_open_interval, check_positive, check_positive_int
+from .flow import check_state
+from .nqf import NQF
+
+# The fraction of a direction's final strength at which its drop begins (the loss before it).
+_BEFORE = 0.1
+
+
+class MatrixDrops(eqx.Module):
+    """The drops of the M-flow `Ṁ = −(HM + MH)` (Eq. 28) from `M0`, integrated until it converges.
+
+    A *direction* is an eigenvector `u_i` of the final `M(t_end)` whose eigenvalue `λ_i` grew at
+    least 100-fold from `M0`; its *strength* is `s_i(t) = u_iᵀ M(t) u_i` (for commuting data, the
+    gLV's `z_k`, Eq. 31). It switches on at `t*_i`, the first time `s_i = ρ λ_i` (Thm 8's
+    definition). Directions are listed in switch-on order; the loss before drop `i` is the loss
+    when `s_i` is at 10 % of `λ_i`, and the loss after it is the loss before the next drop (the
+    loss at `t_end` for the last one), as on the staircase of Eq. 168.
+
+    **Fields:**
+
+    - `ts`, `loss`: the loss curve on `[0, t_end]` (linear and logarithmic samples merged).
+    - `t_star`, `loss_before`, `loss_after`, `strength`: per direction, `t*_i`, the two losses,
+      `λ_i`.
+    - `t_half`: per direction, the time the loss (non-increasing along the flow) falls halfway
+      from `loss_before` to `loss_after` — what one reads off a training curve.
+    - `directions`: `u_i` as rows, shape `(n, p)`, sign fixed so that the largest entry is positive.
+    - `loss_floor`: the least loss over the span of the data's features (least squares; a lower
+      bound of the loss over PSD `M`, equal to it for learned-map architectures), or NaN when
+      `A` is not factored.
+    - `converged`: whether the stopping criterion held at `t_end` (below); `t_end`.
+
+    The flow stops when the loss is within `tol` of its floor, `L − L_floor ≤ tol (L(0) −
+    L_floor)`, or when `M` satisfies the optimality conditions of `min_{M ⪰ 0} L(M)`
+    (`H ⪰ 0`, `HM = 0`) to `tol` relative to the fastest rate — a steady-state event.
+    """
+
+    ts: Float[Array, " T"]
+    loss: Float[Array, " T"]
+    t_star: Float[Array, " n"]
+    t_half: Float[Array, " n"]
+    loss_before: Float[Array, " n"]
+    loss_after: Float[Array, " n"]
+    strength: Float[Array, " n"]
+    directions: Float[Array, "n p"]
+    loss_floor: float = eqx.field(static=True)
+    converged: bool = eqx.field(static=True)
+    t_end: float = eqx.field(static=True)
+
+
+def _loss_floor(nqf: NQF) -> float:
+    """`min_θ (1/m) Σ |Φ θ − (y − f0)|²` over the factored features (NaN when `A` is dense)."""
+    if not nqf.is_factored or nqf.has_mu_terms:
+        return math.nan
+    t = np.asarray(nqf.y - nqf.f0, dtype=np.float64)
+    F = np.asarray(nqf.features, dtype=np.float64)
+    if nqf.basis.ndim == 4:  # shared features, one coefficient vector per output
+        res = t - F @ np.linalg.lstsq(F, t, rcond=None)[0]
+    else:
+        Fm = F.reshape(-1, F.shape[-1])
+        res = t.reshape(-1) - Fm @ np.linalg.lstsq(Fm, t.reshape(-1), rcond=None)[0]
+    return float(np.sum(res**2) / nqf.m)
+
+
+def _vector_field(t, M, nqf):
+    X = nqf.H(M) @ M
+    return -(X + X.T)
+
+
+def _converged(t, M, args, **kwargs):
+    nqf, floor, gap0, tol, rate = args
+    H = nqf.H(M)
+    gap = nqf.loss(M) - floor
+    near_floor = jnp.isfinite(floor) & (gap <= tol * gap0)
+    HM = H @ M
+    kkt = (jnp.min(jnp.linalg.eigvalsh(H)) >= -tol * rate) & (
+        jnp.linalg.norm(HM + HM.T) <= tol * rate * jnp.linalg.norm(M)
+    )
+    return near_floor | kkt
+
+
+@eqx.filter_jit
+def _chunk(nqf, M0, ts, floor, gap0, tol, rate, rtol, atol, max_steps):
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(_vector_field),
+        diffrax.Tsit5(),
+        ts[0],
+        ts[-1],
+        None,
+        M0,
+        args=nqf,
+        saveat=diffrax.SaveAt(ts=ts),
+        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        event=diffrax.Event(lambda t, y, args, **kw: _converged(t, y, (nqf, floor, gap0, tol, rate))),
+        max_steps=max_steps,
+        throw=False,
+    )
+    return sol.ys, sol.result, sol.t1
+
+
+def matrix_drops(
+    nqf: NQF,
+    M0: Float[ArrayLike, "p p"],
+    *,
+    rho: float = 0.5,
+    t1: float | None = None,
+    tol: float = 1e-3,
+    num_points: int = 400,
+    rtol: float = 1e-6,
+    max_chunks: int = 12,
+    max_steps: int = 100_000,
+) -> MatrixDrops:
+    """Run the M-flow (Eq. 28) of a ZGZ `nqf` from `M0` until it converges, and find its drops.
+
+    The flow `Ṁ = −(HM + MH)`, `H = (4/m) Σ_μ Δ_μ A_μ` (Eq. 27), is integrated with diffrax's
+    `Tsit5` in chunks `[0, T], [T, 4T], …` until the steady-state event of `MatrixDrops` fires
+    (or up to `t1` when given, without the event); `T` is 1.5 `ln(1/ε)/r + 10/r` for the
+    fastest rate `r = 2 λ_max(Y)` and `ε` the smallest eigenvalue of `M0`.
+
+    **Arguments:**
+
+    - `nqf`: a ZGZ `lvflow.NQF` (dense or factored).
+    - `M0`: the initial `M = W Wᵀ`, symmetric PSD (e.g. `ε I`, or `d σ² I` for `d` neurons
+      drawn with standard deviation σ).
+    - `rho`: the switch-on fraction `ρ ∈ (0, 1)`.
+    - `t1`: a fixed horizon instead of the convergence event.
+    - `tol`: the convergence tolerance (see `MatrixDrops`).
+    - `num_points`: samples of the loss curve per chunk.
+    - `rtol`: the step-size controller's relative tolerance (`atol` is `rtol` × the smallest
+      eigenvalue of `M0` × 1e-3).
+    - `max_chunks`, `max_steps`: bounds on the horizon (`4^max_chunks T`) and on the steps per chunk.
+
+    **Returns:** a `MatrixDrops`.
+
+    **Raises:** `LvflowError` for bad input or data with nothing to learn (`Y` has no positive
+    eigenvalue); `SolverError` if the solve fails.
+    """
+    if not isinstance(nqf, NQF):
+        raise LvflowError(f"nqf: expected an lvflow.NQF, got {type(nqf).__name__}")
+    if nqf.has_mu_terms:
+        raise LvflowError("nqf: has μ-terms (g or B, Thm 12); matrix_drops follows M alone (ZGZ modules)")
+    M0, _, _ = check_state(nqf, M0, None, None)
+    M0 = np.asarray(M0, dtype=np.float64)
+    rho = check_in_open_interval("rho", rho, 0.0, 1.0)
+    tol = check_in_open_interval("tol", tol, 0.0, 1.0)
+    rtol = check_positive("rtol", rtol)
+    n = check_positive_int("num_points", num_points)
+    check_positive_int("max_chunks", max_chunks)
+    check_positive_int("max_steps", max_steps)
+    if t1 is not None:
+        t1 = check_positive("t1", t1)
+    lam0 = np.linalg.eigvalsh(M0)
+    if lam0[0] <= 0:
+        raise LvflowError("M0: must be positive definite (every direction needs a seed to grow from)")
+    Y = np.asarray(nqf.Y)
+    rate = 2 * float(np.max(np.linalg.eigvalsh((Y + Y.T) / 2)))
+    if not rate > 0:
+        raise LvflowError("data: Y = (4/m) Σ y_μ A_μ has no positive eigenvalue, so nothing is learned from small init")
+    floor = _loss_floor(nqf)
+    L0 = float(nqf.loss(jnp.asarray(M0)))
+    gap0 = L0 - floor if math.isfinite(floor) else math.nan
+    T = 1.5 * math.log(1 / lam0[0]) / rate + 10 / rate if lam0[0] < 1 else 10 / rate
+    atol = 1e-3 * rtol * float(lam0[0])
+    f = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
+    # with a fixed t1 the event is switched off by an unreachable tolerance
+    args = (f(floor if t1 is None else math.nan), f(gap0), f(tol if t1 is None else -1.0), f(rate))
+    t_lo, M = 0.0, f(M0)
+    t_parts, M_parts = [], []
+    converged = False
+    for i in range(max_chunks if t1 is None else 1):
+        t_hi = t1 if t1 is not None else (T if i == 0 else 4 * t_lo)
+        ts = _grid(t_lo, t_hi, n)
+        Ms, result, t_stop = _chunk(nqf, M, f(ts), *args, f(rtol), f(atol), int(max_steps))
+        event = result == diffrax.RESULTS.event_occurred
+        if not (event or result == diffrax.RESULTS.successful):
+            raise SolverError(f"matrix_drops: the ODE solve failed: {diffrax.RESULTS[result]}")
+        Ms = np.asarray(Ms)
+        keep = np.all(np.isfinite(Ms), axis=(1, 2))
+        if event:
+            keep &= ts <= float(t_stop)
+        t_parts.append(ts[keep])
+        M_parts.append(Ms[keep])
+        if event or t1 is not None:
+            converged = bool(event)
+            break
+        t_lo, M = t_hi, f(Ms[-1])
+    ts = np.concatenate(t_parts)
+    Ms = np.concatenate(M_parts)
+    _, first = np.unique(ts, return_index=True)
+    ts, Ms = ts[first], Ms[first]
+    loss = np.asarray(jax.vmap(nqf.loss)(f(Ms)))
+    return _drops(ts, Ms, loss, lam0[0], rho, floor, converged)
+
+
+def _grid(t0: float, t1: float, n: int) -> np.ndarray:
+    """Linear and logarithmic samples of `[t0, t1]`, merged, of fixed length `2n − 1`."""
+    lo = t0 if t0 > 0 else t1 * 1e-4
+    return np.sort(np.concatenate([np.linspace(t0, t1, n), np.geomspace(lo, t1, n)[:-1]]))
+
+
+def _crossing(ts, s, level, final) -> float:
+    """The first time `s(t)` reaches `level` (below `final`), interpolated linearly in the logit
+    `ln(s/(final − s))` between samples — exact for a logistic (Thm 6) — or in `ln s` where `s`
+    overshoots `final` (inf if never)."""
+    above = np.flatnonzero(s >= level)
+    if above.size == 0:
+        return math.inf
+    j = int(above[0])
+    if j == 0:
+        return float(ts[0])
+    lo, hi = max(s[j - 1], 1e-300), s[j]
+    g = (lambda v: math.log(v / (final - v))) if hi < final else math.log  # noqa: E731
+    a, b, c = g(lo), g(hi), g(level)
+    w = (c - a) / (b - a) if b > a else 1.0
+    return float(ts[j - 1] + w * (ts[j] - ts[j - 1]))
+
+
+def _drops(ts, Ms, loss, eps, rho, floor, converged) -> MatrixDrops:
+    lam, U = np.linalg.eigh(Ms[-1])
+    grew: Bool[np.ndarray, " p"] = lam >= 100 * eps
+    lam, U = lam[grew], U[:, grew]
+    strength = np.einsum("ik,tij,jk->tk", U, Ms, U)  # s_i(t) = u_iᵀ M(t) u_i
+    t_star = np.array([_crossing(ts, strength[:, i], rho * lam[i], lam[i]) for i in range(lam.size)])
+    order = np.argsort(t_star, kind="stable")
+    t_before = np.array([_crossing(ts, strength[:, i], _BEFORE * lam[i], lam[i]) for i in order])
+    before = np.interp(t_before, ts, loss)
+    # the staircase: a drop ends where the next begins; the last one at the end of the flow
+    after = np.append(np.minimum(before[1:], before[:-1]), loss[-1]) if before.size else before
+    # the loss is non-increasing along a gradient flow: its first passage below a level is one interp
+    t_half = np.interp(-(before + after) / 2, -np.minimum.accumulate(loss), ts)
+    U = U[:, order]
+    U = U * np.where(U[np.argmax(np.abs(U), axis=0), np.arange(U.shape[1])] < 0, -1.0, 1.0)[None, :]
+    return MatrixDrops(
+        ts=jnp.asarray(ts),
+        loss=jnp.asarray(loss),
+        t_star=jnp.asarray(t_star[order]),
+        t_half=jnp.asarray(t_half),
+        loss_before=jnp.asarray(before),
+        loss_after=jnp.asarray(after),
+        strength=jnp.asarray(lam[order]),
+        directions=jnp.asarray(U.T),
+        loss_floor=float(floor),
+        converged=converged,
+        t_end=float(ts[-1]),
+    )

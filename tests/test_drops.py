@@ -1,0 +1,238 @@
+"""The factored NQF (Eq. 17), the M-flow run to convergence and its drop table (`matrix_drops`),
+and `predict` on data whose structure matrices do not commute."""
+
+import json
+import math
+import subprocess
+import sys
+
+import hypothesis.strategies as st
+import jax
+import numpy as np
+import pytest
+import scipy.integrate
+from hypothesis import given, settings
+
+import lvflow
+from lvflow import architectures as arch
+
+
+def _sym(a):
+    return a + np.swapaxes(a, -1, -2)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    m=st.integers(1, 6),
+    k=st.sampled_from([None, 1, 3]),
+    D=st.integers(1, 4),
+    p=st.integers(1, 5),
+    shared=st.booleans(),
+    sparse=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_factored_nqf_equals_its_dense_form(m, k, D, p, shared, sparse, seed):
+    """Every operator of `NQF(features=Φ, basis=E)` equals that of `NQF(A)` with `A_μ = Σ_d Φ_μd E_d`
+    formed by numpy, for per-output features or a per-output basis, dense or sparse `E`."""
+    rng = np.random.default_rng(seed)
+    if k is None:
+        F, E = rng.normal(size=(m, D)), _sym(rng.normal(size=(D, p, p)))
+        A = np.einsum("md,dij->mij", F, E)
+    elif shared:
+        F, E = rng.normal(size=(m, D)), _sym(rng.normal(size=(k, D, p, p)))
+        A = np.einsum("md,cdij->mcij", F, E)
+    else:
+        F, E = rng.normal(size=(m, k, D)), _sym(rng.normal(size=(D, p, p)))
+        A = np.einsum("mcd,dij->mcij", F, E)
+    if sparse:  # one entry pair per basis matrix: the sparse (gather/scatter) path
+        mask = np.zeros(E.shape[-2:])
+        mask[0, -1] = mask[-1, 0] = 1.0
+        E = E * mask
+        A = A * mask
+    y = rng.normal(size=A.shape[:-2])
+    fac, dense = lvflow.NQF(features=F, basis=E, y=y), lvflow.NQF(A, y)
+    assert fac.is_factored and not dense.is_factored
+    M = rng.normal(size=(p, p))
+    M = M @ M.T
+    np.testing.assert_allclose(fac.A, A, atol=1e-12)
+    for f in ("predict", "H", "K", "loss"):
+        np.testing.assert_allclose(getattr(fac, f)(M), getattr(dense, f)(M), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(fac.Y, dense.Y, rtol=1e-10, atol=1e-12)
+    w = rng.normal(size=y.shape)
+    expected = np.einsum("n,nij->ij", w.reshape(-1), A.reshape(-1, p, p))
+    np.testing.assert_allclose(fac.weighted_sum(w), expected, rtol=1e-10, atol=1e-12)
+    idx = np.arange(m)[::2]
+    np.testing.assert_allclose(fac.subset(idx).A, A[idx], atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        arch.MLP(5, 3, key=jax.random.PRNGKey(0)),
+        arch.MLP(5, 3, 4, key=jax.random.PRNGKey(0)),
+        arch.CNN((6, 6), (3, 3), 2, 3, key=jax.random.PRNGKey(0)),
+        arch.MultiHeadAttention(4, 3, 2, 2, 3, key=jax.random.PRNGKey(0)),
+        arch.QKAttention(4, 3, 2, 3, key=jax.random.PRNGKey(0)),
+        arch.MixtureOfExperts(4, 3, 2, key=jax.random.PRNGKey(0)),
+    ],
+    ids=lambda m: type(m).__name__,
+)
+def test_map_basis_rebuilds_the_closed_form_structure(model):
+    """`A_c(x) = Σ_ab Φ_c(x)_ab E_ab` (Eq. 17) with `E = map_basis()` equals the closed-form
+    structure matrix of Table 3 (`model.structure`) on random inputs."""
+    E = np.asarray(model.map_basis())
+    for s in range(3):
+        x = jax.random.normal(jax.random.PRNGKey(s + 1), model.sample_shape(seq_len=5))
+        A = np.einsum("cab,abij->cij", np.asarray(model.map_features(x)), E)
+        S = np.asarray(model.structure(x))
+        np.testing.assert_allclose(A.reshape(S.shape), S, atol=1e-12)
+
+
+@pytest.mark.parametrize("k", [None, 3])
+def test_nqf_from_data_is_factored_and_matches_the_architecture(k):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(20, 6))
+    y = rng.normal(size=(20,) if k is None else (20, k))
+    nqf = lvflow.nqf_from_data("mlp", {"x": x, "y": y})
+    assert nqf.is_factored
+    model = arch.MLP(6, 1, k, key=jax.random.PRNGKey(0))
+    np.testing.assert_allclose(nqf.A, jax.vmap(model.structure)(x), atol=1e-12)
+
+
+def test_random_commutator_check_refuses_non_commuting_data_fast():
+    """Two random combinations decide commutation: a 2000-sample non-commuting NQF is refused
+    (one line, the relative commutator), a commuting one with the same shapes is reduced."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2000, 8))
+    nqf = lvflow.nqf_from_data("mlp", {"x": x, "y": rng.normal(size=2000)})
+    with pytest.raises(lvflow.NotCommutingError, match="random combinations") as info:
+        lvflow.reduce_to_lv(nqf)
+    assert info.value.commutator_norm > 0.01
+    lam = rng.normal(size=(2000, 5))
+    commuting = lvflow.NQF(np.einsum("mk,kl->mkl", lam, np.eye(5)), rng.normal(size=2000))
+    assert lvflow.reduce_to_lv(commuting).K == 5
+
+
+def _diagonal_problem():
+    """A commuting NQF with diagonal `C` (orthogonal columns of `λ`): `A_μ = diag(λ_μ)`."""
+    rng = np.random.default_rng(2)
+    Q, _ = np.linalg.qr(rng.normal(size=(12, 3)))
+    lam = Q * np.sqrt(12) * np.array([1.0, 0.8, 0.6])
+    beta = np.array([1.5, 1.0, 0.5])
+    y = lam @ beta
+    return lvflow.NQF(np.einsum("mk,kl->mkl", lam, np.eye(3)), y), lam, y
+
+
+def test_drops_on_commuting_data_match_the_logistic_closed_form():
+    """Diagonal `C` (Thm 6): `z_k(t) = z_k∞ / (1 + (z_k∞/ε − 1) e^{−r_k t})`, so `t*_k =
+    ln((z_k∞/ε − 1) ρ/(1 − ρ)) / r_k`; the directions are the coordinate axes."""
+    nqf, lam, y = _diagonal_problem()
+    m, eps, rho = lam.shape[0], 1e-4, 0.5
+    r = 8 / m * y @ lam
+    Ckk = 8 / m * np.sum(lam**2, axis=0)
+    z_inf = r / Ckk
+    d = lvflow.matrix_drops(nqf, eps * np.eye(3), rho=rho, rtol=1e-9, tol=1e-6)
+    # the flow stops within tol of convergence, so the slowest mode's final strength is a little short
+    # of z_k∞; t* is where z_k = ρ × its final strength λ_k
+    lam_end = np.asarray(d.strength)[np.argsort(np.argmax(np.abs(d.directions), axis=1))]
+    np.testing.assert_allclose(lam_end, z_inf, rtol=5e-3)
+    q = rho * lam_end / z_inf
+    exact = np.sort(np.log((z_inf / eps - 1) * q / (1 - q)) / r)
+    np.testing.assert_allclose(d.t_star, exact, rtol=1e-5)
+    # the directions are the coordinate axes, the fastest mode's first
+    np.testing.assert_allclose(np.max(np.abs(d.directions), axis=1), 1.0, atol=1e-6)
+    assert int(np.argmax(np.abs(d.directions[0]))) == int(np.argmax(r / np.log(z_inf / eps)))
+    assert d.converged
+    # the loss is non-increasing, drops in order, and ends within tol of the least-squares floor
+    L = np.asarray(d.loss)
+    assert np.all(np.diff(L) <= 1e-12)
+    floor = np.sum((y - lam @ np.linalg.lstsq(lam, y, rcond=None)[0]) ** 2) / m
+    assert L[-1] - floor <= 1e-6 * (L[0] - floor) * 1.01
+
+
+def _quadratic_net(seed=3):
+    """A non-commuting NQF: `A(x) = x xᵀ` (QuadraticNet) on correlated Gaussian inputs."""
+    rng = np.random.default_rng(seed)
+    L = np.array([[1.0, 0.0, 0.0], [0.6, 0.8, 0.0], [0.3, -0.2, 0.9]])
+    x = rng.normal(size=(40, 3)) @ L.T
+    y = (x @ np.array([1.0, -0.5, 0.3])) ** 2
+    return lvflow.nqf_from_data("quadratic", {"x": x, "y": y}), x, y
+
+
+def test_matrix_drops_curve_matches_scipy_on_non_commuting_data():
+    """The loss curve equals an independent integration of `Ẇ = −H W` (`W W ᵀ = M`, Eq. 27) by
+    scipy's Radau, on a quadratic network with correlated inputs."""
+    nqf, x, y = _quadratic_net()
+    eps, m = 1e-3, x.shape[0]
+    d = lvflow.matrix_drops(nqf, eps * np.eye(3), rtol=1e-9)
+    assert d.converged and d.t_star.shape[0] >= 1
+
+    def f(t, w):
+        W = w.reshape(3, 3)
+        res = np.einsum("mi,ij,mj->m", x, W @ W.T, x) - y
+        H = 4 / m * np.einsum("m,mi,mj->ij", res, x, x)
+        return (-H @ W).ravel()
+
+    ts = np.asarray(d.ts)
+    W0 = math.sqrt(eps) * np.eye(3).ravel()
+    sol = scipy.integrate.solve_ivp(f, (0, ts[-1]), W0, "Radau", t_eval=ts, rtol=1e-10, atol=1e-14)
+    Ws = sol.y.T.reshape(-1, 3, 3)
+    loss = np.mean((np.einsum("mi,tij,mj->tm", x, Ws @ np.swapaxes(Ws, 1, 2), x) - y) ** 2, axis=1)
+    np.testing.assert_allclose(d.loss, loss, rtol=1e-5, atol=1e-8 * loss[0])
+
+
+def test_fixed_horizon_and_bad_input():
+    nqf, _, _ = _diagonal_problem()
+    d = lvflow.matrix_drops(nqf, 1e-4 * np.eye(3), t1=1.0)
+    assert float(d.ts[-1]) == pytest.approx(1.0) and not d.converged
+    with pytest.raises(lvflow.LvflowError, match="M0: must be positive definite"):
+        lvflow.matrix_drops(nqf, np.diag([1e-4, 1e-4, 0.0]))
+    with pytest.raises(lvflow.LvflowError, match="rho"):
+        lvflow.matrix_drops(nqf, 1e-4 * np.eye(3), rho=1.5)
+    with pytest.raises(lvflow.LvflowError, match="not both"):
+        lvflow.NQF(np.asarray(nqf.A), nqf.y, features=np.ones((12, 1)), basis=np.ones((1, 3, 3)))
+
+
+def _digits(m, classes=False):
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    X = d.data.astype(float)
+    X = (X - X.mean(0)) / np.where(X.std(0) > 0, X.std(0), 1.0)
+    y = np.eye(10)[d.target] if classes else np.where(d.target % 2 == 1, 1.0, -1.0)
+    return X[:m].reshape(-1, 8, 8), y[:m]
+
+
+def test_predict_on_digits_matches_gradient_descent_and_prints_a_drop_table(tmp_path):
+    """`lvflow predict --architecture mlp` on odd/even digits: a drop table, and a curve that
+    matches plain gradient descent on the NQF `(1/m) Σ (xᵀ U v − y)²` at `W ~ N(0, σ²)` to a few %
+    (the NQF is the tanh network's second-order form, Prop 1)."""
+    X, y = _digits(300)
+    path = tmp_path / "digits.npz"
+    np.savez(path, x=X, y=y)
+    cmd = [sys.executable, "-m", "lvflow", "predict", "--architecture", "mlp", "--data", str(path)]
+    cmd += ["--init-std", "1e-3", "--width", "32", "--lr", "0.01", "--quiet", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["method"] == "matrix_flow" and len(res["drops"]) >= 1
+    first = res["drops"][0]
+    assert np.shape(first["input_direction"]) == (8, 8) and len(first["output_direction"]) == 1
+    # independent: GD on the NQF of a 32-neuron linearised network, lr 0.01
+    Xf = X.reshape(len(X), -1)
+    rng = np.random.default_rng(0)
+    W = 1e-3 * rng.normal(size=(65, 32))
+    steps, losses = int(first["steps_half"] * 2), []
+    for _ in range(steps):
+        U, v = W[:64], W[64]
+        res_ = Xf @ U @ v - y
+        losses.append(np.mean(res_**2))
+        gU = 2 / len(y) * np.outer(Xf.T @ res_, v)
+        gv = 2 / len(y) * (Xf @ U).T @ res_
+        W = W - 0.01 * np.vstack([gU, gv[None]])
+    losses = np.asarray(losses)
+    level = (first["loss_before"] + first["loss_after"]) / 2
+    gd_half = int(np.argmax(losses <= level))
+    assert abs(first["steps_half"] - gd_half) <= 0.05 * gd_half
+    text = subprocess.run(cmd[:-1], capture_output=True, text=True, timeout=300).stdout
+    assert "drops (directions of M switching on)" in text and "loss at the end" in text
