@@ -12,7 +12,7 @@ from .._errors import LvflowError
 from .._form.nqf import NQF
 from .._form.structure import structure_matrix
 from .._validate import as_array
-from ..architectures import AbstractArchitecture, AbstractSumForm
+from ..architectures import AbstractArchitecture, AbstractLearnedMap, AbstractSumForm
 from .data import gaussian_inputs
 from .deep import AbstractDeepModel, DeepNQF
 
@@ -111,8 +111,13 @@ class NQFModel(AbstractTwin):
         return jnp.sum(jax.vmap(lambda w: quadratic_part(self.network.unit, w, x))(self.W.T), axis=0)
 
     def nqf(self, X, y) -> NQF:
-        """`lvflow.NQF(A, y)` of the dataset, `A` stacked over samples `(m, [k,] p, p)` — for
-        `gd_recursion`, `matrix_flow`, `compress`. Forms `m·k·p²` numbers: small `p` only."""
+        """`lvflow.NQF` of the dataset — for `matrix_flow`, `matrix_drops`, `predict`,
+        `gd_recursion`, `compress`. Factored (`A_c(x) = Σ_d Φ_d E_d`, Eq. 17, from
+        `network.factors`) for a learned-map architecture; otherwise `A` stacked over samples,
+        `(m, [k,] p, p)`, which forms `m·k·p²` numbers: small `p` only."""
+        if isinstance(self.network, AbstractLearnedMap):
+            features, basis = self.network.factors(X)
+            return NQF(features=features, basis=basis, y=y)
         A = jax.vmap(self.structure)(jnp.asarray(X))
         return NQF(A, y)
 

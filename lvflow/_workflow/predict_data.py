@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -134,32 +133,7 @@ def nqf_from_data(architecture: str, arrays: Mapping[str, Any], *, kernel=None, 
     if architecture == "mlp":
         x = x.reshape(x.shape[0], -1)
     if isinstance(model, architectures.AbstractLearnedMap):
-        return _factored(model, jnp.asarray(x), y)
+        features, basis = model.factors(x)
+        return NQF(features=features, basis=basis, y=y)
     A = jax.vmap(model.structure)(jnp.asarray(x))
     return NQF(A, y)
-
-
-def _factored(model, x, y) -> NQF:
-    """The NQF of a learned-map architecture in factored form, `A_c(x) = Σ_d Φ_d E_d` (Eq. 17)."""
-    features, basis = _factors(model, x)
-    return NQF(features=features, basis=basis, y=y)
-
-
-@eqx.filter_jit
-def _factors(model, x):
-    """`(Φ, E)` of `A_c(x) = Σ_d Φ_d E_d` for a learned-map architecture (one compiled program).
-
-    A separable map (`f_c = ψ(x)ᵀ S(Θ)_c`) shares its features across outputs: `Φ = ψ(x)` and
-    `E_{c,f} = ∂S(Θ)_{c,f}/∂Θ · E` with `E = model.map_basis()`; otherwise `Φ_c = Φ_c(x)`
-    flattened, one basis for all outputs.
-    """
-    E = model.map_basis()
-    a, b, p = E.shape[0], E.shape[1], E.shape[-1]
-    scalar = model.out_size is None
-    if isinstance(model, architectures.AbstractSeparableMap):
-        features = jax.vmap(model.shared_features)(x)
-        jac = jax.jacfwd(model.output_slices)(jnp.zeros((a, b), E.dtype))  # (k, F, a, b)
-        basis = jnp.einsum("cfab,abij->cfij", jac, E)
-        return features, basis[0] if scalar else basis
-    features = jax.vmap(model.map_features)(x).reshape(x.shape[0], -1, a * b)
-    return (features[:, 0] if scalar else features), E.reshape(a * b, p, p)

@@ -128,6 +128,16 @@ class AbstractLearnedMap(AbstractArchitecture):
         jac = jax.jacrev(lambda W: eqx.tree_at(lambda m: m.W, self, W).learned_map())(eye)
         return 0.5 * jac
 
+    def factors(self, X) -> tuple[Array, Array]:
+        """`(Φ, E)` with `A_c(x_μ) = Σ_d Φ_{μ[c]d} E_{[c]d}` for a batch `X` (samples on axis 0),
+        the factored form of `NQF(features=Φ, basis=E, y=…)` (Eq. 17).
+
+        A separable map (`f_c = ψ(x)ᵀ S(Θ)_c`) shares its features across outputs: `Φ = ψ(X)`
+        `(m, F)` and `E_{c,f} = Σ_ab ∂S(Θ)_{c,f}/∂Θ_ab E_ab`, `([k,] F, p, p)`; otherwise `Φ` are
+        the map features flattened, `(m, [k,] a·b)`, and `E = map_basis()` flattened, `(a·b, p, p)`.
+        """
+        return _factors(self, jnp.asarray(X))
+
     @property
     def map_shape(self) -> tuple[int, int]:
         """`(a, b)`, the shape of `Θ(W)`."""
@@ -380,3 +390,17 @@ def teacher_neurons(p: int, pieces: Sequence[tuple[int, np.ndarray]], r: int) ->
     for start, blk in pieces:
         Z[start : start + blk.shape[0]] = blk
     return Z
+
+
+@eqx.filter_jit
+def _factors(model: AbstractLearnedMap, X):
+    E = model.map_basis()
+    a, b, p = E.shape[0], E.shape[1], E.shape[-1]
+    scalar = model.out_size is None
+    if isinstance(model, AbstractSeparableMap):
+        features = jax.vmap(model.shared_features)(X)
+        jac = jax.jacfwd(model.output_slices)(jnp.zeros((a, b), E.dtype))  # (k, F, a, b)
+        basis = jnp.einsum("cfab,abij->cfij", jac, E)
+        return features, basis[0] if scalar else basis
+    features = jax.vmap(model.map_features)(X).reshape(X.shape[0], -1, a * b)
+    return (features[:, 0] if scalar else features), E.reshape(a * b, p, p)
