@@ -1,5 +1,6 @@
 """`plot_prediction`: the predicted loss curve of a `Prediction`, in linear and log time, with the
-switch-on times, the ε → 0 staircase (Eq. 168) and Thm 9's slope marked."""
+switch-on times, the ε → 0 staircase (Eq. 168) and Thm 9's slope marked; for the M-flow, the
+drops' switch-on times, the loss floor, and each drop's input direction as a picture."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from .io import atomic_write_bytes
 from .prediction import Prediction
 
 _MAX_MARKS = 12
+_MAX_PICTURES = 8
 
 
 def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path:
@@ -32,19 +34,38 @@ def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path
     steps = pred.learning_rate is not None
     x = np.asarray(pred.steps if steps else pred.ts)
     xs = np.asarray(pred.steps_star if steps else pred.t_star)
-    # The M-flow fallback has no known minimum: plot its loss, not a loss relative to t1.
+    # The M-flow: its loss (the floor is marked), its drops' switch-on times, their directions.
     flow = pred.method == "matrix_flow"
+    pictures = []
+    if flow and pred.drops is not None:
+        xs = np.asarray(pred.drops.t_star) / (pred.learning_rate or 1.0)
+        pictures = [r["input_direction"] for r in pred.drop_rows() if np.ndim(r.get("input_direction")) == 2]
     y = np.asarray(pred.loss if flow else pred.excess_loss)
     ylabel = "loss" if flow else "excess loss"
     # fixed margins: constrained layout measured every tick label again (~1 s of a 2 s plot)
-    fig = Figure(figsize=(10, 3.8))
-    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.14, top=0.85, wspace=0.22)
-    axes = fig.subplots(1, 2)
+    n_pic = min(len(pictures), _MAX_PICTURES)
+    fig = Figure(figsize=(10, 3.8 + (1.6 if n_pic else 0.0)))
+    if n_pic:
+        grid = fig.add_gridspec(2, max(n_pic, 2), height_ratios=(3.8, 1.6), hspace=0.5)
+        axes = [fig.add_subplot(grid[0, : max(n_pic, 2) // 2]), fig.add_subplot(grid[0, max(n_pic, 2) // 2 :])]
+        for i, pic in enumerate(pictures[:n_pic]):
+            ax = fig.add_subplot(grid[1, i])
+            lim = float(np.max(np.abs(pic))) or 1.0
+            ax.imshow(pic, cmap="RdBu_r", vmin=-lim, vmax=lim)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_title(f"drop {i + 1}: input side", fontsize=8)
+        fig.subplots_adjust(left=0.07, right=0.98, bottom=0.04, top=0.9, wspace=0.22)
+    else:
+        fig.subplots_adjust(left=0.07, right=0.98, bottom=0.14, top=0.85, wspace=0.22)
+        axes = fig.subplots(1, 2)
     for ax, logx in zip(axes, (False, True)):
         keep = x > 0 if logx else np.ones_like(x, bool)
         # Floor the log axis ten decades below the start: the tail's 1e-300 says nothing.
         floor = max(float(np.nanmax(np.abs(y))) if y.size else 1.0, np.finfo(float).tiny) * 1e-8
         ax.plot(x[keep], np.maximum(y[keep], floor), lw=1.8, label=f"predicted {ylabel}")
+        if flow and pred.drops is not None and np.isfinite(pred.drops.loss_floor):
+            ax.axhline(pred.drops.loss_floor, color="C2", lw=0.9, ls=":", label="least loss over the features")
         for t in xs[np.isfinite(xs)][:_MAX_MARKS]:  # more would hide the curve
             ax.axvline(t, color="0.6", lw=0.8, ls="--")
         fin = xs[np.isfinite(xs) & (xs > 0)]
