@@ -236,3 +236,19 @@ def test_predict_on_digits_matches_gradient_descent_and_prints_a_drop_table(tmp_
     assert abs(first["steps_half"] - gd_half) <= 0.05 * gd_half
     text = subprocess.run(cmd[:-1], capture_output=True, text=True, timeout=300).stdout
     assert "drops (directions of M switching on)" in text and "loss at the end" in text
+
+
+def test_attention_value_copies_are_one_drop(tmp_path):
+    """The `d_v` value units of a head start equal (`M0 = ε I`) and feel the same `H`, so their
+    directions form one eigenspace: one drop of multiplicity `d_v`, not `d_v` drops at one time."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(60, 4, 5))
+    y = x[:, :, -1] @ np.array([1.0, -0.5, 0.2, 0.0]) + 0.1 * rng.normal(size=60)
+    nqf = lvflow.nqf_from_data("attention", {"x": x, "y": y}, value_size=3)
+    pred = lvflow.predict(nqf, eps=1e-4, learning_rate=0.01)
+    assert pred.method == "matrix_flow"
+    assert np.asarray(pred.drops.multiplicity).tolist() == [3]
+    assert "dim" in pred.drop_table()
+    png = tmp_path / "p.png"
+    pred.plot(png)
+    assert png.stat().st_size > 0

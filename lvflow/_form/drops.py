@@ -10,7 +10,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._errors import LvflowError, SolverError
 from .._validate import check_in_open_interval, check_positive, check_positive_int
@@ -19,6 +19,8 @@ from .nqf import NQF
 
 # The fraction of a direction's final strength at which its drop begins (the loss before it).
 _BEFORE = 0.1
+# Directions whose strengths and switch-on times agree to this (relative) are one drop.
+_SAME = 1e-6
 
 
 class MatrixDrops(eqx.Module):
@@ -38,6 +40,8 @@ class MatrixDrops(eqx.Module):
       `λ_i`.
     - `t_half`: per direction, the time the loss (non-increasing along the flow) falls halfway
       from `loss_before` to `loss_after` — what one reads off a training curve.
+    - `multiplicity`: the dimension of each drop's eigenspace (directions with equal strength
+      and `t*` to 1e-6 relative are one drop; `directions` holds one of them).
     - `directions`: `u_i` as rows, shape `(n, p)`, sign fixed so that the largest entry is positive.
     - `loss_floor`: the least loss over the span of the data's features (least squares; a lower
       bound of the loss over PSD `M`, equal to it for learned-map architectures), or NaN when
@@ -56,6 +60,7 @@ class MatrixDrops(eqx.Module):
     loss_before: Float[Array, " n"]
     loss_after: Float[Array, " n"]
     strength: Float[Array, " n"]
+    multiplicity: Int[Array, " n"]
     directions: Float[Array, "n p"]
     loss_floor: float = eqx.field(static=True)
     converged: bool = eqx.field(static=True)
@@ -235,23 +240,35 @@ def _drops(ts, Ms, loss, eps, rho, floor, converged) -> MatrixDrops:
     lam, U = lam[grew], U[:, grew]
     strength = np.einsum("ik,tij,jk->tk", U, Ms, U)  # s_i(t) = u_iᵀ M(t) u_i
     t_star = np.array([_crossing(ts, strength[:, i], rho * lam[i], lam[i]) for i in range(lam.size)])
-    order = np.argsort(t_star, kind="stable")
-    t_before = np.array([_crossing(ts, strength[:, i], _BEFORE * lam[i], lam[i]) for i in order])
+    order = np.lexsort((-lam, t_star))
+    # directions of one eigenspace (equal strength, equal t*: e.g. the d_v copies of an attention
+    # head's value unit) are one drop
+    first = [0] if order.size else []
+    for j in range(1, order.size):
+        a, b = order[j - 1], order[j]
+        same = abs(lam[b] - lam[a]) <= _SAME * lam[a] and abs(t_star[b] - t_star[a]) <= _SAME * max(t_star[a], 1.0)
+        if not same:
+            first.append(j)
+    first = np.asarray(first, dtype=int)
+    multiplicity = np.diff(np.append(first, order.size))
+    lead = order[first]
+    t_before = np.array([_crossing(ts, strength[:, i], _BEFORE * lam[i], lam[i]) for i in lead])
     before = np.interp(t_before, ts, loss)
     # the staircase: a drop ends where the next begins; the last one at the end of the flow
     after = np.append(np.minimum(before[1:], before[:-1]), loss[-1]) if before.size else before
     # the loss is non-increasing along a gradient flow: its first passage below a level is one interp
     t_half = np.interp(-(before + after) / 2, -np.minimum.accumulate(loss), ts)
-    U = U[:, order]
+    U = U[:, lead]
     U = U * np.where(U[np.argmax(np.abs(U), axis=0), np.arange(U.shape[1])] < 0, -1.0, 1.0)[None, :]
     return MatrixDrops(
         ts=jnp.asarray(ts),
         loss=jnp.asarray(loss),
-        t_star=jnp.asarray(t_star[order]),
+        t_star=jnp.asarray(t_star[lead]),
         t_half=jnp.asarray(t_half),
         loss_before=jnp.asarray(before),
         loss_after=jnp.asarray(after),
-        strength=jnp.asarray(lam[order]),
+        strength=jnp.asarray(lam[lead]),
+        multiplicity=jnp.asarray(multiplicity),
         directions=jnp.asarray(U.T),
         loss_floor=float(floor),
         converged=converged,

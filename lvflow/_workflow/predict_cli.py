@@ -33,6 +33,7 @@ FLAGS = {
     "alpha2": "--alpha2",
     "modes": "--modes",
     "beta": "--beta",
+    "value_size": "--value-size",
 }
 
 
@@ -57,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ".csv with header 'x0,x1,…,y' (or no header: last column y)",
     )
     src.add_argument("--kernel", type=int, nargs=2, metavar=("KH", "KW"), help="kernel shape for --architecture cnn")
+    src.add_argument(
+        "--value-size", type=int, default=1, metavar="DV", help="value size d_v of a head, --architecture attention"
+    )
     src.add_argument("--alpha1", type=float, help="power-law spectrum: V_k = k^-alpha1 (Thm 9)")
     src.add_argument("--alpha2", type=float, help="power-law spectrum: r_k = zeta_k = k^-alpha2")
     src.add_argument("--modes", type=int, help="power-law spectrum: number of modes K")
@@ -146,7 +150,7 @@ def _build(args):
         if args.data is None:
             raise LvflowError("--data: required with --architecture (a file of inputs x and targets y)")
         arrays = load_arrays(args.data, name="--data")
-        system = nqf_from_data(args.architecture, arrays, kernel=args.kernel, name="--data")
+        system = nqf_from_data(args.architecture, arrays, kernel=args.kernel, value_size=args.value_size, name="--data")
         kw["source"] = f"{args.architecture} on {args.data} ({system.m} samples)"
         x = arrays.get("x", arrays.get("X"))
         if x is not None:

@@ -13,7 +13,7 @@ import numpy as np
 from .. import architectures
 from .._errors import LvflowError
 from .._form.nqf import NQF
-from .._validate import as_array
+from .._validate import as_array, check_positive_int
 
 
 def _key():
@@ -31,13 +31,13 @@ def _scalar_output(label: str, k) -> None:
         raise LvflowError(f"y: {label} has a scalar output, so y must have shape (m,), got (m, {k})")
 
 
-def _mlp(x, k, kernel):
+def _mlp(x, k, kernel, value_size):
     if x.ndim < 2:
         raise LvflowError(f"x: expected shape (m, n) or (m, H, W) (flattened), got {x.shape}")
     return architectures.MLP(math.prod(x.shape[1:]), 1, k, key=_key())
 
 
-def _cnn(x, k, kernel):
+def _cnn(x, k, kernel, value_size):
     if x.ndim != 3:
         raise LvflowError(f"x: expected shape (m, H, W) (one single-channel image per sample), got {x.shape}")
     if kernel is None:
@@ -46,7 +46,7 @@ def _cnn(x, k, kernel):
 
 
 def _scalar_vectors(cls):
-    def build(x, k, kernel):
+    def build(x, k, kernel, value_size):
         _scalar_output(cls.__name__, k)
         _vectors(x)
         return cls(x.shape[1], 1, key=_key())
@@ -54,16 +54,24 @@ def _scalar_vectors(cls):
     return build
 
 
-def _sensing(x, k, kernel):
+def _sensing(x, k, kernel, value_size):
     _scalar_output("matrix sensing", k)
     if x.ndim != 3 or x.shape[1] != x.shape[2]:
         raise LvflowError(f"x: expected shape (m, n, n) (one square sensing matrix S_a per sample), got {x.shape}")
     return architectures.MatrixSensing(x.shape[1], 1, key=_key())
 
 
-# name → (expected input shape, builder(x, k, kernel)) of a module in `lvflow.architectures` (k: the output dimension,
-# None for scalar y). The width is irrelevant: `A(x)` is the same for every neuron (Thm 1), so a
-# one-neuron module is built.
+def _attention(x, k, kernel, value_size):
+    if x.ndim != 3:
+        raise LvflowError(f"x: expected shape (m, D, N) (one sequence of N tokens of size D per sample), got {x.shape}")
+    # key_size 1: at small init the softmax is uniform to first order, so the query and key
+    # blocks of A(X) vanish (Prop 3) and their size does not enter the NQF
+    return architectures.MultiHeadAttention(x.shape[1], 1, value_size, 1, k, key=_key())
+
+
+# name → (expected input shape, builder(x, k, kernel, value_size)) of a module in
+# `lvflow.architectures` (k: the output dimension, None for scalar y). The width is irrelevant:
+# `A(x)` is the same for every neuron (Thm 1), so a one-neuron module is built.
 _ARCHITECTURES = {
     "mlp": ("x (m, n), or (m, H, W) images (flattened); y (m,) or (m, k)", _mlp),
     "cnn": ("x (m, H, W) single-channel images, with --kernel KH KW; y (m,) or (m, k)", _cnn),
@@ -71,6 +79,11 @@ _ARCHITECTURES = {
     "signed-diagonal": ("x (m, n); y (m,)", _scalar_vectors(architectures.SignedDiagonal)),
     "quadratic": ("x (m, n); y (m,)", _scalar_vectors(architectures.QuadraticNet)),
     "sensing": ("x (m, n, n) square sensing matrices; y (m,)", _sensing),
+    "attention": (
+        "x (m, D, N) sequences of N tokens (columns) of size D, query = last token, with --value-size; "
+        "y (m,) or (m, k)",
+        _attention,
+    ),
 }
 
 
@@ -114,13 +127,18 @@ def _xy(arrays: Mapping[str, np.ndarray], name: str) -> tuple[np.ndarray, np.nda
     return x, y
 
 
-def nqf_from_data(architecture: str, arrays: Mapping[str, Any], *, kernel=None, name: str = "data") -> NQF:
+def nqf_from_data(
+    architecture: str, arrays: Mapping[str, Any], *, kernel=None, value_size: int = 1, name: str = "data"
+) -> NQF:
     """The NQF of a built-in architecture on a dataset: `A_μ = A(x_μ)` from the architecture's
     closed-form `structure` (Table 3), targets `y_μ` (Eq. 26).
 
     **Arguments:** `architecture` (see `architecture_names()`), `arrays` with `x` of shape
     `(m, …)` and `y` of shape `(m,)` or `(m, k)` (or one unnamed table whose last column is
-    `y`), `kernel` for the CNN.
+    `y`), `kernel` for the CNN, `value_size` (`d_v` of each head) for attention. Learned-map
+    architectures (MLP, CNN, attention) give a factored NQF (`A_c(x) = Σ_d Φ_d E_d`, Eq. 17).
+
+    **Raises:** `LvflowError` for an unknown architecture or data of the wrong shape.
     """
     names = architecture_names()
     if architecture not in names:
@@ -129,7 +147,8 @@ def nqf_from_data(architecture: str, arrays: Mapping[str, Any], *, kernel=None, 
     if x.shape[0] == 0:
         raise LvflowError(f"{name}: holds no samples")
     k = None if y.ndim == 1 else y.shape[1]
-    model = _ARCHITECTURES[architecture][1](x, k, kernel)
+    value_size = check_positive_int("value_size", value_size)
+    model = _ARCHITECTURES[architecture][1](x, k, kernel, value_size)
     if architecture == "mlp":
         x = x.reshape(x.shape[0], -1)
     if isinstance(model, architectures.AbstractLearnedMap):

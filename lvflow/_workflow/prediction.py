@@ -186,6 +186,7 @@ class Prediction(eqx.Module):
                 loss_before=float(d.loss_before[i]),
                 loss_after=float(d.loss_after[i]),
                 strength=float(d.strength[i]),
+                multiplicity=int(d.multiplicity[i]),
                 direction=u.tolist(),
             )
             parts = self._split(u)
@@ -198,7 +199,7 @@ class Prediction(eqx.Module):
         """The drops of the matrix flow as aligned text: per direction, its switch-on time `t*`
         (strength at `ρ` of final), the time the loss is halfway through its drop, the loss
         before and after, and (for a vector output) the output direction's largest entries."""
-        head = ["#", "t*", "steps*", "t half", "steps half", "loss before", "loss after", "strength"]
+        head = ["#", "t*", "steps*", "t half", "steps half", "loss before", "loss after", "strength", "dim"]
         head.append("output direction")
         fmt = lambda v: "-" if not np.isfinite(v) else f"{v:.{digits}g}"  # noqa: E731
         body = []
@@ -211,7 +212,7 @@ class Prediction(eqx.Module):
                 top = np.argsort(-np.abs(v))[:3]
                 desc = " ".join(f"{v[j]:+.2f}·y{j}" for j in top)
             keys = ("t_star", "steps_star", "t_half", "steps_half", "loss_before", "loss_after", "strength")
-            body.append([str(d["rank"])] + [fmt(d[k]) for k in keys] + [desc])
+            body.append([str(d["rank"])] + [fmt(d[k]) for k in keys] + [str(d["multiplicity"]), desc])
         if not body:
             return "no direction of M switched on (grew 100-fold) before the flow stopped"
         w = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
