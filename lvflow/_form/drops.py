@@ -17,8 +17,6 @@ from .._validate import check_in_open_interval, check_positive, check_positive_i
 from .flow import check_state
 from .nqf import NQF
 
-# The fraction of a direction's final strength at which its drop begins (the loss before it).
-_BEFORE = 0.1
 # Directions whose strengths and switch-on times agree to this (relative) are one drop.
 _SAME = 1e-6
 
@@ -30,8 +28,10 @@ class MatrixDrops(eqx.Module):
     least 100-fold from `M0`; its *strength* is `s_i(t) = u_iᵀ M(t) u_i` (for commuting data, the
     gLV's `z_k`, Eq. 31). It switches on at `t*_i`, the first time `s_i = ρ λ_i` (Thm 8's
     definition). Directions are listed in switch-on order; the loss before drop `i` is the loss
-    when `s_i` is at 10 % of `λ_i`, and the loss after it is the loss before the next drop (the
-    loss at `t_end` for the last one), as on the staircase of Eq. 168.
+    when `s_i` is halfway from `ε` to `λ_i` in `ln s` (`s_i = √(ε λ_i)`, mid-plateau in the
+    `τ` of Eq. 168), and the loss after it is the loss before the next drop (the loss at `t_end`
+    for the last one), as on the staircase of Eq. 168 (where drops overlap, each level is capped
+    by the one before it).
 
     **Fields:**
 
@@ -252,10 +252,11 @@ def _drops(ts, Ms, loss, eps, rho, floor, converged) -> MatrixDrops:
     first = np.asarray(first, dtype=int)
     multiplicity = np.diff(np.append(first, order.size))
     lead = order[first]
-    t_before = np.array([_crossing(ts, strength[:, i], _BEFORE * lam[i], lam[i]) for i in lead])
-    before = np.interp(t_before, ts, loss)
-    # the staircase: a drop ends where the next begins; the last one at the end of the flow
-    after = np.append(np.minimum(before[1:], before[:-1]), loss[-1]) if before.size else before
+    t_before = np.array([_crossing(ts, strength[:, i], math.sqrt(eps * lam[i]), lam[i]) for i in lead])
+    # the staircase: a drop ends where the next begins (when drops overlap, a later one's
+    # mid-plateau can come first: the levels are capped to stay in order); the last at t_end
+    before = np.minimum.accumulate(np.interp(t_before, ts, loss))
+    after = np.append(before[1:], loss[-1]) if before.size else before
     # the loss is non-increasing along a gradient flow: its first passage below a level is one interp
     t_half = np.interp(-(before + after) / 2, -np.minimum.accumulate(loss), ts)
     U = U[:, lead]
