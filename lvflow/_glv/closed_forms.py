@@ -72,7 +72,12 @@ def log_orthogonal_features(r: ArrayLike, c_diag: ArrayLike, log_z0: ArrayLike, 
     grow = r > 0
     rp = jnp.where(grow, r, 1.0)
     rn = jnp.where(grow, 0.0, r)
-    growing = lz0 - jnp.log(jnp.exp(-rp * tt) + c * z0 * _phi(rp, tt))
+    phi = _phi(rp, tt)
+    direct = lz0 - jnp.log(jnp.exp(-rp * tt) + c * z0 * phi)
+    # Where C z0 lies below float64's normal range: ln(e^{−rt} + C z0 φ) = logaddexp(−rt, ln C + ln z0 + ln φ).
+    tiny = (c > 0) & (phi > 0) & (c * z0 < 1e-300)
+    log_term = jnp.log(jnp.where(tiny, c, 1.0)) + lz0 + jnp.log(jnp.where(tiny, phi, 1.0))
+    growing = jnp.where(tiny, lz0 - jnp.logaddexp(-rp * tt, log_term), direct)
     other = lz0 + rn * tt - jnp.log1p(c * z0 * _phi(-rn, tt))
     return jnp.where(grow, growing, other)
 
