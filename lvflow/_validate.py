@@ -17,13 +17,18 @@ def _is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
-def as_array(name: str, x, *, ndim: int | tuple[int, ...] | None = None) -> np.ndarray | jax.Array:
-    """`x` as a float array, finite, with the given number of dimensions."""
+def as_array(
+    name: str, x, *, ndim: int | tuple[int, ...] | None = None, allow_bool: bool = True
+) -> np.ndarray | jax.Array:
+    """`x` as a float array, finite, with the given number of dimensions (booleans refused with
+    `allow_bool=False`: `True` is no growth rate)."""
     if x is None:
         raise LvflowError(f"{name}: is None, expected an array")
     if not _is_concrete(x):
         return x
     a = np.asarray(x)
+    if a.dtype == bool and not allow_bool:
+        raise LvflowError(f"{name}: boolean values, expected numbers")
     if a.dtype == object or not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
         raise LvflowError(f"{name}: not a numeric array (dtype {a.dtype})")
     if np.iscomplexobj(a):
@@ -53,7 +58,15 @@ def check_psd(name: str, a, *, rtol: float = 1e-8) -> None:
     """`a` symmetric positive semi-definite, up to `rtol` of its largest eigenvalue."""
     if not _is_concrete(a):
         return
+    from ._glv.interaction import is_diagonal
+
     a = np.asarray(a, dtype=float)
+    # O(K): a diagonal matrix is PSD iff its diagonal is ≥ 0 (no O(K³) eigenvalues)
+    if a.ndim == 2 and a.shape[0] == a.shape[1] and is_diagonal(a):
+        lo = float(np.min(np.diagonal(a))) if a.size else 0.0
+        if lo < 0:
+            raise NotPSDError(f"{name}: not positive semi-definite (diagonal entry {lo:.3g} < 0)")
+        return
     check_symmetric(name, a, rtol=max(rtol, 1e-10))
     eig = np.linalg.eigvalsh((a + np.swapaxes(a, -1, -2)) / 2)
     scale = max(float(np.max(np.abs(eig))), np.finfo(float).tiny) if eig.size else 1.0

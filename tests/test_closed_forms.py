@@ -219,3 +219,32 @@ def test_errors():
         isotropic_riccati(np.eye(2), -1.0, np.eye(2), 1.0)
     with pytest.raises(lvflow.LvflowError, match="ts"):
         orthogonal_samples(np.eye(2), [1.0, 1.0], [0.1, 0.1], [1.0, 0.5])
+
+
+# ---- issue 16: subnormal ε in logs, mismatched shapes and booleans named -----------------------
+
+
+@pytest.mark.parametrize("eps", [1e-310, 1e-320, 5e-324])
+def test_ignition_time_with_subnormal_eps(eps):
+    # Eq. 158 with ε below the smallest normal double (C_k c_k ε subnormal or zero as a product):
+    # t* = (1/ζ)[ln(1/ε) − ln(C c/(ζ − C c ε) · (1−ρ)/ρ)], evaluated here with mpmath.
+    import mpmath as mp
+
+    mp.mp.dps = 40
+    zeta, C, c = np.array([1.0, 0.5]), np.array([2.0, 1e300]), np.array([1.0, 3.0])
+    got = np.asarray(lvflow.ignition_time(zeta, C, c, eps))
+    e = mp.mpf(eps)
+    ref = [
+        float((-mp.log(e) - mp.log(mp.mpf(Ck) * ck / (z - mp.mpf(Ck) * ck * e))) / z) for z, Ck, ck in zip(zeta, C, c)
+    ]
+    np.testing.assert_allclose(got, ref, rtol=1e-14)
+
+
+@pytest.mark.bad_input
+def test_ignition_time_input_errors():
+    with pytest.raises(lvflow.LvflowError, match="do not broadcast"):
+        lvflow.ignition_time(np.ones(3), np.ones(2), 1.0, 1e-3)
+    with pytest.raises(lvflow.LvflowError, match="zeta: boolean"):
+        lvflow.ignition_time(np.array([True, False]), 1.0, 1.0, 1e-3)
+    with pytest.raises(lvflow.LvflowError, match="r: boolean"):
+        lvflow.LotkaVolterra(np.array([True, False]), np.eye(2))

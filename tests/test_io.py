@@ -100,7 +100,7 @@ def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
     orig = os.fsync
     os.fsync = failing
     try:
-        with pytest.raises(OSError, match="disk full"):
+        with pytest.raises(LvflowError, match="cannot write .*out.json: disk full"):
             atomic_write_bytes(f, b"new")
     finally:
         os.fsync = orig

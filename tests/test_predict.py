@@ -255,3 +255,37 @@ def test_low_rank_system_predicts_as_its_dense_twin():
             np.asarray(getattr(a, name)), np.asarray(getattr(b, name)), rtol=1e-7, atol=1e-14, err_msg=name
         )
     assert a.notes == b.notes
+
+
+# ---- issue 16: subnormal initial scales and many modes -----------------------------------------
+
+
+def test_predict_with_subnormal_eps_and_huge_C():
+    # C = 1e300·I, ε = 1e-310: Thm 6 exactly (t* = 23.03, 44.67), not "never switches on".
+    lv = LotkaVolterra(np.array([1.0, 0.5]), 1e300 * np.eye(2))
+    p = predict(lv, eps=1e-310)
+    r = np.array([1.0, 0.5])
+    exact = (-math.log(1e-310) - np.log(1e300 / (r - 1e300 * 1e-310))) / r  # Eq. 158, ρ = ½, in logs
+    np.testing.assert_allclose(p.t_star, exact, rtol=1e-12)
+    np.testing.assert_allclose(p.t_star, [23.0258509, 44.6654075], rtol=1e-8)
+    # the ODE path of the same flow (a coupled C forces it): the same times to its tolerance
+    C = 1e300 * np.array([[1.0, 1e-9], [1e-9, 1.0]])
+    sol = lvflow.solve_lv(LotkaVolterra(np.array([1.0, 0.5]), C), np.full(2, 1e-310), 100.0, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(sol.switch_on_times, [23.0258509, 44.6654075], rtol=1e-6)
+
+
+def test_power_law_and_zeta_V_systems_are_diagonal():
+    lv = power_law_lv(alpha1=2.0, alpha2=0.8, modes=5)
+    assert isinstance(lv, lvflow.LowRankLotkaVolterra) and lv.is_diagonal and lv.U.shape == (5, 0)
+    k = np.arange(1, 6.0)
+    np.testing.assert_allclose(lv.r, k**-0.8, rtol=1e-14)
+    np.testing.assert_allclose(lv.V, k**-2.0, rtol=1e-13)
+    zv = lv_from_arrays({"zeta": k**-0.8, "V": k**-2.0, "y2": np.array(3.0)})
+    assert zv.is_diagonal and float(zv.y2) == 3.0
+    np.testing.assert_allclose(zv.C_diagonal, lv.C_diagonal, rtol=1e-13)
+
+
+@pytest.mark.bad_input
+def test_empty_system_is_named():
+    with pytest.raises(LvflowError, match="no modes"):
+        predict(LotkaVolterra(np.zeros(0), np.zeros((0, 0))), eps=1e-3)

@@ -192,9 +192,12 @@ def test_progress_bar_on_coupled_solves_and_quiet(capsys, tmp_path):
     f = tmp_path / "coupled.npz"
     C = np.array([[1.0, 0.4, 0.0], [0.4, 1.0, 0.3], [0.0, 0.3, 1.0]])
     np.savez(f, r=np.array([1.0, 0.5, 0.25]), C=C)
-    rc, out, err = cli(capsys, "--system", f, "--eps", "1e-4", "--json")
+    rc, out, err = cli(capsys, "--system", f, "--eps", "1e-4", "--json", "--progress")
     assert rc == 0 and "100.00%" in err  # the ODE solve's progress meter, on stderr
     rc, out, err = cli(capsys, "--system", f, "--eps", "1e-4", "--json", "--quiet")
+    assert rc == 0 and err == ""
+    # stderr is not a terminal here (a redirected log): no bar unless asked
+    rc, out, err = cli(capsys, "--system", f, "--eps", "1e-4", "--json")
     assert rc == 0 and err == ""
 
 
@@ -326,3 +329,112 @@ def test_persistent_compilation_cache(tmp_path):
     filled = run(str(cache))
     assert filled > 0
     assert run("off") == filled
+
+
+# ---- issue 16: bad input named right, outputs checked before solving, scale --------------------
+
+
+def test_wrong_input_is_named(capsys, tmp_path, good):
+    one_line_error(capsys, ["--system", good, "--eps", "1e-3", "--beta", "-50"], "--beta", "plateau")
+    one_line_error(capsys, ["--system", good, "--eps", "1e-3", "--beta", "nan"], "--beta", "non-finite")
+    one_line_error(capsys, ["--alpha1", "400", "--alpha2", "0.8", "--modes", "50", "--eps", "1e-6"], "--alpha1")
+    big = tmp_path / "big.npz"
+    np.savez(big, r=np.array([1e200, 1.0]), C=np.diag([1e-200, 1.0]))
+    one_line_error(capsys, ["--system", big, "--eps", "1e-6"], "--system", "overflows")
+    empty = tmp_path / "empty.npz"
+    np.savez(empty, r=np.zeros(0), C=np.zeros((0, 0)))
+    one_line_error(capsys, ["--system", empty, "--eps", "1e-6"], "--system", "no modes")
+    bad_y2 = tmp_path / "y2.npz"
+    np.savez(bad_y2, r=R3, C=C3, y2=np.ones(3))
+    one_line_error(capsys, ["--system", bad_y2, "--eps", "1e-6"], "--system", "y2")
+    data = tmp_path / "xy.npz"
+    np.savez(data, x=np.random.default_rng(0).standard_normal((20, 3)), y=np.ones(20))
+    one_line_error(
+        capsys, ["--architecture", "diagonal", "--data", data, "--eps", "1e-3", "--kernel", 2, 2], "--kernel"
+    )
+
+
+def test_beta_with_an_architecture_uses_its_modes(capsys, tmp_path):
+    # --beta on data: c_k = k^-beta over the reduced modes, as with --c of those values.
+    data = tmp_path / "xy.npz"
+    rng = np.random.default_rng(1)
+    np.savez(data, x=rng.standard_normal((30, 3)), y=rng.standard_normal(30))
+    rc, out, err = cli(capsys, "--architecture", "diagonal", "--data", data, "--eps", "1e-3", "--beta", 1, "--json")
+    assert rc == 0, err
+    assert np.allclose(json.loads(out)["c"], 1.0 / np.arange(1, 4))
+
+
+def test_outputs_checked_before_solving_and_table_printed_first(capsys, tmp_path, good, monkeypatch):
+    (tmp_path / "adir.json").mkdir()
+    one_line_error(capsys, ["--system", good, "--eps", "1e-3", "--save", tmp_path / "adir.json"], "--save", "directory")
+    one_line_error(capsys, ["--system", good, "--eps", "1e-3", "--plot", tmp_path / "no" / "x.png"], "--plot", "no")
+    # A failed write (a full disk) after the solve: the table is already on stdout, the error names
+    # the user's path (not the temporary file), and no temporary is left behind.
+    import lvflow._workflow.io as io  # internal on purpose: simulate ENOSPC in the atomic write
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(io.os, "fsync", full)
+    target = tmp_path / "out.json"
+    rc, out, err = cli(capsys, "--system", good, "--eps", "1e-3", "--save", target)
+    assert rc == 2 and "t*_k" in out
+    assert err.strip() == f"lvflow predict: error: --save: cannot write {target}: No space left on device"
+    assert sorted(os.listdir(tmp_path)) == ["adir.json", "sys.npz"]
+
+
+def test_subnormal_eps_gives_the_exact_times(capsys, tmp_path):
+    # eps below the smallest normal double: Eq. 158 in logs, t*_k = (1/r)[ln(T/z0) + ln((r − C z0)/(r − C T))]
+    f = tmp_path / "s.npz"
+    r = np.array([1.0, 0.5])
+    np.savez(f, r=r, C=1e300 * np.eye(2))
+    for eps in (1e-310, 5e-324):
+        rc, out, err = cli(capsys, "--system", f, "--eps", eps, "--json", "--quiet")
+        assert rc == 0, err
+        T = 0.5 * r / 1e300
+        exact = (np.log(T) - np.log(eps) + np.log((r - 1e300 * eps) / (r - 1e300 * T))) / r
+        np.testing.assert_allclose([m["t_star"] for m in json.loads(out)["modes"]], exact, rtol=1e-7)
+
+
+def test_many_modes_are_held_diagonal(capsys):
+    # 20000 modes: a dense C would be 3.2 GB; the diagonal representation solves in O(K).
+    rc, out, err = cli(capsys, "--alpha1", 2, "--alpha2", 0.8, "--modes", 20000, "--eps", 1e-6, "--json", "--quiet")
+    assert rc == 0, err
+    modes = json.loads(out)["modes"]
+    assert len(modes) == 20000
+    k = np.array([m["mode"] for m in modes[:5]])
+    r = k**-0.8
+    Ckk = k ** (2 - 1.6) / 8
+    T = 0.5 * r / Ckk
+    exact = (np.log(T / 1e-6) + np.log((r - Ckk * 1e-6) / (r - Ckk * T))) / r  # Eq. 158
+    np.testing.assert_allclose([m["t_star"] for m in modes[:5]], exact, rtol=1e-12)
+
+
+@pytest.mark.parametrize("header", ["\ufeffr,C0,C1,C2", '"r","C0","C1","C2"'])
+def test_spreadsheet_csv_headers(capsys, tmp_path, header):
+    f = tmp_path / "s.csv"
+    rows = "\n".join(",".join(map(str, [R3[i], *C3[i]])) for i in range(3))
+    f.write_text(header + "\n" + rows + "\n", encoding="utf-8")
+    rc, out, err = cli(capsys, "--system", f, "--eps", "1e-3", "--json", "--quiet")
+    assert rc == 0, err
+    np.testing.assert_allclose([m["r"] for m in json.loads(out)["modes"]], R3)
+
+
+def test_sigterm_during_save_leaves_no_temporary(tmp_path):
+    # SIGTERM while the atomic write is under way: the hidden temporary file is removed, exit 143.
+    code = (
+        "import sys, time\n"
+        "from lvflow._workflow.io import atomic_write\n"
+        "def slow(f):\n"
+        "    f.write(b'x' * 1000); f.flush(); print('writing', flush=True); time.sleep(30)\n"
+        "atomic_write(sys.argv[1], slow)\n"
+    )
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        p = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "out.npz")], stdout=subprocess.PIPE)
+        assert p.stdout.readline().strip() == b"writing"
+        assert any(n.startswith(".out.npz.") for n in os.listdir(tmp_path))
+        p.send_signal(sig)
+        assert p.wait(timeout=30) == 128 + sig
+        assert os.listdir(tmp_path) == []

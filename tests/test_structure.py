@@ -184,3 +184,41 @@ def test_nan_gradient_is_not_accepted_as_zgz():
 def test_expand_non_finite_derivatives_named_as_such():
     with pytest.raises(lvflow.LvflowError, match="not finite"):
         lvflow.expand(lambda W, x: jnp.sum(jnp.sqrt(jnp.abs(W))), np.zeros(1), 2, 2)
+
+
+# ---- issue 16: inputs that used to end in raw exceptions or a silent A = 0 --------------------
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        lambda w, x: jax.nn.relu(w @ x) ** 2,
+        lambda w, x: jnp.maximum(w @ x, 0.0) ** 2,
+        lambda w, x: w[0] * jax.nn.relu(w[1:] @ x[1:]),
+    ],
+)
+def test_not_twice_differentiable_unit_is_refused(unit):
+    # relu(s)² has second derivative 0 for s < 0 and 2 for s > 0: Eq. 2's Hessian at w = 0 does not exist.
+    with pytest.raises(lvflow.LvflowError, match="not twice differentiable"):
+        lvflow.structure_matrix(unit, np.array([1.0, -0.5, 2.0]), 3)
+
+
+def test_smooth_units_with_vanishing_or_large_hessians_pass():
+    x = np.array([1.0, -0.5, 2.0])
+    # relu(s)³ and |s|^2.5 are C² at 0 with Hessian 0 there: A = 0 is right.
+    for unit in (lambda w, x: jax.nn.relu(w @ x) ** 3, lambda w, x: jnp.abs(w @ x) ** 2.5):
+        np.testing.assert_array_equal(lvflow.structure_matrix(unit, x, 3), np.zeros((3, 3)))
+    # A smooth unit at a large input scale: A = x xᵀ (the quadratic term of tanh(s)² + s³ is s²).
+    X = 300.0 * x
+    np.testing.assert_allclose(
+        lvflow.structure_matrix(lambda w, x: jnp.tanh(w @ x) ** 2 + (w @ x) ** 3, X, 3), np.outer(X, X), rtol=1e-12
+    )
+
+
+@pytest.mark.bad_input
+def test_structure_matrix_input_errors():
+    unit = lambda w, x: (w @ x) ** 2
+    with pytest.raises(lvflow.LvflowError, match=r"unit: cannot be evaluated .*\(4,\).*\(3,\).*neuron size"):
+        lvflow.structure_matrix(unit, np.ones(3), 4)
+    with pytest.raises(lvflow.LvflowError, match="x: complex"):
+        lvflow.structure_matrix(unit, np.ones(3) + 1j, 3)

@@ -132,3 +132,10 @@ def test_any_abstract_dataset_is_data_and_other_objects_are_not():
         train(NET, Duck(), sgd, 10)
     with pytest.raises(lvflow.LvflowError, match="eval_data: .* got a list"):
         train(NET, (X, Y), sgd, 10, eval_data=[X, Y])
+
+
+@pytest.mark.bad_input
+def test_optimizer_must_be_an_optax_transformation():
+    model = arch.DiagonalLinear(3, key=jax.random.PRNGKey(0))
+    with pytest.raises(lvflow.LvflowError, match="optimizer: expected an optax transformation"):
+        train(model, (np.ones((4, 3)), np.ones(4)), "sgd", 3)

@@ -44,10 +44,24 @@ def structure_matrix(
     **Returns:** `A` of shape `(p, p)`, `(k, p, p)`, or with a leading `(m,)` when batched.
 
     **Raises:** `ZGZError` when `∇_w unit(0, x) ≠ 0` (a bias, or `φ(0) ≠ 0`), naming the gradient
-    norm; `LvflowError` when `unit(0, x) ≠ 0` or `p` is not a positive integer.
+    norm; `LvflowError` when `unit(0, x) ≠ 0`, when `unit` is not twice differentiable at `w = 0`
+    (`relu(w·x)²`: its Hessian jumps there), when `unit` cannot be evaluated at `w` of shape `(p,)`
+    and `x` (`p` not the neuron size), for complex `x`, or when `p` is not a positive integer.
     """
     check_positive_int("p", p, what="the neuron size")
-    f0, g, A = _derivatives_at_zero(unit, x, p, batched)
+    for leaf in jax.tree_util.tree_leaves(x):
+        if _is_concrete(leaf) and np.iscomplexobj(leaf):
+            raise LvflowError(f"x: complex values are not supported (dtype {np.asarray(leaf).dtype})")
+    try:
+        f0, g, A = _derivatives_at_zero(unit, x, p, batched)
+    except (TypeError, ValueError) as e:
+        shapes = [np.shape(leaf) for leaf in jax.tree_util.tree_leaves(x)]
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise LvflowError(
+            f"unit: cannot be evaluated at a neuron w of shape ({p},) and x of shape "
+            f"{shapes[0] if len(shapes) == 1 else shapes}{' (batched)' if batched else ''}: {first}; "
+            "is p the neuron size?"
+        ) from None
     if _is_concrete(A):
         scale = _scale(A)
         gnorm = float(np.max(np.abs(np.asarray(g)))) if np.size(g) else 0.0
@@ -62,7 +76,44 @@ def structure_matrix(
         f0max = float(np.max(np.abs(np.asarray(f0)))) if np.size(f0) else 0.0
         if not (f0max <= atol * scale):
             raise LvflowError(f"unit: unit(0, x) = {f0max:.3g} ≠ 0; a sum-form unit must vanish at w = 0")
+        _check_twice_differentiable(unit, x, p, batched, A)
     return A
+
+
+def _check_twice_differentiable(unit, x, p, batched, A) -> None:
+    """Thm 1's `A(x) = ½∇²unit(0, x)` needs `unit` twice continuously differentiable at `w = 0`;
+    autodiff returns *a* number at a kink (`relu(w·x)²`: 0, or half the one-sided values), so
+    compare the Hessians at `w = ±δv` (a fixed direction `v`) with each other and with `2A`, at two
+    radii `δ` 1000× apart: for a `C²` unit the gap shrinks with `δ`, at a kink it stays.
+
+    **Raises:** `LvflowError` naming the jump.
+    """
+    v = np.random.default_rng(0).standard_normal(p)
+    xs = [np.max(np.abs(np.asarray(leaf, dtype=float))) for leaf in jax.tree_util.tree_leaves(x) if np.size(leaf)]
+    v = v / np.linalg.norm(v) / max([1.0, *xs])  # w·x moves by about δ whatever the scale of x
+    A2 = 2 * np.asarray(A)
+    gaps, scale = [], float(np.max(np.abs(A2))) if A2.size else 0.0
+    for delta in (1e-4, 1e-7):
+        Hp, Hm = (np.asarray(h) for h in _hessians_at(unit, x, jnp.asarray(delta * v), batched))
+        scale = max(scale, float(np.max(np.abs(Hp))) if Hp.size else 0.0, float(np.max(np.abs(Hm))) if Hm.size else 0.0)
+        gaps.append(max(float(np.max(np.abs(Hp - Hm))), float(np.max(np.abs(Hp + Hm - 2 * A2)))) if A2.size else 0.0)
+    if gaps[1] > 1e-6 * scale and gaps[1] > 0.5 * gaps[0]:
+        raise LvflowError(
+            f"unit: not twice differentiable at w = 0 (its Hessian jumps by {gaps[1]:.3g}, scale {scale:.3g}, "
+            "across w = 0; e.g. relu(w·x)²): A(x) = ½∇²unit(0, x) (Eq. 2) is undefined; use a smooth unit"
+        )
+
+
+@eqx.filter_jit
+def _hessians_at(unit, x, v, batched):
+    """The symmetrised Hessians of `unit` at `w = v` and `w = −v`."""
+
+    def one(xi):
+        h = jax.hessian(unit)
+        sym = lambda a: 0.5 * (a + jnp.swapaxes(a, -1, -2))
+        return sym(h(v, xi)), sym(h(-v, xi))
+
+    return jax.vmap(one)(x) if batched else one(x)
 
 
 @eqx.filter_jit

@@ -72,7 +72,12 @@ def log_orthogonal_features(r: ArrayLike, c_diag: ArrayLike, log_z0: ArrayLike, 
     grow = r > 0
     rp = jnp.where(grow, r, 1.0)
     rn = jnp.where(grow, 0.0, r)
-    growing = lz0 - jnp.log(jnp.exp(-rp * tt) + c * z0 * _phi(rp, tt))
+    phi = _phi(rp, tt)
+    direct = lz0 - jnp.log(jnp.exp(-rp * tt) + c * z0 * phi)
+    # Where C z0 lies below float64's normal range: ln(e^{−rt} + C z0 φ) = logaddexp(−rt, ln C + ln z0 + ln φ).
+    tiny = (c > 0) & (phi > 0) & (c * z0 < 1e-300)
+    log_term = jnp.log(jnp.where(tiny, c, 1.0)) + lz0 + jnp.log(jnp.where(tiny, phi, 1.0))
+    growing = jnp.where(tiny, lz0 - jnp.logaddexp(-rp * tt, log_term), direct)
     other = lz0 + rn * tt - jnp.log1p(c * z0 * _phi(-rn, tt))
     return jnp.where(grow, growing, other)
 
@@ -145,25 +150,43 @@ def ignition_time(zeta: ArrayLike, C_k: ArrayLike, c_k: ArrayLike, eps: ArrayLik
 
     exact for Thm 6 (`a = 1`, `ζ_k = r_k`, `C_k = C_kk`) and Thm 7 (`a = 2`, `ζ_k = γ_k`, `C_k = 4c`).
     Returns `inf` for `ζ_k ≤ 0` (the mode never switches on) and `0` for a mode that starts at or
-    above its target (`c_k ε ≥ ρ ζ_k / C_k`).
+    above its target (`c_k ε ≥ ρ ζ_k / C_k`). Evaluated in logarithms (`ln ε`, `ln C_k c_k`), so a
+    subnormal `ε` or `C_k c_k ε` gives the exact time; in numpy for concrete inputs, in JAX
+    (differentiable, jit-able) for traced ones.
+
+    **Arguments:** `zeta`, `C_k`, `c_k`, `eps`, broadcastable to one shape; `a > 0`; `rho ∈ (0, 1)`.
+
+    **Raises:** `LvflowError` naming the input: shapes that do not broadcast, booleans, NaN/inf,
+    `C_k`, `c_k` or `eps` not positive.
     """
     rho = check_in_open_interval("rho", rho, 0.0, 1.0) if _is_concrete(rho) else rho
     a = check_positive("a", a)
-    zeta, C_k, c_k, eps = (
-        jnp.asarray(as_array(n, v), dtype=float) for n, v in (("zeta", zeta), ("C_k", C_k), ("c_k", c_k), ("eps", eps))
-    )
-    zeta, C_k, c_k, eps = jnp.broadcast_arrays(zeta, C_k, c_k, eps)
+    names = ("zeta", "C_k", "c_k", "eps")
+    vals = [as_array(n, v, allow_bool=False) for n, v in zip(names, (zeta, C_k, c_k, eps))]
+    try:
+        shape = np.broadcast_shapes(*(np.shape(v) for v in vals))
+    except ValueError:
+        raise LvflowError(
+            "zeta, C_k, c_k, eps: shapes " + ", ".join(str(np.shape(v)) for v in vals) + " do not broadcast together"
+        ) from None
+    concrete = all(_is_concrete(v) for v in vals) and _is_concrete(rho)
+    xp = np if concrete else jnp
+    zeta, C_k, c_k, eps = (xp.broadcast_to(xp.asarray(v, dtype=float), shape) for v in vals)
     for name, v in (("C_k", C_k), ("c_k", c_k), ("eps", eps)):
         if _is_concrete(v) and np.any(np.asarray(v) <= 0):
             raise LvflowError(f"{name}: must be > 0")
-    z0 = c_k * eps
-    live = zeta > 0
-    safe_zeta = jnp.where(live, zeta, 1.0)
-    gap = jnp.where(live, zeta - C_k * z0, 1.0)
-    above = gap <= 0  # starts at or above saturation
-    t = (-jnp.log(eps) - jnp.log(C_k * c_k / jnp.where(above, 1.0, gap) * (1 - rho) / rho)) / (a * safe_zeta)
-    t = jnp.maximum(jnp.where(above, 0.0, t), 0.0)
-    return jnp.where(live, t, jnp.inf)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        log_eps = xp.log(eps)
+        log_cc = xp.log(C_k) + xp.log(c_k)  # ln(C_k c_k): C_k c_k ε may be subnormal, its log is not
+        live = zeta > 0
+        safe_zeta = xp.where(live, zeta, 1.0)
+        # ζ − C c ε = ζ (1 − e^{ln(Cc) + ln ε − ln ζ}); ≤ 0 when the mode starts at or above saturation
+        x = log_cc + log_eps - xp.log(safe_zeta)
+        above = x >= 0
+        log_gap = xp.log(safe_zeta) + xp.log1p(-xp.exp(xp.where(above, -1.0, x)))
+        t = (-log_eps - (log_cc - log_gap + xp.log((1 - rho) / rho))) / (a * safe_zeta)
+        t = xp.maximum(xp.where(above, 0.0, t), 0.0)
+        return xp.where(live, t, xp.inf)
 
 
 class XiSolution(eqx.Module):

@@ -115,15 +115,15 @@ class LotkaVolterra(AbstractLotkaVolterra):
     P: Float[Array, "p K"] | None
 
     def __init__(self, r, C, *, y2=0.0, P=None, check: bool = True):
-        r = as_array("r", r, ndim=1)
-        C = as_array("C", C, ndim=2)
+        r = as_array("r", r, ndim=1, allow_bool=False)
+        C = as_array("C", C, ndim=2, allow_bool=False)
         if np.shape(C) != (np.shape(r)[0],) * 2:
             raise LvflowError(f"C: shape {np.shape(C)} does not match r of shape {np.shape(r)} (need (K, K))")
         if check:
             check_psd("C", C)
         self.r = jnp.asarray(r)
         self.C = jnp.asarray(C)
-        self.y2 = jnp.asarray(as_array("y2", y2, ndim=0), dtype=self.r.dtype)
+        self.y2 = jnp.asarray(as_array("y2", y2, ndim=0, allow_bool=False), dtype=self.r.dtype)
         self.P = None if P is None else jnp.asarray(P)
 
     def Cz(self, z):
@@ -168,9 +168,9 @@ class LowRankLotkaVolterra(AbstractLotkaVolterra):
     y2: Float[Array, ""]
 
     def __init__(self, r, d, U, *, y2=0.0):
-        r = as_array("r", r, ndim=1)
-        d = as_array("d", d, ndim=1)
-        U = as_array("U", U, ndim=2)
+        r = as_array("r", r, ndim=1, allow_bool=False)
+        d = as_array("d", d, ndim=1, allow_bool=False)
+        U = as_array("U", U, ndim=2, allow_bool=False)
         if np.shape(d) != np.shape(r) or np.shape(U)[0] != np.shape(r)[0]:
             raise LvflowError(f"d, U: shapes {np.shape(d)}, {np.shape(U)} do not match r of shape {np.shape(r)}")
         if _is_concrete(d):
@@ -183,7 +183,7 @@ class LowRankLotkaVolterra(AbstractLotkaVolterra):
         self.r = jnp.asarray(r, dtype=float)
         self.d = jnp.asarray(d, dtype=float)
         self.U = jnp.asarray(U, dtype=float)
-        self.y2 = jnp.asarray(as_array("y2", y2, ndim=0), dtype=float)
+        self.y2 = jnp.asarray(as_array("y2", y2, ndim=0, allow_bool=False), dtype=float)
 
     @property
     def C(self) -> Float[Array, "K K"]:

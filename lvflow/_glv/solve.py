@@ -14,7 +14,7 @@ from .._errors import LvflowError, SolverError
 from .._validate import _is_concrete, as_array, check_in_open_interval, check_positive
 from .equilibrium import saturated_equilibrium
 from .interaction import DenseInteraction, is_diagonal
-from .lv import AbstractLotkaVolterra, LowRankLotkaVolterra
+from .lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .rodas5p import Rodas5P
 from .solution import LVSolution, finish_solution, switch_on_target
 from .switch_on import SwitchOnTracker
@@ -172,6 +172,19 @@ def solve_lv(
     if method not in ("auto", "closed_form", "ode"):
         raise LvflowError(f"method: must be 'auto', 'closed_form' or 'ode', got {method!r}")
 
+    scale = _float64_scale(system, z0)
+    if scale != 1.0:  # some z_k0 below the smallest normal double: the same flow, rescaled (see there)
+        sol = solve_lv(
+            _rescaled(system, scale),
+            np.asarray(z0, dtype=float) / scale,
+            t1,
+            **dict(ts=ts, rho=rho, rtol=rtol, atol=atol, solver=solver, stepsize_controller=stepsize_controller),
+            **dict(adjoint=adjoint, max_steps=max_steps, throw=throw, progress=progress, method=method),
+            z_inf=None if z_inf is None else np.asarray(z_inf, dtype=float) / scale,
+        )
+        scaled = (sol.zs * scale, sol.loss * scale + system.y2, sol.z_inf * scale)  # z = s z', L = s L' + y2
+        return eqx.tree_at(lambda s: (s.zs, s.loss, s.z_inf), sol, scaled)
+
     r = system.r
     low_rank = _is_low_rank(system)
     concrete_system = all(_is_concrete(x) for x in ((r, system.d, system.U) if low_rank else (r, system.C)))
@@ -240,6 +253,45 @@ def solve_lv(
             sol = sol.result.error_if(sol, sol.result != dfx.RESULTS.successful)
             sol = eqx.error_if(sol, ~sol.success, "solve_lv: non-finite values in the solution")
     return sol
+
+
+_TINY = np.finfo(np.float64).tiny  # 2.2e-308: XLA on CPU flushes anything smaller to 0
+
+
+def _float64_scale(system: AbstractLotkaVolterra, z0) -> float:
+    """1, or a power of two `s` when some `z_k0` is subnormal (compiled code reads it as 0).
+
+    The gLV is invariant under `z = s z'`, `C = C'/s` (Eq. 32: `ż' = z' (r − (sC) z')`), so the flow
+    from a subnormal `z0` is the flow of `sC` from `z0/s`, with the same switch-on times. `s` puts
+    `[min z0, max r_k/C_kk]` inside `[2^-1000, 2^400]` (a power of two: exact).
+
+    **Raises:** `LvflowError` naming `z0` when that range does not fit in float64.
+    """
+    if not (_is_concrete(z0) and _is_concrete(system.r) and _is_concrete(system.C_diagonal)):
+        return 1.0
+    z0 = np.asarray(z0, dtype=float)
+    if not z0.size or float(np.min(z0)) >= _TINY:
+        return 1.0
+    r, Ckk = np.asarray(system.r, dtype=float), np.asarray(system.C_diagonal, dtype=float)
+    grow = (r > 0) & (Ckk > 0)
+    with np.errstate(divide="ignore", over="ignore"):
+        top = float(np.max(np.log2(r[grow]) - np.log2(Ckk[grow]))) if np.any(grow) else 0.0
+    lo = float(np.log2(np.min(z0)))
+    top = max(top, float(np.log2(np.max(z0))))
+    # z0/s ≥ 2^-1000 (normal) and z(∞)/s ≤ 2^400 (below the ODE's clip of ln z at 300, `exp_clipped`).
+    if top - lo > 1400:
+        raise LvflowError(
+            f"z0: the state runs from z_k(0) = {np.min(z0):.3g} to z_k(∞) ≈ 2^{top:.0f}, more than float64 "
+            "can hold in one solve; use a larger eps (the switch-on times grow only as ln(1/eps))"
+        )
+    return float(2.0 ** (2 * round((top + lo + 600) / 4)))  # an even power of two: √s exact for U
+
+
+def _rescaled(system: AbstractLotkaVolterra, s: float) -> AbstractLotkaVolterra:
+    """The gLV with `C → s C` and `y2 = 0` (the flow of `z/s`, `_float64_scale`)."""
+    if _is_low_rank(system):
+        return LowRankLotkaVolterra(system.r, system.d * s, system.U * np.sqrt(s))
+    return LotkaVolterra(system.r, system.C * s, check=False)
 
 
 def _host(x):
@@ -338,8 +390,13 @@ def _thm6(r, c, z0, t):
     e = jnp.exp(-a * t)  # ≤ 1
     phi = jnp.where(a > 0, -jnp.expm1(-a * t) / jnp.where(a > 0, a, 1.0), t)  # ∫₀ᵗ e^{−aτ}dτ, exact near a = 0
     grow = r > 0
-    # z0 multiplies last: a subnormal z0 (ln z0 < −708) is scaled by one well-rounded factor.
-    return z0 * (jnp.where(grow, 1.0, e) / (jnp.where(grow, e, 1.0) + c * z0 * phi))
+    # A growing mode with C_kk z_k0 below the normal range (the flow of a rescaled subnormal z0,
+    # `_float64_scale`) has numerator and denominator multiplied by 2^m, m from ln(C_kk z_k0).
+    lcz = jnp.log(c) + jnp.log(z0)
+    m = jnp.where(grow & (lcz < -690.0), jnp.floor(-lcz / np.log(2.0)), 0.0)
+    e = jnp.where(m > 0, jnp.exp(-a * t + m * np.log(2.0)), e)
+    cz = jnp.where(m > 0, jnp.exp(lcz + m * np.log(2.0)), c * z0)
+    return jnp.ldexp(z0, m.astype(int)) * (jnp.where(grow, 1.0, e) / (jnp.where(grow, e, 1.0) + cz * phi))
 
 
 @jax.jit

@@ -246,6 +246,10 @@ def train(
 
     **Returns:** a `TrainHistory`.
     """
+    if not isinstance(optimizer, optax.GradientTransformation):
+        raise LvflowError(
+            f"optimizer: expected an optax transformation (optax.sgd(0.01), optax.adam(1e-3), …), got {optimizer!r}"
+        )
     steps = _check_int("steps", steps, allow_zero=True)
     every = _check_int("record_every", record_every)
     stream = None

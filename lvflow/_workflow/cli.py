@@ -63,30 +63,45 @@ _OUTPUTS = (("save", ".json", ".npz"), ("plot", ".png", ".pdf", ".svg"))
 
 
 def check_output_names(args: argparse.Namespace) -> None:
-    """Refuse a `--save`/`--plot` file type before a long computation, not after it.
+    """Refuse a `--save`/`--plot` file before a long computation, not after it: its type, its
+    directory (missing or not writable) and a directory given as the file name.
 
     **Raises:** `LvflowError` naming the flag and the path.
     """
     from .._errors import LvflowError
+    from .io import check_writable
 
     for flag, *ok in _OUTPUTS:
         path = getattr(args, flag)
-        if path is not None and not any(path.lower().endswith(s) for s in ok):
+        if path is None:
+            continue
+        if not any(path.lower().endswith(s) for s in ok):
             raise LvflowError(f"--{flag}: unsupported file type for {path}; use {' or '.join(ok)}")
+        check_writable(path, f"--{flag}")
 
 
 def write_outputs(result, args: argparse.Namespace) -> None:
-    """`--save`, `--plot`, then `--json` (the JSON on stdout) or the summary and the files written."""
-    if args.save:
-        result.save(args.save)
-    if args.plot:
-        result.plot(args.plot)
+    """The summary (or with `--json` the JSON) on stdout first, so that a failed write loses no
+    result; then `--save` and `--plot`, and the files written.
+
+    **Raises:** `LvflowError` naming the flag and the user's path when a write fails (a full disk).
+    """
+    from .._errors import LvflowError
+
     if args.json:
         sys.stdout.write(result.to_json())
-        return
-    print(result.summary())
-    for label, path in (("saved", args.save), ("plot", args.plot)):
-        if path:
+    else:
+        print(result.summary(), flush=True)
+    for flag, label, write in (("save", "saved", result.save), ("plot", "plot", result.plot)):
+        path = getattr(args, flag)
+        if not path:
+            continue
+        try:
+            write(path)
+        except LvflowError as e:
+            head, sep, rest = str(e).partition(": ")
+            raise LvflowError(f"--{flag}: {rest if sep and head == 'output' else e}") from None
+        if not args.json:
             print(f"{label}: {path}")
 
 

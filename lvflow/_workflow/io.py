@@ -9,10 +9,14 @@ half-written result behind (and a reader never sees one).
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import io
 import json
 import os
+import signal
 import tempfile
+import threading
 import zipfile
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Mapping
@@ -71,12 +75,12 @@ def _unreadable(name: str, p: Path, e: Exception, what: str = "") -> LvflowError
 
 
 def csv_lines(p: Path, name: str) -> list[str]:
-    """The non-blank, non-comment (`#`) lines of a UTF-8 text file.
+    """The non-blank, non-comment (`#`) lines of a UTF-8 text file (a leading byte-order mark dropped).
 
     **Raises:** `LvflowError` (naming `name` and `p`) if it cannot be read or has no such line.
     """
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark (Excel's UTF-8 CSV) is not data
     except (OSError, UnicodeDecodeError) as e:
         raise LvflowError(f"{name}: cannot read {p}: {e.__class__.__name__}: {e}") from None
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
@@ -85,10 +89,15 @@ def csv_lines(p: Path, name: str) -> list[str]:
     return lines
 
 
+def _cells(line: str) -> list[str]:
+    """The comma-separated cells of one line, stripped, quotes removed (`"r","C0"` as spreadsheets write)."""
+    return [c.strip() for c in next(csv.reader([line], skipinitialspace=True))]
+
+
 def _load_csv(p: Path, name: str) -> dict[str, np.ndarray]:
     lines = csv_lines(p, name)
     header: list[str] | None = None
-    first = [c.strip() for c in lines[0].split(",")]
+    first = _cells(lines[0])
     try:
         [float(c) for c in first]
     except ValueError:
@@ -97,7 +106,7 @@ def _load_csv(p: Path, name: str) -> dict[str, np.ndarray]:
             raise LvflowError(f"{name}: {p} has a header but no data rows")
     rows = []
     for i, ln in enumerate(lines):
-        cells = [c.strip() for c in ln.split(",")]
+        cells = _cells(ln)
         try:
             rows.append([float(c) for c in cells])
         except ValueError:
@@ -175,18 +184,67 @@ def load_array(path, *, name: str = "file") -> np.ndarray:
     return next(iter(arrs.values()))
 
 
-def atomic_write_bytes(path, data: bytes) -> Path:
+def atomic_write_bytes(path, data: bytes, *, name: str = "output") -> Path:
     """Write `data` to `path` atomically (`atomic_write`)."""
-    return atomic_write(path, lambda f: f.write(data))
+    return atomic_write(path, lambda f: f.write(data), name=name)
 
 
-def atomic_write(path, write: Callable[[BinaryIO], object]) -> Path:
-    """Write `path` atomically: `write(f)` fills a temporary file in the same directory, which is
-    flushed, fsync'ed and `os.replace`d onto `path` (removed instead if anything fails)."""
+def check_writable(path, name: str = "output") -> Path:
+    """Refuse an output path before a long computation: its directory must exist and be writable,
+    and the path must not be a directory.
+
+    **Raises:** `LvflowError` naming `name` and the user's path.
+    """
     p = Path(os.fspath(path))
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
-        raise LvflowError(f"output: directory does not exist: {parent}")
+        raise LvflowError(f"{name}: directory does not exist: {parent}")
+    if p.is_dir():
+        raise LvflowError(f"{name}: is a directory, expected a file name: {p}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise LvflowError(f"{name}: directory is not writable (permission denied): {parent}")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise LvflowError(f"{name}: file is not writable (permission denied): {p}")
+    return p
+
+
+#: Signals that end a process politely; during a write they remove the temporary file first.
+_CLEANUP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+@contextlib.contextmanager
+def _signals_raise():
+    """While writing: SIGTERM/SIGHUP (left at their default, which kills without cleanup) raise
+    `SystemExit(128 + signum)` instead, so the temporary file is removed before the process ends.
+    Only in the main thread (the only one that may set handlers); other handlers are left alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    for sig in _CLEANUP_SIGNALS:
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, h in previous.items():
+            signal.signal(sig, h)
+
+
+def atomic_write(path, write: Callable[[BinaryIO], object], *, name: str = "output") -> Path:
+    """Write `path` atomically: `write(f)` fills a temporary file in the same directory, which is
+    flushed, fsync'ed and `os.replace`d onto `path` (removed instead if anything fails, including
+    SIGTERM or SIGHUP during the write).
+
+    **Raises:** `LvflowError` naming `name` and `path` (not the temporary file) when the
+    directory is missing or unwritable, `path` is a directory, or the write fails (a full disk).
+    """
+    p = check_writable(path, name)
+    parent = p.parent if str(p.parent) else Path(".")
     # mkstemp creates the file 0600; give the result the mode a plain open() would (or keep
     # the mode of the file it replaces).
     try:
@@ -195,20 +253,26 @@ def atomic_write(path, write: Callable[[BinaryIO], object]) -> Path:
         umask = os.umask(0)
         os.umask(umask)
         mode = 0o666 & ~umask
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, p)
-    except BaseException:
+    with _signals_raise():
         try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+            fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+        except OSError as e:
+            raise LvflowError(f"{name}: cannot write {p}: {e.strerror or e}") from None
+        try:
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, mode)
+            os.replace(tmp, p)
+        except BaseException as e:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            if isinstance(e, OSError):
+                raise LvflowError(f"{name}: cannot write {p}: {e.strerror or e}") from None
+            raise
     return p
 
 

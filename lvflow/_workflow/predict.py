@@ -161,12 +161,12 @@ def predict(
         t1 = _default_horizon(lv, eps, c, tau_star)
     ts = _time_grid(t1, num_points)
     sol = solve_lv(lv, z0, t1, ts=ts, rho=rho, progress=progress, rtol=rtol, atol=atol)
-    zs = np.asarray(sol.zs)
     t_star = np.asarray(sol.switch_on_times, dtype=np.float64)
     t_star = np.where(np.isfinite(t_star), t_star, np.inf)
     z_inf = np.asarray(sol.z_inf)
-    excess = np.asarray(lv.excess_loss(jnp.asarray(zs)))
-    loss = np.asarray(lv.loss(jnp.asarray(zs))) if y2_known else np.full(ts.shape, np.nan)
+    # The solve's loss (Eq. 26 in modes): no second pass over the (n, K) trajectory.
+    excess = np.asarray(sol.loss) - float(lv.loss(lv.equilibrium()))
+    loss = np.asarray(sol.loss) if y2_known else np.full(ts.shape, np.nan)
     # Ignition order: finite-ε switch-on time, then the asymptotic τ*, then the index.
     order = np.lexsort((np.arange(K), np.where(np.isfinite(tau_star), tau_star, np.inf), t_star))
     never = [int(k) + 1 for k in order if not np.isfinite(t_star[k])]

@@ -7,6 +7,7 @@ Exit codes: 0 success, 2 bad input (one line on stderr naming the input and the 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .cli import check_output_names, write_outputs
 
@@ -98,6 +99,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--save", metavar="FILE", help="write every result, atomically (.json or .npz)")
     out.add_argument("--json", action="store_true", help="print JSON to stdout instead of the table")
     out.add_argument("--quiet", action="store_true", help="no progress bar")
+    out.add_argument(
+        "--progress", action="store_true", help="draw the progress bar even when stderr is not a terminal (a log file)"
+    )
     out.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
@@ -105,11 +109,13 @@ def _build(args):
     """The system and the keyword arguments of `predict` from the parsed flags."""
     import numpy as np
 
-    from .._errors import LvflowError
-    from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra
+    from .._errors import LvflowError, NotCommutingError
+    from .._glv.lv import AbstractLotkaVolterra
+    from .._glv.reduce import reduce_to_lv
+    from .._validate import as_array
     from .io import load_array, load_arrays
     from .predict_data import input_side_shape, nqf_from_data
-    from .predict_inputs import lv_from_arrays, power_law_lv
+    from .predict_inputs import check_below_plateau, lv_from_arrays, power_law_lv
 
     power = [a for a in ("alpha1", "alpha2", "modes") if getattr(args, a) is not None]
     given = [
@@ -137,14 +143,13 @@ def _build(args):
         t1=args.t1,
         num_points=args.points,
         force_lv=args.force_lv,
-        progress=not args.quiet,
+        # A bar redraws in place: on a terminal, or when asked; never flooding a redirected log.
+        progress=not args.quiet and (args.progress or sys.stderr.isatty()),
     )
+    if args.kernel is not None and args.architecture != "cnn":
+        raise LvflowError(f"--kernel: only used with --architecture cnn (got {args.architecture or 'no architecture'})")
     if args.system is not None:
-        arrays = load_arrays(args.system, name="--system")
-        y2 = arrays.pop("y2", None)
-        system = lv_from_arrays(arrays, name="--system")
-        if y2 is not None:
-            system = LotkaVolterra(system.r, system.C, y2=np.reshape(y2, ()), check=False)
+        system = lv_from_arrays(load_arrays(args.system, name="--system"), name="--system")
         kw["source"] = f"{system.K}-mode gLV from {args.system}"
     elif args.architecture is not None:
         if args.data is None:
@@ -155,6 +160,13 @@ def _build(args):
         x = arrays.get("x", arrays.get("X"))
         if x is not None:
             kw["input_shape"] = input_side_shape(args.architecture, np.shape(x), args.kernel)
+        if args.beta is not None:  # c_k = k^-beta needs the modes: reduce now (Assumption 1)
+            try:
+                system = reduce_to_lv(system)
+            except NotCommutingError as e:
+                raise LvflowError(
+                    f"--beta: needs modes, but {args.architecture} on {args.data} does not reduce to a gLV ({e})"
+                ) from None
     else:
         missing = [f"--{a}" for a in ("alpha1", "alpha2", "modes") if getattr(args, a) is None]
         if missing:
@@ -170,9 +182,13 @@ def _build(args):
     if args.c is not None:
         kw["c"] = load_array(args.c, name="--c").reshape(-1)
     if args.beta is not None:
-        if K is None:
-            raise LvflowError("--beta: needs a gLV system (modes); the data did not reduce to one")
-        kw["c"] = np.arange(1, K + 1, dtype=float) ** (-args.beta)
+        beta = float(as_array("--beta", args.beta, ndim=0))
+        with np.errstate(over="ignore"):
+            kw["c"] = np.exp(-beta * np.log(np.arange(1, K + 1, dtype=float)))
+        if not np.all((kw["c"] > 0) & np.isfinite(kw["c"])):
+            raise LvflowError(f"--beta: c_k = k^-beta leaves float64's range for {K} modes (beta = {beta:g})")
+    if "c" in kw and args.eps is not None:
+        check_below_plateau(system, args.eps, kw["c"], name="--beta" if args.beta is not None else "--c")
     return system, kw
 
 

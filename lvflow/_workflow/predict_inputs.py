@@ -3,29 +3,57 @@ spectrum (Thm 9), and the initial scale `z_k(0) = ε c_k` (Thm 8)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
+import equinox as eqx
+import jax.numpy as jnp
 import numpy as np
 
 from .._errors import LvflowError, NotPSDError, SymmetryError
-from .._glv.lv import LotkaVolterra
+from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .._validate import as_array, check_in_open_interval, check_positive, check_positive_int, check_psd
 
 _positive_int = check_positive_int
 
 
-def lv_from_arrays(arrays: Mapping[str, Any], *, name: str = "system") -> LotkaVolterra:
-    """A gLV system from named arrays: `r` and `C`, or `zeta` and `V`.
+def lv_from_arrays(arrays: Mapping[str, Any], *, name: str = "system") -> AbstractLotkaVolterra:
+    """A gLV system from named arrays: `r` and `C`, or `zeta` and `V`, and optionally `y2`.
 
     With `zeta` and `V` (the rates and loss drops of independent modes, Thm 6) the system is
-    diagonal with `r_k = ζ_k` and `C_kk = ζ_k² / (8 V_k)`, so that `V_k = r_k²/(8 C_kk)`.
-    An unnamed array (an `.npy` or a header-less `.csv`) of shape `(K, K+1)` is read as the
-    columns `[r | C]`.
+    diagonal with `r_k = ζ_k` and `C_kk = ζ_k² / (8 V_k)`, so that `V_k = r_k²/(8 C_kk)`, held as
+    its diagonal (`O(K)`). An unnamed array (an `.npy` or a header-less `.csv`) of shape `(K, K+1)`
+    is read as the columns `[r | C]`. `y2` (`(1/m) Σ y_μ²`, the loss at `z = 0`) is a scalar.
 
-    **Raises:** `LvflowError` naming `name` and the problem (missing keys, shapes, NaN/inf,
-    `V ≤ 0`); `SymmetryError` / `NotPSDError` when `C` is not symmetric PSD.
+    **Raises:** `LvflowError` naming `name` and the problem (missing keys, no modes, shapes,
+    NaN/inf, `V ≤ 0`, a `y2` that is not one number, plateaus `r_k/C_kk` beyond float64);
+    `SymmetryError` / `NotPSDError` when `C` is not symmetric PSD.
     """
     keys = {k.lower(): k for k in arrays}
+    y2 = 0.0
+    if "y2" in keys:
+        y2a = as_array(f"{name}: y2", arrays[keys.pop("y2")])
+        if y2a.size != 1:
+            raise LvflowError(f"{name}: y2 must be one number (the mean squared target), got shape {y2a.shape}")
+        y2 = float(y2a.reshape(()))
+    lv = _lv_from_keys(arrays, keys, name)
+    if lv.K == 0:
+        raise LvflowError(f"{name}: the system has no modes (r is empty)")
+    r, Ckk = np.asarray(lv.r), np.asarray(lv.C_diagonal)
+    with np.errstate(divide="ignore", over="ignore"):
+        plateau = np.where((r > 0) & (Ckk > 0), r / np.where(Ckk > 0, Ckk, 1.0), 0.0)
+    if not np.all(np.isfinite(plateau)):
+        k = int(np.flatnonzero(~np.isfinite(plateau))[0])
+        raise LvflowError(
+            f"{name}: mode {k + 1}'s plateau z_k = r_k/C_kk = {r[k]:.3g}/{Ckk[k]:.3g} overflows float64; "
+            "rescale r and C (the loss is then too large to represent)"
+        )
+    if y2:
+        return eqx.tree_at(lambda s: s.y2, lv, jnp.asarray(y2, dtype=lv.r.dtype))
+    return lv
+
+
+def _lv_from_keys(arrays: Mapping[str, Any], keys: dict[str, str], name: str) -> AbstractLotkaVolterra:
     if set(keys) == {""}:
         a = as_array(name, arrays[keys[""]], ndim=2)
         K = a.shape[0]
@@ -50,7 +78,14 @@ def lv_from_arrays(arrays: Mapping[str, Any], *, name: str = "system") -> LotkaV
             raise LvflowError(f"{name}: zeta has shape {zeta.shape} but V has shape {V.shape}")
         if np.any(V <= 0):
             raise LvflowError(f"{name}: V must be positive (the loss drop of each mode), got min {V.min():g}")
-        return LotkaVolterra(zeta, np.diag(zeta**2 / (8 * V)), check=False)
+        if np.any(zeta == 0):
+            k = int(np.flatnonzero(zeta == 0)[0])
+            raise LvflowError(f"{name}: zeta_{k + 1} = 0 with V_{k + 1} > 0; a mode with zeta = 0 drops no loss")
+        with np.errstate(over="ignore", under="ignore"):
+            d = zeta**2 / (8 * V)
+        if np.any(d <= 0) or not np.all(np.isfinite(d)):
+            raise LvflowError(f"{name}: C_kk = zeta_k²/(8 V_k) leaves float64's range; rescale zeta and V")
+        return LowRankLotkaVolterra(zeta, d, np.zeros((zeta.shape[0], 0)))
     raise LvflowError(f"{name}: expected arrays 'r' and 'C', or 'zeta' and 'V'; found {sorted(arrays) or 'none'}")
 
 
@@ -62,17 +97,56 @@ def _check_C(name: str, C: np.ndarray) -> None:
         raise type(e)(f"{name}: {e}") from None
 
 
-def power_law_lv(*, alpha1: float, alpha2: float, modes: int) -> LotkaVolterra:
+def power_law_lv(*, alpha1: float, alpha2: float, modes: int) -> LowRankLotkaVolterra:
     """Independent modes with a power-law spectrum (Thm 9): `ζ_k = r_k = k^{−α₂}`,
     `V_k = k^{−α₁}`, hence `C_kk = r_k² / (8 V_k) = k^{α₁ − 2α₂} / 8`, `k = 1..modes`.
 
-    The excess loss then falls as `E(τ) = Θ(τ^{−(α₁−1)/α₂})` for `α₁ > 1` (Thm 9).
+    The excess loss then falls as `E(τ) = Θ(τ^{−(α₁−1)/α₂})` for `α₁ > 1` (Thm 9). `C` is held as
+    its diagonal (a `LowRankLotkaVolterra` with no low-rank columns): `O(K)` memory and time.
+
+    **Raises:** `LvflowError` naming `alpha1`/`alpha2` when `r_k`, `V_k` or `C_kk` leave float64's
+    normal range (computed as `exp(−α ln k)`, so the message is not an overflow warning).
     """
     a1 = float(as_array("alpha1", alpha1, ndim=0))
     a2 = check_positive("alpha2", alpha2)
-    k = np.arange(1, _positive_int("modes", modes) + 1, dtype=np.float64)
-    r, V = k**-a2, k**-a1
-    return LotkaVolterra(r, np.diag(r**2 / (8 * V)), check=False)
+    K = _positive_int("modes", modes)
+    lk = np.log(np.arange(1, K + 1, dtype=np.float64))
+    limit = math.log(np.finfo(np.float64).tiny)  # −708.4: below it a value is subnormal, then 0
+    for name, a, what in (("alpha2", a2, "r_k = k^-alpha2"), ("alpha1", a1, "V_k = k^-alpha1")):
+        if abs(a) * lk[-1] > -limit:
+            raise LvflowError(
+                f"{name}: {what} leaves float64's range at k = {K} (|{name}| ln K = {abs(a) * lk[-1]:.4g} > 708); "
+                f"use fewer modes or a smaller |{name}|"
+            )
+    lC = (a1 - 2 * a2) * lk - math.log(8.0)
+    if np.max(np.abs(lC)) > -limit:
+        raise LvflowError(
+            f"alpha1: C_kk = k^(alpha1 - 2 alpha2)/8 leaves float64's range at k = {K}; "
+            "use fewer modes or alpha1 closer to 2 alpha2"
+        )
+    return LowRankLotkaVolterra(np.exp(-a2 * lk), np.exp(lC), np.zeros((K, 0)))
+
+
+def check_below_plateau(lv: AbstractLotkaVolterra, eps, c, *, name: str = "c") -> None:
+    """Refuse initial values at or above a growing mode's plateau: `C_kk ε c_k ≥ r_k` (the theory
+    is about small initialisation, Thm 8), naming `name`, the input that set `c`.
+
+    **Raises:** `LvflowError` naming `name` (and not `eps` when `c` is to blame).
+    """
+    eps, c = float(eps), np.asarray(c, dtype=np.float64)
+    if not (0 < eps < 1) or c.shape not in ((), (lv.K,)) or not np.all(np.isfinite(c) & (c > 0)):
+        return  # `initial_scale` names these
+    c = np.broadcast_to(c, (lv.K,))
+    r, Ckk = np.asarray(lv.r), np.asarray(lv.C_diagonal)
+    with np.errstate(over="ignore"):
+        start = Ckk * eps * c
+    bad = np.flatnonzero((r > 0) & (start >= r))
+    if bad.size:
+        k = int(bad[0])
+        raise LvflowError(
+            f"{name}: mode {k + 1} starts at or above its plateau (C_kk eps c_k = {start[k]:.3g} ≥ r_k = {r[k]:.3g}, "
+            f"c_k = {c[k]:.3g}); the theory describes small initialisation"
+        )
 
 
 def initial_scale(
@@ -94,6 +168,8 @@ def initial_scale(
 
     **Raises:** `LvflowError` unless exactly one is given and `0 < ε < 1`, `c_k > 0`.
     """
+    if K == 0:
+        raise LvflowError("system: has no modes (K = 0), so there is nothing to predict")
     given = [n for n, v in (("eps", eps), ("z0", z0), ("init_std", init_std)) if v is not None]
     if len(given) > 1:
         raise LvflowError(f"initial scale: give only one of eps, z0, init_std (got {', '.join(given)})")
