@@ -24,7 +24,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import LvflowError, NotCommutingError
-from .._form.drops import matrix_drops
 from .._form.nqf import NQF
 from .._glv.lv import AbstractLotkaVolterra
 from .._glv.reduce import reduce_to_lv
@@ -222,6 +221,8 @@ def _predict_matrix_flow(
     converges, and its drops (`matrix_drops`)."""
     if z0 is not None or (c is not None and np.ndim(c) > 0):
         raise LvflowError("z0/c: per-mode initial values need commuting structure matrices; give eps or init_std")
+    from .._form.drops import matrix_drops  # diffrax's import is paid only on this path
+
     eps, cvec = initial_scale(1, eps=eps, c=c, init_std=init_std, width=width)
     drops = matrix_drops(nqf, eps * float(cvec[0]) * np.eye(nqf.p), rho=rho, t1=t1, num_points=num_points)
     loss = np.asarray(drops.loss)
