@@ -193,6 +193,7 @@ def _persistent_cache() -> None:
     path = setting or jax.config.jax_compilation_cache_dir or os.path.join(base, "lvflow", "jax")
     try:
         os.makedirs(path, exist_ok=True)
+        _repair_cache(path)
     except OSError:
         return  # an unwritable cache directory costs speed, not correctness
     # another process evicting entries at the same time makes JAX warn once per program; the cache
@@ -201,6 +202,16 @@ def _persistent_cache() -> None:
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_compilation_cache_max_size", 2**30)
+
+
+def _repair_cache(path: str) -> None:
+    """Remove entries of JAX's cache whose access-time file is missing (a process killed between
+    writing the two). JAX reads every entry's access time before each write, so one such entry
+    makes every later write fail: nothing new would ever be cached."""
+    names = set(os.listdir(path))
+    for name in names:
+        if name.endswith("-cache") and name.removesuffix("-cache") + "-atime" not in names:
+            os.remove(os.path.join(path, name))
 
 
 if __name__ == "__main__":
