@@ -165,12 +165,21 @@ def _global_min(nqf, seed):
 
 
 @settings(max_examples=8, deadline=None)
-@given(seed=st.integers(0, 10_000), m=st.integers(5, 14), noise=st.floats(0.0, 0.5))
-def test_plateaus_are_kkt_points_and_the_loss_only_falls(seed, m, noise):
+@given(seed=st.integers(0, 10_000), m=st.integers(3, 15), noise=st.floats(0.0, 0.5), kind=st.sampled_from(range(3)))
+def test_plateaus_are_kkt_points_and_the_loss_only_falls(seed, m, noise, kind):
+    # matrix sensing Sym(S_a); a quadratic net on correlated inputs; a bilinear layer ½[[0, S], [Sᵀ, 0]]
     p = 4
     rng = np.random.default_rng(seed)
-    S = rng.standard_normal((m, p, p))
-    A = (S + np.transpose(S, (0, 2, 1))) / 2  # matrix sensing, Sym(S_a)
+    if kind == 0:
+        S = rng.standard_normal((m, p, p))
+        A = (S + np.transpose(S, (0, 2, 1))) / 2
+    elif kind == 1:
+        X = rng.standard_normal((m, p)) @ np.linalg.cholesky(0.5 * np.eye(p) + 0.5 * np.ones((p, p))).T
+        A = np.einsum("ni,nj->nij", X, X)
+    else:
+        A = np.zeros((m, p, p))
+        A[:, :2, 2:] = rng.standard_normal((m, 2, 2)) / 2
+        A = A + np.transpose(A, (0, 2, 1))
     U = rng.standard_normal((p, 2))
     y = np.einsum("nij,ij->n", A, U @ U.T) + noise * rng.standard_normal(m)
     nqf = lvflow.NQF(A, y)
@@ -185,7 +194,7 @@ def test_plateaus_are_kkt_points_and_the_loss_only_falls(seed, m, noise):
         assert np.linalg.eigvalsh(M)[0] >= -1e-10 * size
         H = np.asarray(nqf.H(M))
         # KKT of min L over PSD M with range in S = range M: H vanishes on S (H M = 0)
-        assert np.linalg.norm(H @ M) <= 1e-7 * scale * size
+        assert np.linalg.norm(H @ M) <= 1e-9 * scale * size
         expected = loss[0] if j == 0 else float(s.loss_at(tj))
         np.testing.assert_allclose(float(nqf.loss(M)), expected, rtol=1e-12, atol=1e-14)
     # the last plateau: nothing grows (H ⪰ 0 on S⊥), so M* is the global minimum over all PSD M

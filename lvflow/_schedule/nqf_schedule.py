@@ -224,23 +224,36 @@ def _flow(args, W0, t1, tol):
 
 
 def _polish(A2, t2, m, F0):
-    """Gauss–Newton (scipy `least_squares`) on the factor `F` of `M = F Fᵀ`: residuals
-    `Δ_μ = Tr[F Fᵀ A_μ] − y_μ`, Jacobian `2 A_μ F`. Converges to the critical point `H M = 0`."""
+    """Newton (scipy `trust-exact`) on the factor `F` of `M = F Fᵀ`, for `L(F Fᵀ)` (Eq. 26):
+    gradient `H F`, Hessian `δF ↦ K(δF Fᵀ + F δFᵀ) F + H δF` (Eq. 252). Converges, quadratically,
+    to the critical point `H M = 0` near the flow's end."""
     p, r = F0.shape
+    n = A2.shape[0]
+    flat = A2.reshape(n, p * p)
+
+    def parts(x):
+        F = x.reshape(p, r)
+        res = flat @ (F @ F.T).ravel() - t2
+        return F, res, (4.0 / m * (res @ flat)).reshape(p, p)
 
     def fun(x):
-        F = x.reshape(p, r)
-        return (np.einsum("nij,ij->n", A2, F @ F.T) - t2) / math.sqrt(m)
+        F, res, H = parts(x)
+        return float(res @ res) / m, (H @ F).ravel()
 
-    def jac(x):
-        F = x.reshape(p, r)
-        return (2.0 / math.sqrt(m)) * np.einsum("nij,jr->nir", A2, F).reshape(A2.shape[0], p * r)
+    def hess(x):
+        F, _, H = parts(x)
+        AF = np.einsum("nij,jr->nir", A2, F).reshape(n, p * r)  # ∂Δ_μ/∂F = 2 A_μ F
+        return 8.0 / m * AF.T @ AF + np.kron(H, np.eye(r))
 
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # trf's trust-region step at an exact optimum
-        res = scipy.optimize.least_squares(fun, F0.ravel(), jac=jac, method="trf", xtol=None, ftol=None, gtol=1e-14)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        res = scipy.optimize.minimize(
+            fun, F0.ravel(), jac=True, hess=hess, method="trust-exact", options={"gtol": 1e-15}
+        )
+        # near the optimum the loss stops resolving the steps; Newton on the gradient goes on
+        res = scipy.optimize.root(lambda x: fun(x)[1], res.x, jac=hess, method="lm", options={"xtol": 1e-15})
     F = res.x.reshape(p, r)
     # On its range the problem is linear: the exact minimiser over symmetric X (kept if PD)
-    # leaves `H` exactly zero there, which Gauss–Newton approaches only linearly.
+    # leaves `H` exactly zero there.
     # The smallest change (Frobenius) from the flow's end does it: directions the loss does not
     # see keep the values the flow gave them (for commuting data, the off-diagonal entries of Prop 7 stay 0).
     R = np.linalg.qr(F)[0]
@@ -308,7 +321,11 @@ def _next_plateau(nqf, A2, t2, m, F, dirs):
     size = math.sqrt(max(max(sat), float(np.max(np.abs(M))) if M.size else 0.0, 1e-300))
     scale = max(float(np.max(np.abs(np.asarray(nqf.H(jnp.asarray(M)))))), 1e-300) * size
     t1 = 1e6 / max(float(np.max(np.abs(A2))) * max(float(np.max(np.abs(t2))), 1.0), 1e-300)
-    Wend, result = _flow(args, jnp.asarray(W0), jnp.asarray(t1), jnp.asarray(_STEADY * scale))
+    # ... and below the push's own start, |H q| |push|, lest a slowly growing direction count as
+    # already settled
+    v0 = float(np.max(np.abs(np.asarray(nqf.H(jnp.asarray(M))) @ np.column_stack(pushes))))
+    tol = min(_STEADY * scale, 1e-2 * v0) if v0 > 0 else _STEADY * scale
+    Wend, result = _flow(args, jnp.asarray(W0), jnp.asarray(t1), jnp.asarray(tol))
     if result != diffrax.RESULTS.successful and result != diffrax.RESULTS.event_occurred:
         raise SolverError(f"plateau_schedule: the flow to the next plateau failed: {diffrax.RESULTS[result]}")
     Wend = np.asarray(Wend)[:d]
@@ -393,6 +410,11 @@ def nqf_plateau_schedule(nqf: NQF, eps, *, max_events: int | None = None) -> NQF
         F, gone = _next_plateau(nqf, A2, t2, m, F, dirs)
         Mnew = F @ F.T
         Lnew = loss_of(Mnew)
+        if Lnew >= (ev_loss[-1] if ev_loss else loss0) - 1e-14 * max(1.0, abs(loss0)):
+            raise SolverError(
+                f"plateau_schedule: the ignition at τ = {t:.6g} did not lower the loss (rate {g[piv[0]]:.3g} "
+                "too close to 0 for the plateau flow to resolve)"
+            )
         for d in dirs.T:
             ev_t.append(t), ev_dir.append(d), ev_ign.append(True), ev_loss.append(Lnew)
         # the new flag in the new S⊥: leaving directions at log-scale 0, then the rest in order
