@@ -36,18 +36,19 @@ from .._errors import LvflowError, SolverError
 from .._form.nqf import NQF
 from .._glv.reduce import _targets
 from .._glv.rodas5p import Rodas5P
-from .._validate import _is_concrete, check_in_open_interval, check_positive_int
+from .._validate import check_in_open_interval, check_positive_int
 
 # Overlaps (entries of an orthogonal matrix, after elimination) below this count as exact zeros.
 _OVERLAP_TOL = 1e-7
-# Rates, eigenvalues of M and log-scales closer than this (relative) are equal.
+# Rates below _RATE_RTOL of the first plateau's largest are 0 (and closer ones equal); eigenvalues
+# of M below _RANK_RTOL of the largest have left; log-scales and times within _TIME_RTOL are equal.
 _RATE_RTOL = 1e-9
 _RANK_RTOL = 1e-7
 _TIME_RTOL = 1e-10
 # The push along an igniting direction, relative to its own saturation level.
 _PUSH = 1e-5
-# The flow to a plateau stops at |Ẇ| < _STEADY |H| |W| (then a Gauss–Newton polish): before
-# rounding errors, growing along the unstable directions of a saddle, carry it away.
+# The flow to a plateau stops at |Ẇ| < _STEADY |H| |W| (then a Newton polish): an explicit or
+# implicit solver hovers near 1e-8 at a steady state, so a tighter test would never fire.
 _STEADY = 1e-6
 
 
@@ -98,11 +99,9 @@ class NQFPlateauSchedule(eqx.Module):
 
         **Raises:** `LvflowError` for a NaN `tau` (concrete); under `jit` a NaN `tau` gives NaN.
         """
-        tau = jnp.asarray(tau, dtype=float)
-        if _is_concrete(tau) and np.any(np.isnan(np.asarray(tau))):
-            raise LvflowError("tau: contains NaN")
-        value = self.loss[jnp.searchsorted(self.tau, tau, side="right")]
-        return jnp.where(jnp.isnan(tau), jnp.nan, value)
+        from .schedule import PlateauSchedule  # the gLV schedule's step function, on these fields
+
+        return PlateauSchedule.loss_at(self, tau)
 
     def M_at(self, tau: float) -> Float[Array, "p p"]:
         """The plateau matrix `M*` at time `tau` (right-continuous)."""
@@ -353,10 +352,21 @@ def nqf_plateau_schedule(nqf: NQF, eps, *, max_events: int | None = None) -> NQF
     """The ε → 0 limit of the flow `Ṁ = −(H M + M H)` (Eq. 28) of an `NQF` from `M0 = ε I`.
 
     Called by `plateau_schedule` for an `NQF`; the algorithm is in the module docstring and
-    `docs/devdocs/nqf_schedule.md`.
+    `docs/devdocs/nqf_schedule.md`. Each plateau costs one stiff solve of the `p × p` factor flow
+    and a Newton polish, so it is meant for `p` up to a few tens.
+
+    **Arguments:**
+
+    - `nqf`: a ZGZ `NQF` (no `g`, `B`), scalar or vector outputs.
+    - `eps`: the initial scale ε ∈ (0, 1); the limit does not depend on it (`times` uses it).
+    - `max_events`: size of the event buffer (default `4p + 16`).
+
+    **Returns:** an `NQFPlateauSchedule`.
 
     **Raises:** `LvflowError` for `eps ∉ (0, 1)`, a non-`NQF`, an NQF with μ-terms or a bad
-    `max_events`; `SolverError` when a plateau's flow fails or the event budget overflows.
+    `max_events`; `SolverError` when a plateau's flow fails, an ignition does not lower the loss
+    (a rate within rounding of 0), the inactive flag loses a dimension in a transition, or the
+    event budget overflows.
     """
     eps = check_in_open_interval("eps", eps, 0.0, 1.0)
     A2, t2, m = _check_nqf(nqf)
