@@ -214,12 +214,12 @@ def _flow(args, W0, t1, tol):
         None,
         W0,
         args=args,
-        stepsize_controller=diffrax.PIDController(rtol=1e-9, atol=1e-13),
+        stepsize_controller=diffrax.PIDController(rtol=1e-7, atol=1e-12),
         event=diffrax.Event(diffrax.steady_state_event(rtol=0.0, atol=tol, norm=lambda x: jnp.max(jnp.abs(x)))),
         max_steps=200_000,
         throw=False,
     )
-    return sol.ys[-1], sol.result
+    return sol.ys[-1], sol.result, sol.ts[-1], sol.stats["num_steps"]
 
 
 def _polish(A2, t2, m, F0):
@@ -324,7 +324,7 @@ def _next_plateau(nqf, A2, t2, m, F, dirs):
     # already settled
     v0 = float(np.max(np.abs(np.asarray(nqf.H(jnp.asarray(M))) @ np.column_stack(pushes))))
     tol = min(_STEADY * scale, 1e-2 * v0) if v0 > 0 else _STEADY * scale
-    Wend, result = _flow(args, jnp.asarray(W0), jnp.asarray(t1), jnp.asarray(tol))
+    Wend, result, _, _ = _flow(args, jnp.asarray(W0), jnp.asarray(t1), jnp.asarray(tol))
     if result != diffrax.RESULTS.successful and result != diffrax.RESULTS.event_occurred:
         raise SolverError(f"plateau_schedule: the flow to the next plateau failed: {diffrax.RESULTS[result]}")
     Wend = np.asarray(Wend)[:d]
