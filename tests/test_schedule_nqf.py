@@ -75,6 +75,16 @@ def test_commuting_data_with_switch_offs_give_the_glv_schedule(seed):
     assert not np.all(np.asarray(ref.ignites))
 
 
+def test_commuting_vector_outputs_give_the_glv_schedule():
+    # A of shape (m, k, p, p) (Cor. 1): the sums run over output components too
+    rng = np.random.default_rng(3)
+    p, m, k = 4, 8, 2
+    P = np.linalg.qr(rng.standard_normal((p, p)))[0]
+    lam = rng.standard_normal((m, k, p))
+    y = lam @ rng.uniform(0.2, 1.0, p) + 0.2 * rng.standard_normal((m, k))
+    _assert_matches_glv(lvflow.NQF(np.einsum("ia,nca,ja->ncij", P, lam, P), y))
+
+
 def test_diagonal_network_with_an_untouched_and_two_degenerate_directions():
     # A = ¼ Diag(x) (Table 3) in p = 4: coordinates 0 and 1 have identical statistics (equal rates,
     # simultaneous ignition: a degenerate eigenspace of H), coordinate 3 is never touched.
