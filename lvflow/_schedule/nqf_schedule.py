@@ -61,8 +61,10 @@ class NQFPlateauSchedule(eqx.Module):
     **Fields:**
 
     - `tau`: event times in `τ = t / ln(1/ε)`, shape `(n,)`.
-    - `direction`: the unit vector of each event (the eigenvector of `M` that ignites or
-      leaves), shape `(n, p)`.
+    - `direction`: the unit vector of each event, shape `(n, p)`: the eigenvector of `H⊥⊥` on the
+      plateau before that ignites (in the limit, the new eigenvector of `M` at log-scale 0), or
+      the direction of `M` that leaves (an eigenvector of the next plateau's `H⊥⊥`). Signs are
+      arbitrary.
     - `ignites`: `True` for an ignition, `False` for a direction leaving the active subspace.
     - `loss`: plateau losses (Eq. 26), shape `(n + 1,)`: `loss[0]` before the first event,
       `loss[i+1]` after event `i` (events at one time share the loss after all of them).
