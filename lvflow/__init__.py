@@ -91,6 +91,7 @@ _EXPORTS = {
     "projector_modes": "._glv.closed_forms",
     "proportional_samples": "._glv.closed_forms",
     "PlateauSchedule": "._schedule.schedule",
+    "NQFPlateauSchedule": "._schedule.nqf_schedule",
     "plateau_schedule": "._schedule.schedule",
     # Scaling laws (Thm 9–11, App. C).
     "PowerLawFit": "._scaling",
@@ -200,6 +201,7 @@ if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers 
         resolved_steps as resolved_steps,
         spectrum_exponents as spectrum_exponents,
     )
+    from ._schedule.nqf_schedule import NQFPlateauSchedule as NQFPlateauSchedule
     from ._schedule.schedule import PlateauSchedule as PlateauSchedule, plateau_schedule as plateau_schedule
     from ._sweep.result import SweepResult as SweepResult, load_sweep as load_sweep
     from ._sweep.sweep import sweep as sweep

@@ -35,9 +35,11 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._errors import LvflowError, SolverError
+from .._form.nqf import NQF
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .._validate import _is_concrete, as_array, check_in_open_interval, check_positive_int, check_psd
 from .active_set import _backend, _repair
+from .nqf_schedule import NQFPlateauSchedule, nqf_plateau_schedule
 from .orbit import transient
 
 # σ_k = r_k − (Cz*)_k counts as positive (zero) above (below) this fraction of max|r|.
@@ -357,14 +359,14 @@ def _diagonal_schedule(r, c, y2, u0, active0, L, corrected):
 
 
 def plateau_schedule(
-    system: LotkaVolterra | LowRankLotkaVolterra,
+    system: LotkaVolterra | LowRankLotkaVolterra | NQF,
     eps,
     *,
     z0=None,
     corrected: bool = False,
     transients: bool = False,
     max_events: int | None = None,
-) -> PlateauSchedule:
+) -> PlateauSchedule | NQFPlateauSchedule:
     """The ε → 0 limit of the gLV `ż_k = z_k (r_k − Σ_j C_kj z_j)` (Eq. 32) started at `z_k0 = Θ(ε)`.
 
     With `s_k = ln z_k / ln(1/ε)` and `τ = t / ln(1/ε)` the limit flow is piecewise linear,
@@ -379,7 +381,10 @@ def plateau_schedule(
     **Arguments:**
 
     - `system`: a `LotkaVolterra` (dense PSD `C`, checked) or a `LowRankLotkaVolterra`
-      (`C = diag(d) + UUᵀ`, for 10⁴–10⁵ modes).
+      (`C = diag(d) + UUᵀ`, for 10⁴–10⁵ modes); or an `NQF`, whose data need not commute: its
+      flow `Ṁ = −(HM + MH)` (Eq. 28) from `M0 = ε I` in the same limit, returned as an
+      `NQFPlateauSchedule` (`nqf_schedule.py`; `z0`, `corrected` and `transients` do not apply).
+      On commuting data it is the schedule of `reduce_to_lv(system)`.
     - `eps`: the initial scale ε ∈ (0, 1).
     - `z0`: initial values; default `z_k0 = ε` (`s_k(0) = −1`). Otherwise
       `s_k(0) = ln z0_k / ln(1/ε)`; modes with `z0_k ≥ 1` start on the plateau, `z0_k = 0` never grow.
@@ -434,8 +439,14 @@ def plateau_schedule(
     if the event buffer overflows (or an orbit fails).
     """
     eps = check_in_open_interval("eps", eps, 0.0, 1.0)
+    if isinstance(system, NQF):
+        if z0 is not None or corrected or transients:
+            raise LvflowError(
+                "system: an NQF's schedule starts at M0 = eps·I in the limit; z0, corrected, transients are gLV-only"
+            )
+        return nqf_plateau_schedule(system, eps, max_events=max_events)
     if not isinstance(system, AbstractLotkaVolterra):
-        raise LvflowError(f"system: expected a LotkaVolterra or LowRankLotkaVolterra, got {type(system).__name__}")
+        raise LvflowError(f"system: expected a LotkaVolterra, LowRankLotkaVolterra or NQF, got {type(system).__name__}")
     if transients and not corrected:
         raise LvflowError("transients: needs corrected=True (it refines the finite-ε schedule)")
     if max_events is not None:
