@@ -148,10 +148,10 @@ README_CMD = "--system sys.csv --eps 1e-4 --lr 0.01 --plot loss.png --save out.j
 README_OUTPUT = """\
 lvflow predict: 3-mode gLV from sys.csv
 method lv, eps = 0.0001 (ln 1/eps = 9.21034), rho = 0.5, learning rate 0.01, horizon t1 = 76.2096
-#  mode   r_k        V_k     t*_k  steps*_k  tau*_k  plateau loss    eps merge
-1     1     1      0.125  9.21024   921.024       1      0.164062  0.000342583
-2     2   0.5    0.03125   17.034    1703.4       2     0.0390625  0.000171292
-3     3  0.25  0.0078125  31.2946   3129.46       4     0.0078125            -
+#  mode   r_k  V_k alone     t*_k  steps*_k  tau*_k  plateau loss       drop    eps merge
+1     1     1      0.125  9.21024   921.024       1      0.164062      0.125  0.000342583
+2     2   0.5    0.03125   17.034    1703.4       2     0.0390625    0.03125  0.000171292
+3     3  0.25  0.0078125  31.2946   3129.46       4     0.0078125  0.0078125            -
 saved: out.json
 plot: loss.png
 """
@@ -176,10 +176,11 @@ def test_readme_example(capsys, tmp_path, monkeypatch):
         assert float(row[5]) == float(f"{t_star[k] / eta:.6g}")
         assert float(row[6]) == float(f"{1 / r[k]:.6g}")  # τ*_k = 1/r_k (Eq. 168)
         assert float(row[7]) == float(f"{V[k:].sum():.6g}")  # the drops still to come
+        assert float(row[8]) == float(f"{V[k]:.6g}")  # this switch-on's drop: V_k for diagonal C
     from lvflow import resolved_steps
 
     for k in range(2):  # at eps_merge the pair's steps stop being resolved
-        e = float(rows[k][8])
+        e = float(rows[k][9])
         assert resolved_steps(r, e * 0.999, C=np.ones(3)).resolved[k]
         assert not resolved_steps(r, e * 1.001, C=np.ones(3)).resolved[k]
     saved = json.loads((tmp_path / "out.json").read_text())

@@ -41,6 +41,16 @@ _DGER_MIN_K = 256
 # A Schur complement below this fraction of C_kk means a linearly dependent mode.
 _SCHUR_RTOL = 1e-10
 
+# σ_k = r_k − (Cz*)_k counts as positive (negative) above (below) this fraction of the terms it is
+# the difference of, `|r_k| + |(Cz*)_k|`: a mode's own scale, so a small r_k is not lost next to a
+# large one (a relative threshold on max|r| dropped every mode below it).
+_SIGMA_RTOL = 1e-10
+
+
+def _mode_tol(r, sigma):
+    """Per mode, the size below which `σ_k = r_k − (Cz*)_k` is rounding: `_SIGMA_RTOL (|r_k| + |(Cz*)_k|)`."""
+    return _SIGMA_RTOL * (np.abs(r) + np.abs(r - sigma)) + np.finfo(float).tiny
+
 
 class _DenseBackend:
     """`Q = (C_SS)⁻¹` embedded in `K × K` (zero off `S`), updated in place by rank-one
@@ -127,6 +137,21 @@ class _DenseBackend:
     def schur(self):
         return self.gam
 
+    def cz(self, x):
+        """`C x`."""
+        return self.C @ x
+
+    def refine(self) -> None:
+        """One step of iterative refinement of `C_SS z_S = r_S` (the rank-one updates drift),
+        `z_S += Q (r − C z)_S`, and `σ = r − C z` recomputed from the refined `z`."""
+        S = self.supp
+        if not S.any():
+            return
+        z = self.z + self.Q @ np.where(S, self.r - self.C @ self.z, 0.0)  # Q vanishes off S
+        self.z, self._z = z, z.copy()
+        self.phi = self.r - self.C @ z
+        self._phi = self.phi.copy()
+
 
 class _LowRankBackend:
     """`C = diag(d) + UUᵀ`: only the Woodbury core `G = U_Sᵀ D_S⁻¹ U_S`, `b = U_Sᵀ D_S⁻¹ r_S`
@@ -201,6 +226,22 @@ class _LowRankBackend:
     def schur(self):
         return self.d + np.einsum("kq,kq->k", self.U @ self.Ginv, self.U)
 
+    def cz(self, x):
+        """`C x = d x + U (Uᵀ x)`."""
+        return self.d * x + self.U @ (self.U.T @ x)
+
+    def refine(self) -> None:
+        """One step of iterative refinement of the core equation `(I + G) v = b` against `G`, `b`
+        formed afresh (the updated ones drift): `v −= (I + G)⁻¹ (v − U_Sᵀ z_S(v))`, `z_S(v) = D_S⁻¹(r_S − U_S v)`."""
+        S = self.supp
+        if not S.any():
+            return
+        Us = self.U[S]
+        zs = (self.r[S] - Us @ self.v) / self.d[S]
+        self.v = self.v - self.Ginv @ (self.v - Us.T @ zs)
+        self.psi = self.r - self.U @ self.v
+        self._v, self._psi = self.v, self.psi
+
 
 def _backend(system, corrected):
     """The backend for `system`: Woodbury for a `LowRankLotkaVolterra`, dense inverse otherwise."""
@@ -214,13 +255,20 @@ def _repair(be, pend: set, tol, max_iter):
     """Lawson–Hanson on the active set, warm-started from the backend's support. `pend` holds
     the active modes off the support (after an ignition, normally just the new ones), so a step
     costs one solve. Afterwards the backend holds the saturated equilibrium of the gLV
-    restricted to the active set, and `pend` the active modes at `z* = 0`."""
+    restricted to the active set, refined on its support (`refine`), and `pend` the active modes
+    at `z* = 0`. `tol`: a growth rate at or below it is zero; `None` for each mode's own
+    (`_mode_tol`)."""
+    _lawson_hanson(be, pend, tol, max_iter)
+    be.refine()
+
+
+def _lawson_hanson(be, pend: set, tol, max_iter):
     for _ in range(max_iter):
         if not pend:
             return
         phi = be.sigma()
         k = max(pend, key=phi.__getitem__)  # `pend` is small: plain Python beats numpy here
-        if not phi[k] > tol:
+        if not phi[k] > (_mode_tol(be.r[k], phi[k]) if tol is None else tol):
             return
         if not be.add(k):
             raise LvflowError(

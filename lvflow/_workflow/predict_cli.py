@@ -102,7 +102,7 @@ def _build(args):
     import numpy as np
 
     from .._errors import LvflowError
-    from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra
+    from .._glv.lv import AbstractLotkaVolterra
     from .io import load_array, load_arrays
     from .predict_data import nqf_from_data
     from .predict_inputs import lv_from_arrays, power_law_lv
@@ -136,11 +136,7 @@ def _build(args):
         progress=not args.quiet,
     )
     if args.system is not None:
-        arrays = load_arrays(args.system, name="--system")
-        y2 = arrays.pop("y2", None)
-        system = lv_from_arrays(arrays, name="--system")
-        if y2 is not None:
-            system = LotkaVolterra(system.r, system.C, y2=np.reshape(y2, ()), check=False)
+        system = lv_from_arrays(load_arrays(args.system, name="--system"), name="--system")
         kw["source"] = f"{system.K}-mode gLV from {args.system}"
     elif args.architecture is not None:
         if args.data is None:

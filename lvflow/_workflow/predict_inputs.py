@@ -15,15 +15,17 @@ _positive_int = check_positive_int
 
 
 def lv_from_arrays(arrays: Mapping[str, Any], *, name: str = "system") -> LotkaVolterra:
-    """A gLV system from named arrays: `r` and `C`, or `zeta` and `V`.
+    """A gLV system from named arrays: `r` and `C`, or `zeta` and `V`; optionally `y2`.
 
     With `zeta` and `V` (the rates and loss drops of independent modes, Thm 6) the system is
     diagonal with `r_k = ζ_k` and `C_kk = ζ_k² / (8 V_k)`, so that `V_k = r_k²/(8 C_kk)`.
     An unnamed array (an `.npy` or a header-less `.csv`) of shape `(K, K+1)` is read as the
-    columns `[r | C]`.
+    columns `[r | C]`. `y2 = (1/m) Σ y_μ²` (the loss at `z = 0`, `≥ 0`) is one number; a CSV column
+    `y2` (which the CSV reader files under `y`) holds it in every row.
 
-    **Raises:** `LvflowError` naming `name` and the problem (missing keys, shapes, NaN/inf,
-    `V ≤ 0`); `SymmetryError` / `NotPSDError` when `C` is not symmetric PSD.
+    **Raises:** `LvflowError` naming `name` and the problem (missing, unexpected or doubly given
+    keys, shapes, NaN/inf, `V ≤ 0`, `y2 < 0`); `SymmetryError` / `NotPSDError` when `C` is not
+    symmetric PSD.
     """
     keys = {k.lower(): k for k in arrays}
     if set(keys) == {""}:
@@ -34,6 +36,14 @@ def lv_from_arrays(arrays: Mapping[str, Any], *, name: str = "system") -> LotkaV
                 f"{name}: an unnamed array must have shape (K, K+1) holding the columns [r | C], got {a.shape}"
             )
         arrays, keys = {"r": a[:, 0], "C": a[:, 1:]}, {"r": "r", "c": "C"}
+    if {"r", "c"} <= set(keys) and {"zeta", "v"} <= set(keys):
+        raise LvflowError(f"{name}: holds both r, C and zeta, V; give one pair")
+    extra = sorted(set(keys) - {"r", "c", "zeta", "v", "y2", "y"})
+    if extra:
+        raise LvflowError(
+            f"{name}: unexpected arrays {[keys[k] for k in extra]}; expected r and C (or zeta and V), and optionally y2"
+        )
+    y2 = _y2(name, arrays, keys)
     if "r" in keys and "c" in keys:
         r = as_array(f"{name}: r", arrays[keys["r"]], ndim=1)
         C = as_array(f"{name}: C", arrays[keys["c"]], ndim=2)
@@ -42,7 +52,7 @@ def lv_from_arrays(arrays: Mapping[str, Any], *, name: str = "system") -> LotkaV
                 f"{name}: C has shape {C.shape}, expected {(r.shape[0],) * 2} to match r of shape {r.shape}"
             )
         _check_C(name, C)
-        return LotkaVolterra(r, C, check=False)
+        return LotkaVolterra(r, C, y2=y2, check=False)
     if "zeta" in keys and "v" in keys:
         zeta = as_array(f"{name}: zeta", arrays[keys["zeta"]], ndim=1)
         V = as_array(f"{name}: V", arrays[keys["v"]], ndim=1)
@@ -50,8 +60,23 @@ def lv_from_arrays(arrays: Mapping[str, Any], *, name: str = "system") -> LotkaV
             raise LvflowError(f"{name}: zeta has shape {zeta.shape} but V has shape {V.shape}")
         if np.any(V <= 0):
             raise LvflowError(f"{name}: V must be positive (the loss drop of each mode), got min {V.min():g}")
-        return LotkaVolterra(zeta, np.diag(zeta**2 / (8 * V)), check=False)
+        return LotkaVolterra(zeta, np.diag(zeta**2 / (8 * V)), y2=y2, check=False)
     raise LvflowError(f"{name}: expected arrays 'r' and 'C', or 'zeta' and 'V'; found {sorted(arrays) or 'none'}")
+
+
+def _y2(name: str, arrays: Mapping[str, Any], keys: dict) -> float:
+    """`y2` from the key `y2`, or from `y` (a CSV column `y2`): one value, repeated in a column; 0 if absent."""
+    k = keys.get("y2", keys.get("y"))
+    if k is None:
+        return 0.0
+    if "y2" in keys and "y" in keys:
+        raise LvflowError(f"{name}: holds both y2 and y; give y2 once")
+    v = as_array(f"{name}: y2", arrays[k], ndim=(0, 1)).reshape(-1)
+    if v.size == 0 or np.any(v != v[0]):
+        raise LvflowError(f"{name}: y2 must be one number (the same in every CSV row), got {v[:4].tolist()}")
+    if v[0] < 0:
+        raise LvflowError(f"{name}: y2 must be ≥ 0 (the mean of the squared targets), got {v[0]:g}")
+    return float(v[0])
 
 
 def _check_C(name: str, C: np.ndarray) -> None:
