@@ -47,9 +47,12 @@ _SCHUR_RTOL = 1e-10
 _SIGMA_RTOL = 1e-10
 
 
+_TINY = float(np.finfo(float).tiny)
+
+
 def _mode_tol(r, sigma):
     """Per mode, the size below which `σ_k = r_k − (Cz*)_k` is rounding: `_SIGMA_RTOL (|r_k| + |(Cz*)_k|)`."""
-    return _SIGMA_RTOL * (np.abs(r) + np.abs(r - sigma)) + np.finfo(float).tiny
+    return _SIGMA_RTOL * (np.abs(r) + np.abs(r - sigma)) + _TINY
 
 
 class _DenseBackend:
@@ -141,13 +144,23 @@ class _DenseBackend:
         """`C x`."""
         return self.C @ x
 
-    def refine(self) -> None:
+    def quad(self, x) -> float:
+        """`xᵀ C x`."""
+        return float(x @ (self.C @ x))
+
+    def refine(self, full: bool = False) -> None:
         """One step of iterative refinement of `C_SS z_S = r_S` (the rank-one updates drift),
-        `z_S += Q (r − C z)_S`, and `σ = r − C z` recomputed from the refined `z`."""
+        `z_S += Q (r − C z)_S`, after a fresh solve of `C_SS` with `full`; clipped at 0 (a support
+        mode at the boundary may round below it); `σ = r − C z` recomputed from the refined `z`."""
         S = self.supp
         if not S.any():
             return
-        z = self.z + self.Q @ np.where(S, self.r - self.C @ self.z, 0.0)  # Q vanishes off S
+        z = self.z
+        if full:
+            z = np.zeros_like(z)
+            z[S] = np.linalg.solve(self.C[np.ix_(S, S)], self.r[S])
+        z = z + self.Q @ np.where(S, self.r - self.C @ z, 0.0)  # Q vanishes off S
+        z = np.maximum(z, 0.0)
         self.z, self._z = z, z.copy()
         self.phi = self.r - self.C @ z
         self._phi = self.phi.copy()
@@ -230,16 +243,39 @@ class _LowRankBackend:
         """`C x = d x + U (Uᵀ x)`."""
         return self.d * x + self.U @ (self.U.T @ x)
 
-    def refine(self) -> None:
-        """One step of iterative refinement of the core equation `(I + G) v = b` against `G`, `b`
-        formed afresh (the updated ones drift): `v −= (I + G)⁻¹ (v − U_Sᵀ z_S(v))`, `z_S(v) = D_S⁻¹(r_S − U_S v)`."""
+    def quad(self, x) -> float:
+        """`xᵀ C x = Σ d x² + |Uᵀ x|²`."""
+        Ux = self.U.T @ x
+        return float(self.d @ (x * x) + Ux @ Ux)
+
+    def refine(self, full: bool = False) -> None:
+        """Iterative refinement in `z` (the updated `G`, `b`, `(I + G)⁻¹` drift, and `z = (r − Uv)/d`
+        cancels when `d ≪ |U|²`): `z_S += C_SS⁻¹ (r − C z)_S`, `C z = d z + U(Uᵀz)` formed directly and
+        `C_SS⁻¹` applied by Woodbury; one step, or with `full` the core formed afresh on the support
+        and three steps. (Without it the plateaus of an ill-conditioned `I + G`, `d ≪ |U|²`, drift to
+        1e-9; a step costs four `O(K q)` products.) Then `v = Uᵀz`, `ψ = d z` on `S` and
+        `σ = r − C z` off it; `z` clipped at 0 (a support mode at the boundary may round below it)."""
         S = self.supp
         if not S.any():
             return
-        Us = self.U[S]
-        zs = (self.r[S] - Us @ self.v) / self.d[S]
-        self.v = self.v - self.Ginv @ (self.v - Us.T @ zs)
-        self.psi = self.r - self.U @ self.v
+        if full:
+            Us, rs = self.Us[S], self.rs[S]
+            self.G, self.b, self.c = Us.T @ Us, Us.T @ rs, float(rs @ rs)
+            self.Ginv = np.linalg.inv(np.eye(self.G.shape[0]) + self.G)
+        d, U = self.d, self.U
+        z = self.z_full()
+        Uz = U.T @ z
+        for _ in range(3 if full else 1):
+            w = np.where(S, (self.r - d * z - U @ Uz) / d, 0.0)
+            Uw = U.T @ w
+            a = self.Ginv @ Uw
+            z = z + w - np.where(S, (U @ a) / d, 0.0)
+            Uz = Uz + Uw - self.G @ a  # Uᵀ(D_S⁻¹ U_S a) = G a
+        if np.any(z < 0):  # a support mode at the boundary rounded below 0
+            z = np.maximum(z, 0.0)
+            Uz = U.T @ z
+        self.v = Uz
+        self.psi = np.where(S, d * z, self.r - d * z - U @ Uz)
         self._v, self._psi = self.v, self.psi
 
 
