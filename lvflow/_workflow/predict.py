@@ -306,6 +306,17 @@ def _header(source, eps, rho, lr, t1, exponent) -> dict:
     return dict(source=source, eps=float(eps), rho=float(rho), learning_rate=lr, t1=float(t1), exponent=float(exponent))
 
 
+def _schedule_per_mode(sched, lv: AbstractLotkaVolterra) -> tuple[np.ndarray, np.ndarray]:
+    """Per mode: the ε → 0 ignition time `τ*_k` (inf if never) and the excess loss of the
+    plateau just before it (Eq. 168), read off a `plateau_schedule` result (its `excess`, formed
+    without cancellation; the level before the first event at `τ*_k`)."""
+    tau_star = np.asarray(sched.tau_star, dtype=np.float64)
+    tau_star = np.where(np.isfinite(tau_star), tau_star, np.inf)
+    excess = np.asarray(sched.excess, dtype=np.float64)
+    before = excess[np.searchsorted(np.asarray(sched.tau), np.where(np.isfinite(tau_star), tau_star, 0.0))]
+    return tau_star, np.where(np.isfinite(tau_star), before, np.nan)
+
+
 def _predict_matrix_flow(nqf: NQF, *, eps, c, z0, init_std, width, lr, rho, t1, num_points, exponent, source, reason):
     """Fallback when the `A_μ` share no eigenbasis: the full M-flow (Eq. 28) from `M0 = ε I`."""
     if z0 is not None or (c is not None and np.ndim(c) > 0):

@@ -39,7 +39,7 @@ def lv_from_arrays(arrays: Mapping[str, Any], *, name: str = "system") -> LotkaV
     if {"r", "c"} <= set(keys) and {"zeta", "v"} <= set(keys):
         raise LvflowError(f"{name}: holds both r, C and zeta, V; give one pair")
     extra = sorted(set(keys) - {"r", "c", "zeta", "v", "y2", "y"})
-    if extra:
+    if extra and ({"r", "c"} <= set(keys) or {"zeta", "v"} <= set(keys)):
         raise LvflowError(
             f"{name}: unexpected arrays {[keys[k] for k in extra]}; expected r and C (or zeta and V), and optionally y2"
         )
