@@ -394,4 +394,4 @@ def test_signed_diagonal_decaying_modes_listed_last(capsys, tmp_path):
     n_on = sum(x is not None for x in t)
     assert 0 < n_on < len(t) and all(x is not None and x > 1.0 for x in t[:n_on])  # no t* = 0 switch-ons
     assert all(x is None for x in t[n_on:])
-    assert any("never grow" in n for n in json.loads(out)["notes"])
+    assert any("only decay" in n for n in json.loads(out)["notes"])

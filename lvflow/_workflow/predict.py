@@ -206,19 +206,19 @@ def predict(
         excess_loss=jnp.asarray(excess),
         drop=jnp.asarray(drop),
         limit_tau=jnp.asarray(sched.tau),
-        limit_excess=jnp.asarray(sched.excess),
+        limit_excess=jnp.asarray(_excess(sched)),
     )
 
 
 def _switch_ons(lv, sched, sol, z0, t1, ts, rho, rtol, atol) -> tuple[np.ndarray, np.ndarray]:
     """Each mode's switch-on time `t*_k` (inf if none) and what kind of mode it is: `"on"`,
-    `"decays"` (never grows to `ρ z_k(∞)` from below: `ρ z_k(∞) ≤ z_k0`, e.g. `r_k < 0`),
+    `"decays"` (never grows: `z_k(∞) ≤ z_k0`, e.g. `r_k < 0`),
     `"off_later"` (switches on, then a competitor switches it off: `z_k(∞) = 0`; `t*_k` is when it
     reaches `ρ` × the level of the plateau it ignites into, from the ε → 0 schedule), `"late"` (not
     on before `t1`)."""
     z_inf = np.asarray(sol.z_inf)
     t_star = np.asarray(sol.switch_on_times, dtype=np.float64)
-    grows = rho * z_inf > z0
+    grows = z_inf > z0  # (a mode that starts above ρ z_k(∞) but grows is on from the start: t*_k = 0)
     tau = np.asarray(sched.tau_star)
     later_off = ~grows & np.isfinite(tau)
     if later_off.any():
@@ -246,7 +246,7 @@ def _mode_notes(order, t_star, kinds, t1) -> list[str]:
     out = []
     for kind, text in (
         ("late", "do not switch on before t1 = {t1:.4g}"),
-        ("decays", "never grow to rho z_k(inf) from their start (z_k(inf) ≤ z_k(0)/rho): no switch-on"),
+        ("decays", "only decay (z_k(inf) ≤ z_k(0)): no switch-on"),
         (
             "off_later",
             "switch on, then competitors switch them off (z_k(inf) = 0): their t*_k is when z_k reaches rho × "
@@ -306,13 +306,21 @@ def _header(source, eps, rho, lr, t1, exponent) -> dict:
     return dict(source=source, eps=float(eps), rho=float(rho), learning_rate=lr, t1=float(t1), exponent=float(exponent))
 
 
+def _excess(sched) -> np.ndarray:
+    """A schedule's plateau levels over its last one (`excess`; from `loss` for a schedule built without it)."""
+    if sched.excess is not None:
+        return np.asarray(sched.excess, dtype=np.float64)
+    loss = np.asarray(sched.loss, dtype=np.float64)
+    return loss - loss[-1]
+
+
 def _schedule_per_mode(sched, lv: AbstractLotkaVolterra) -> tuple[np.ndarray, np.ndarray]:
     """Per mode: the ε → 0 ignition time `τ*_k` (inf if never) and the excess loss of the
     plateau just before it (Eq. 168), read off a `plateau_schedule` result (its `excess`, formed
     without cancellation; the level before the first event at `τ*_k`)."""
     tau_star = np.asarray(sched.tau_star, dtype=np.float64)
     tau_star = np.where(np.isfinite(tau_star), tau_star, np.inf)
-    excess = np.asarray(sched.excess, dtype=np.float64)
+    excess = _excess(sched)
     before = excess[np.searchsorted(np.asarray(sched.tau), np.where(np.isfinite(tau_star), tau_star, 0.0))]
     return tau_star, np.where(np.isfinite(tau_star), before, np.nan)
 

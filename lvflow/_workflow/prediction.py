@@ -37,9 +37,10 @@ class Prediction(eqx.Module):
     - `r`, `C_diag`, `V`: per row `r_k`, `C_kk` and `V_k = r_k²/(8 C_kk)`, the loss mode `k` would
       remove *alone* (an isolated mode, Thm 6). With a coupled `C` the `V_k` need not add up to the
       total drop; the drops this run makes are `drop`.
-    - `t_star`: finite-ε switch-on times: the first time `z_k` reaches `ρ z_k(∞)` from below, from
-      the ODE solve (a mode later switched off by a competitor, `z_k(∞) = 0`: `ρ` × the plateau it
-      switches on to); `steps_star = t_star/η`.
+    - `t_star`: finite-ε switch-on times: the first time `z_k` reaches `ρ z_k(∞)`, from the ODE
+      solve (0 for a mode that starts above it and grows; inf for a mode that only decays,
+      `z_k(∞) ≤ z_k0`; for a mode later switched off by a competitor, `z_k(∞) = 0`, `ρ` × the
+      plateau it switches on to); `steps_star = t_star/η`.
     - `tau_star`: ε → 0 ignition times in `τ = t/ln(1/ε)` (`1/r_k` for diagonal `C`, Eq. 168).
     - `plateau_loss`: the excess loss (over the final loss) on the plateau just before each mode
       switches on, at this ε: the saturated equilibrium restricted to the modes switched on in the
