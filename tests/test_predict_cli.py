@@ -392,6 +392,10 @@ def test_signed_diagonal_decaying_modes_listed_last(capsys, tmp_path):
     modes = json.loads(out)["modes"]
     t = [m["t_star"] for m in modes]
     n_on = sum(x is not None for x in t)
-    assert 0 < n_on < len(t) and all(x is not None and x > 1.0 for x in t[:n_on])  # no t* = 0 switch-ons
-    assert all(x is None for x in t[n_on:])
-    assert any("only decay" in n for n in json.loads(out)["notes"])
+    assert 0 < n_on < len(t) and all(x is None for x in t[n_on:])  # switch-ons first, decaying modes last
+    notes = json.loads(out)["notes"]
+    decay = next(n for n in notes if "only decay" in n)
+    assert all(str(m["mode"]) in decay for m in modes[n_on:])
+    # a t* of 0 only for a mode that starts above its target, and said so
+    zero = [m["mode"] for m in modes if m["t_star"] == 0.0]
+    assert all(any("start at or above" in n and str(k) in n for n in notes) for k in zero)

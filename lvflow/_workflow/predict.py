@@ -212,7 +212,8 @@ def predict(
 
 def _switch_ons(lv, sched, sol, z0, t1, ts, rho, rtol, atol) -> tuple[np.ndarray, np.ndarray]:
     """Each mode's switch-on time `t*_k` (inf if none) and what kind of mode it is: `"on"`,
-    `"decays"` (never grows: `z_k(∞) ≤ z_k0`, e.g. `r_k < 0`),
+    `"decays"` (never grows: `z_k(∞) ≤ z_k0`, e.g. `r_k < 0`), `"from_start"` (grows, but starts at
+    or above `ρ z_k(∞)`: `t*_k = 0`, no switch-on to see),
     `"off_later"` (switches on, then a competitor switches it off: `z_k(∞) = 0`; `t*_k` is when it
     reaches `ρ` × the level of the plateau it ignites into, from the ε → 0 schedule), `"late"` (not
     on before `t1`)."""
@@ -233,6 +234,7 @@ def _switch_ons(lv, sched, sol, z0, t1, ts, rho, rtol, atol) -> tuple[np.ndarray
     ok = (grows | later_off) & np.isfinite(t_star)
     kinds = np.where(later_off, "off_later", np.where(grows, "on", "decays"))
     kinds = np.where((kinds != "decays") & ~ok, "late", kinds)
+    kinds = np.where((kinds == "on") & (rho * z_inf <= z0), "from_start", kinds)
     return np.where(ok, t_star, np.inf), kinds
 
 
@@ -247,6 +249,7 @@ def _mode_notes(order, t_star, kinds, t1) -> list[str]:
     for kind, text in (
         ("late", "do not switch on before t1 = {t1:.4g}"),
         ("decays", "only decay (z_k(inf) ≤ z_k(0)): no switch-on"),
+        ("from_start", "start at or above rho z_k(inf) (z_k(0) ≥ rho z_k(inf)): t*_k = 0, no switch-on to see"),
         (
             "off_later",
             "switch on, then competitors switch them off (z_k(inf) = 0): their t*_k is when z_k reaches rho × "
