@@ -152,6 +152,8 @@ def predict(
 
     # The ε → 0 limit: every z_k0 = Θ(ε), so c_k = O(1) drops out (s_k(0) = −1).
     sched = plateau_schedule(lv, eps)
+    if y2_known:
+        _check_y2(lv, sched)
     tau_star = np.asarray(sched.tau_star, dtype=np.float64)
     t_dyn = _default_horizon(lv, eps, c, tau_star)
     if t1 is None:
@@ -161,8 +163,6 @@ def predict(
     zs = np.asarray(sol.zs)
     z_inf = np.asarray(sol.z_inf)
     t_star, kinds = _switch_ons(lv, sched, sol, z0, t1, ts, rho, rtol, atol)
-    if y2_known:
-        _check_y2(lv)
     excess = np.asarray(lv.excess_loss(jnp.asarray(zs)))
     loss = np.asarray(lv.loss(jnp.asarray(zs))) if y2_known else np.full(ts.shape, np.nan)
     # Ignition order: finite-ε switch-on time, then the asymptotic τ*, then the index.
@@ -262,15 +262,16 @@ def _mode_notes(order, t_star, kinds, t1) -> list[str]:
     return out
 
 
-def _check_y2(lv: AbstractLotkaVolterra) -> None:
-    """`y2 = (1/m) Σ y_μ²` bounds the loss below by 0: `L∞ = y2 − rᵀz*/8 ≥ 0` (up to rounding)."""
+def _check_y2(lv: AbstractLotkaVolterra, sched) -> None:
+    """`y2 = (1/m) Σ y_μ²` bounds the loss below by 0: the last plateau's loss
+    `L∞ = y2 − rᵀz*/4 + z*ᵀCz*/8` (the schedule's, 0 within rounding) must not be negative."""
     y2 = float(lv.y2)
     if y2 < 0:
         raise LvflowError(f"y2: must be ≥ 0 (the mean of the squared targets), got {y2:g}")
-    rz = float(np.asarray(lv.r) @ np.asarray(lv.equilibrium())) / 8
-    if y2 - rz < -1e-9 * max(y2, rz):
+    L_inf = float(sched.loss[-1])
+    if L_inf < 0:
         raise LvflowError(
-            f"y2: {y2:.6g} is below rᵀz*/8 = {rz:.6g}, so the loss would end negative; y2 is the mean of the "
+            f"y2: {y2:.6g} is below rᵀz*/8 = {y2 - L_inf:.6g}, so the loss would end negative; y2 is the mean of the "
             "squared targets, at least the loss the modes can remove"
         )
 
