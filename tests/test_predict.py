@@ -289,3 +289,198 @@ def test_power_law_and_zeta_V_systems_are_diagonal():
 def test_empty_system_is_named():
     with pytest.raises(LvflowError, match="no modes"):
         predict(LotkaVolterra(np.zeros(0), np.zeros((0, 0))), eps=1e-3)
+
+
+# --- What the table says (issue 16): each against an independent computation -----------------------
+
+
+def radau_ln_z(r, C, z0, T):
+    """Independent reference: scipy Radau on u̇ = r − C eᵘ (u = ln z), dense output."""
+    with np.errstate(over="ignore"):
+        return solve_ivp(
+            lambda t, u: r - C @ np.exp(u),
+            (0, T),
+            np.log(z0),
+            method="Radau",
+            jac=lambda t, u: -C * np.exp(u)[None, :],
+            rtol=1e-11,
+            atol=1e-12,
+            dense_output=True,
+        )
+
+
+def first_crossing(sol, k, level, T, n=400_001):
+    tt = np.linspace(0, T, n)
+    z = np.exp(sol.sol(tt)[k])
+    i = int(np.argmax(z >= level))
+    return tt[i] if z[i] >= level else math.inf
+
+
+def restricted_excess(r, C, modes):
+    """L(z*_S) − L(z∞) over z ≥ 0 restricted to `modes`, by scipy NNLS on a Cholesky factor of C
+    (nonsingular here): L = |B z − b|²/8 + const with BᵀB = C, Bᵀb = r."""
+    from scipy.optimize import nnls
+
+    B = np.linalg.cholesky(C).T
+    b = np.linalg.solve(B.T, r)
+
+    def L(S):
+        z = np.zeros(r.size)
+        if len(S):
+            z[S] = nnls(B[:, S], b)[0]
+        return np.sum((B @ z - b) ** 2) / 8
+
+    return L(list(modes)) - L(list(range(r.size)))
+
+
+@pytest.mark.parametrize(
+    "r, c, eps",
+    [
+        ([1.0, 0.574349, 0.415244], [1.0, 2.0**-500, 3.0**-500], 1e-4),  # --beta 500: far apart, finite ε_merge NaN
+        ([1.0, 0.5, 0.25], [1.0, 1.0, 1.0], 1e-4),  # resolved
+        ([1.0, 0.95, 0.3], [1.0, 1.0, 1.0], 1e-4),  # first pair merged, second apart
+        ([1.0, 0.97, 0.94], [1.0, 1.0, 1.0], 1e-4),  # all merged
+    ],
+)
+def test_merging_is_said_only_when_measured(r, c, eps):
+    r, c = np.array(r), np.array(c)
+    p = predict(LotkaVolterra(r, np.eye(3)), eps=eps, c=c, num_points=N)
+    # Independent: Eq. 158's switch-on times and the 10–90 % rise times ln 81/r_k of Thm 6.
+    t = t_star_158(r, np.ones(3), c, eps, 0.5)
+    o = np.argsort(t)
+    merged = np.diff(t[o]) <= 0.5 * math.log(81) * (1 / r[o][:-1] + 1 / r[o][1:])
+    np.testing.assert_array_equal(p.merged_pairs(), merged)
+    text = p.summary()
+    assert ("merge" in text.split("\n#")[0]) == bool(merged.any())
+    assert ("no switch-on stands apart" in text) == bool(merged.all())
+    assert p.n_resolved() == (int(np.argmax(merged)) if merged.any() else 3)
+
+
+def test_decaying_modes_are_not_switch_ons():
+    # A signed-diagonal-like NQF: features F and −F (C singular); the modes with r_k < 0 only decay.
+    F = np.array([[1.0, 0.3], [0.2, 1.0], [0.5, -0.4]])
+    y = np.array([1.0, 0.5, -0.3])
+    lam = np.concatenate([F, -F], axis=1)
+    m = 3
+    r, C = 8 / m * lam.T @ y, 8 / m * lam.T @ lam
+    eps, T = 1e-4, 150.0
+    p = predict(LotkaVolterra(r, C, y2=float(np.mean(y**2))), eps=eps, t1=T, num_points=N)
+    sol = radau_ln_z(r, C, np.full(4, eps), T)
+    z_T = np.exp(sol.y[:, -1])
+    decays = z_T <= eps  # never grows
+    assert decays.any() and not decays.all()
+    t, order = np.asarray(p.t_star), np.asarray(p.order)
+    for i, k in enumerate(order):
+        if decays[k]:
+            assert t[i] == math.inf
+        else:
+            assert abs(t[i] - first_crossing(sol, k, 0.5 * z_T[k], T)) < 1e-3
+    assert np.all(np.isfinite(t[: int((~decays).sum())]))  # switch-ons first, decaying modes last
+    assert any("only decay" in n for n in p.notes)
+
+
+def test_mode_switched_off_later_keeps_its_switch_on():
+    # The README's ε → 0 figure: mode 3 ignites first, modes 1 and 2 later switch it off.
+    G = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 1.0, 0.3]])
+    G[2] /= np.linalg.norm(G[2])
+    yt = np.array([1.0, 0.8, -0.2])
+    r, C = G @ yt, G @ G.T
+    eps, T = 1e-3, 60.0
+    p = predict(LotkaVolterra(r, C, y2=float(yt @ yt) / 8), eps=eps, num_points=N)
+    assert int(p.order[0]) == 2 and np.isfinite(p.t_star).all()
+    sol = radau_ln_z(r, C, np.full(3, eps), 2000.0)
+    assert np.exp(sol.y[2, -1]) < 1e-3 * np.exp(sol.sol(10.0)[2])  # switched off in the end
+    # Its switch-on: half the plateau it ignites into (mode 3 alone: z_3 = r_3/C_33).
+    assert float(p.t_star[0]) == pytest.approx(first_crossing(sol, 2, 0.5 * r[2] / C[2, 2], T), abs=1e-3)
+    assert any("switch them off" in n for n in p.notes)
+    # V_k (alone) overstate the drops of a coupled C; the drop column adds up to the total.
+    total = restricted_excess(r, C, [])
+    assert float(np.sum(p.V)) > total * 1.5
+    assert float(np.sum(p.drop)) == pytest.approx(total, rel=1e-12)
+    assert float(p.plateau_loss[0]) == pytest.approx(total, rel=1e-12)
+
+
+@pytest.mark.parametrize("coupled", [False, True])
+def test_plateau_loss_follows_this_eps_order(coupled):
+    r = np.array([1.0, 0.9, 0.5])
+    C = np.eye(3) + (0.2 * np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]]) if coupled else 0)
+    c = np.array([1e-3, 1.0, 1.0])  # mode 1 starts lower: mode 2 switches on first at this ε
+    p = predict(LotkaVolterra(r, C), eps=1e-4, c=c, num_points=N)
+    order = np.asarray(p.order)
+    assert order.tolist()[:2] == [1, 0]  # but τ* says mode 1 first
+    assert float(p.tau_star[1]) < float(p.tau_star[0])
+    assert any("another order" in n for n in p.notes)
+    pl = np.asarray(p.plateau_loss)
+    assert np.all(np.diff(pl) <= 0)
+    for i in range(3):  # the restricted equilibrium on the rows above, by scipy NNLS
+        assert pl[i] == pytest.approx(restricted_excess(r, C, order[:i]), rel=1e-12, abs=1e-15)
+    np.testing.assert_allclose(np.asarray(p.drop), -np.diff(np.append(pl, 0.0)), rtol=1e-12, atol=1e-15)
+    # The ε → 0 staircase is the schedule's own, in τ order: mode 1 first.
+    s = lvflow.plateau_schedule(LotkaVolterra(r, C), 1e-4)
+    np.testing.assert_array_equal(p.limit_tau, s.tau)
+    assert float(p.limit_excess[1]) == pytest.approx(restricted_excess(r, C, [0]), rel=1e-12)
+    # by_mode: the rows back in the input's order
+    np.testing.assert_array_equal(np.asarray(p.by_mode("t_star"))[order], np.asarray(p.t_star))
+
+
+def test_small_rates_and_huge_drops_keep_their_digits():
+    # A drop of 1.25e15 next to one of 0.125: the plateau between them is 0.125, not 0.
+    r = np.array([1e8, 1.0])
+    p = predict(LotkaVolterra(r, np.eye(2)), eps=1e-4, num_points=N)
+    assert float(p.plateau_loss[1]) == 0.125 and float(p.plateau_loss[0]) == 1.25e15 + 0.125
+    s = lvflow.plateau_schedule(LotkaVolterra(r, np.eye(2)), 1e-4)
+    np.testing.assert_array_equal(s.excess, [1.25e15 + 0.125, 0.125, 0.0])
+
+
+def test_unstable_learning_rate_warns():
+    r = np.array([1.0, 0.5])
+    C = np.array([[1.0, 0.3], [0.3, 1.0]])
+    lv = LotkaVolterra(r, C)
+    z = np.linalg.solve(C, r)
+
+    # Independent: plain GD on w (z = w², L = y2 − rᵀz/4 + zᵀCz/8) from near the minimum.
+    def gd(lr, n=400):
+        w = np.sqrt(z) * 1.01
+        for _ in range(n):
+            zz = w**2
+            w = w - lr * w * (C @ zz - r) / 2
+            if not np.all(np.isfinite(w)) or np.max(np.abs(w)) > 1e6:
+                return False
+        return np.allclose(w**2, z, rtol=1e-6)
+
+    lam = np.linalg.eigvalsh(np.sqrt(z)[:, None] * C * np.sqrt(z)[None, :])[-1]
+    assert gd(1.9 / lam) and not gd(2.1 / lam)
+    with pytest.warns(UserWarning, match="eta·lambda_max"):
+        p = predict(lv, eps=1e-4, learning_rate=2.1 / lam, num_points=N)
+    assert any("eta·lambda_max" in n for n in p.notes)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p = predict(lv, eps=1e-4, learning_rate=1.9 / lam, num_points=N)
+    assert not any("lambda_max" in n for n in p.notes)
+
+
+def test_long_horizon_still_samples_the_switch_ons():
+    r = np.array([0.25, 1.0, 0.5])
+    Ckk, c = np.array([2.0, 1.0, 0.5]), np.ones(3)
+    p = predict(LotkaVolterra(r, np.diag(Ckk)), eps=1e-4, t1=1e7, num_points=N)
+    t = t_star_158(r, Ckk, c, 1e-4, 0.5)
+    ts = np.asarray(p.ts)
+    for tk in t:  # every switch-on has samples through its rise
+        assert np.count_nonzero((ts > tk - 2 / r.min()) & (ts < tk + 2 / r.min())) >= 20
+    z = z_thm6(ts, r, Ckk, 1e-4 * c)
+    V = r**2 / (8 * Ckk)
+    np.testing.assert_allclose(p.excess_loss, np.sum(V * (1 - z / (r / Ckk)) ** 2, axis=1), rtol=1e-6, atol=1e-12)
+
+
+@pytest.mark.bad_input
+def test_y2_must_bound_the_loss_below():
+    r = np.array([1.0, 0.5])
+    with pytest.raises(LvflowError, match="y2: must be ≥ 0"):
+        predict(LotkaVolterra(r, np.eye(2), y2=-1.0), eps=1e-4)
+    with pytest.raises(LvflowError, match="y2: .* below"):  # rᵀz*/8 = 0.15625
+        predict(LotkaVolterra(r, np.eye(2), y2=0.1), eps=1e-4)
+    p = predict(LotkaVolterra(r, np.eye(2), y2=0.15625), eps=1e-4, num_points=N)  # interpolating: ends at 0
+    np.testing.assert_allclose(p.loss, p.excess_loss, rtol=0, atol=1e-15)  # L∞ = 0
+    assert float(p.limit_excess[-1]) == 0.0

@@ -148,10 +148,10 @@ README_CMD = "--system sys.csv --eps 1e-4 --lr 0.01 --plot loss.png --save out.j
 README_OUTPUT = """\
 lvflow predict: 3-mode gLV from sys.csv
 method lv, eps = 0.0001 (ln 1/eps = 9.21034), rho = 0.5, learning rate 0.01, horizon t1 = 76.2096
-#  mode   r_k        V_k     t*_k  steps*_k  tau*_k  plateau loss    eps merge
-1     1     1      0.125  9.21024   921.024       1      0.164062  0.000342583
-2     2   0.5    0.03125   17.034    1703.4       2     0.0390625  0.000171292
-3     3  0.25  0.0078125  31.2946   3129.46       4     0.0078125            -
+#  mode   r_k  V_k alone     t*_k  steps*_k  tau*_k  plateau loss       drop    eps merge
+1     1     1      0.125  9.21024   921.024       1      0.164062      0.125  0.000342583
+2     2   0.5    0.03125   17.034    1703.4       2     0.0390625    0.03125  0.000171292
+3     3  0.25  0.0078125  31.2946   3129.46       4     0.0078125  0.0078125            -
 saved: out.json
 plot: loss.png
 """
@@ -176,10 +176,11 @@ def test_readme_example(capsys, tmp_path, monkeypatch):
         assert float(row[5]) == float(f"{t_star[k] / eta:.6g}")
         assert float(row[6]) == float(f"{1 / r[k]:.6g}")  # τ*_k = 1/r_k (Eq. 168)
         assert float(row[7]) == float(f"{V[k:].sum():.6g}")  # the drops still to come
+        assert float(row[8]) == float(f"{V[k]:.6g}")  # this switch-on's drop: V_k for diagonal C
     from lvflow import resolved_steps
 
     for k in range(2):  # at eps_merge the pair's steps stop being resolved
-        e = float(rows[k][8])
+        e = float(rows[k][9])
         assert resolved_steps(r, e * 0.999, C=np.ones(3)).resolved[k]
         assert not resolved_steps(r, e * 1.001, C=np.ones(3)).resolved[k]
     saved = json.loads((tmp_path / "out.json").read_text())
@@ -438,3 +439,75 @@ def test_sigterm_during_save_leaves_no_temporary(tmp_path):
         p.send_signal(sig)
         assert p.wait(timeout=30) == 128 + sig
         assert os.listdir(tmp_path) == []
+
+
+def test_y2_in_system_files(capsys, tmp_path):
+    # A CSV column y2 (the loss at z = 0) is read, not dropped: the curve starts at it.
+    f = tmp_path / "s.csv"
+    f.write_text("r,C0,C1,y2\n1.0,1,0,0.2\n0.5,0,1,0.2\n")
+    rc, out, err = cli(capsys, "--system", f, "--eps", "1e-4", "--json", "--quiet")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["curve"]["loss"][0] == pytest.approx(0.2 - (1e-4 * 1.5) / 4 + 2e-8 / 8, rel=1e-12)
+    # y2 ≥ rᵀz*/8 is what the modes can remove (0.15625 here); the loss never goes below 0
+    assert min(d["curve"]["loss"]) >= 0.2 - 0.15625 - 1e-12
+
+
+@pytest.mark.parametrize(
+    "content, needles",
+    [
+        ("r,C0,C1,y2\n1.0,1,0,-0.2\n0.5,0,1,-0.2\n", ["--system", "y2 must be ≥ 0"]),
+        ("r,C0,C1,y2\n1.0,1,0,0.2\n0.5,0,1,0.3\n", ["--system", "y2 must be one number"]),
+        ("r,C0,C1,y2\n1.0,1,0,0.1\n0.5,0,1,0.1\n", ["y2", "below rᵀz*/8"]),
+        ("r,C0,C1,w\n1.0,1,0,0.1\n0.5,0,1,0.1\n", ["--system", "unexpected arrays ['w']"]),
+    ],
+)
+def test_bad_y2_and_extra_columns(capsys, tmp_path, content, needles):
+    f = tmp_path / "s.csv"
+    f.write_text(content)
+    one_line_error(capsys, ["--system", f, "--eps", "1e-4"], *needles)
+
+
+def test_both_parametrisations_refused(capsys, tmp_path):
+    f = tmp_path / "s.npz"
+    np.savez(f, r=R3, C=C3, zeta=R3, V=np.ones(3))
+    one_line_error(capsys, ["--system", f, "--eps", "1e-4"], "--system", "both r, C and zeta, V")
+
+
+def test_beta_far_apart_is_not_called_merged(capsys):
+    # --beta 500: switch-ons at t* ≈ 11, 622, 1347 (Eq. 158), far apart: no merging sentence.
+    rc, out, err = cli(capsys, "--alpha1", 2, "--alpha2", 0.8, "--modes", 3, "--eps", 1e-4, "--beta", 500, "--quiet")
+    assert rc == 0, err
+    assert "merge" not in out.split("\n#")[0] and "stands apart" not in out
+    r = np.arange(1, 4.0) ** -0.8
+    C = r**2 / (8 * np.arange(1, 4.0) ** -2.0)
+    c = np.arange(1, 4.0) ** -500.0
+    t = (np.log(1 / 1e-4) - np.log(C * c / (r - C * c * 1e-4))) / r  # Eq. 158, ρ = ½
+    rows = [ln.split() for ln in out.splitlines() if ln[:2].strip().isdigit()]
+    np.testing.assert_allclose([float(x[4]) for x in rows], t, rtol=1e-5)
+
+
+def test_unstable_learning_rate_is_noted(capsys):
+    with pytest.warns(UserWarning, match="eta·lambda_max"):
+        rc, out, err = cli(capsys, "--alpha1", 2, "--alpha2", 0.8, "--modes", 3, "--eps", 1e-4, "--lr", 100, "--quiet")
+    assert rc == 0
+    # diagonal C: the loss Hessian at z∞ in w = √z is Diag(r_k): λ_max = r_1 = 1
+    assert "note: learning rate 100: eta·lambda_max = 100 > 2" in out
+
+
+def test_signed_diagonal_decaying_modes_listed_last(capsys, tmp_path):
+    rng = np.random.default_rng(0)
+    f = tmp_path / "d.npz"
+    np.savez(f, x=rng.standard_normal((3, 5)), y=rng.standard_normal(3))
+    rc, out, err = cli(capsys, "--architecture", "signed-diagonal", "--data", f, "--eps", 1e-4, "--json", "--quiet")
+    assert rc == 0, err
+    modes = json.loads(out)["modes"]
+    t = [m["t_star"] for m in modes]
+    n_on = sum(x is not None for x in t)
+    assert 0 < n_on < len(t) and all(x is None for x in t[n_on:])  # switch-ons first, decaying modes last
+    notes = json.loads(out)["notes"]
+    decay = next(n for n in notes if "only decay" in n)
+    assert all(str(m["mode"]) in decay for m in modes[n_on:])
+    # a t* of 0 only for a mode that starts above its target, and said so
+    zero = [m["mode"] for m in modes if m["t_star"] == 0.0]
+    assert all(any("start at or above" in n and str(k) in n for n in notes) for k in zero)

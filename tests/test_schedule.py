@@ -399,3 +399,68 @@ def test_lowrank_kkt_and_agreement(seed):
     d = plateau_schedule(lr.to_dense(), 1e-3)
     assert np.asarray(s.mode).tolist() == np.asarray(d.mode).tolist()
     np.testing.assert_allclose(s.loss, d.loss, rtol=1e-9, atol=1e-12)
+
+
+def test_small_rates_are_not_dropped():
+    # r spans 14 decades (power law α₂ = 4, 400 modes): every mode ignites at τ* = 1/r_k (Eq. 168),
+    # and the plateaus are the drops still to come, to the last digit.
+    k = np.arange(1, 401.0)
+    r, V = k**-4.0, k**-6.0
+    s = plateau_schedule(lvflow.LotkaVolterra(r, np.diag(r**2 / (8 * V))), 1e-6)
+    np.testing.assert_allclose(s.tau_star, 1 / r, rtol=1e-13)
+    after = [math.fsum(V[i:]) for i in range(401)]
+    np.testing.assert_allclose(s.excess, after, rtol=1e-13)
+    # Coupled C: a mode with a tiny rate decoupled from a coupled block still ignites at 1/r_k.
+    C = np.eye(4)
+    C[0, 1] = C[1, 0] = 0.5
+    r4 = np.array([1.0, 0.8, 1e-12, 1e-15])
+    s = plateau_schedule(lvflow.LotkaVolterra(r4, C), 1e-6)
+    np.testing.assert_allclose(np.asarray(s.tau_star)[2:], 1 / r4[2:], rtol=1e-12)
+
+
+def nqf_system(seed, interpolating):
+    """A random gLV from data (Gram C of features λ, possibly singular): L(z) = (1/m)|Λz − y|²."""
+    rng = np.random.default_rng(seed)
+    K = int(rng.integers(3, 9))
+    m = int(rng.integers(2, K + 4))
+    lam = rng.standard_normal((m, K)) * rng.uniform(0.2, 3.0)
+    if interpolating:
+        y = lam @ np.where(rng.random(K) < 0.6, rng.uniform(0.1, 2.0, K), 0.0)
+    else:
+        y = rng.standard_normal(m)
+    r, C = 8 / m * lam.T @ y, 8 / m * lam.T @ lam
+    return lam, y, r, C
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.booleans(), st.booleans())
+def test_plateau_losses_are_nonnegative_and_exact(seed, interpolating, lowrank):
+    from scipy.optimize import nnls
+
+    lam, y, r, C = nqf_system(seed, interpolating)
+    m, K = lam.shape
+    y2 = float(np.mean(y**2))
+    lv = lvflow.LotkaVolterra(r, C, y2=y2)
+    if lowrank:  # C + d I as Diag(d) + UUᵀ: the data plus a ridge, i.e. rows √(m d/8) I appended to Λ
+        d = 0.05
+        lv = LowRankLotkaVolterra(r, np.full(K, d), np.sqrt(8 / m) * lam.T, y2=y2)
+        C = C + d * np.eye(K)
+        lam, y = np.concatenate([lam, np.sqrt(m * d / 8) * np.eye(K)]), np.concatenate([y, np.zeros(K)])
+    s = plateau_schedule(lv, 1e-6)
+    loss = np.asarray(s.loss)
+    assert np.all(loss >= 0) and np.all(np.diff(loss) <= 0)
+    # KKT of the last plateau to 1e-13 of each mode's terms: σ = r − C z* is 0 on the support, ≤ 0 off it
+    z = np.asarray(s.z_final)
+    sig, scale = r - C @ z, np.abs(r) + np.abs(C) @ z
+    S = z > 0
+    assert np.all(z >= 0) and np.all(np.abs(sig[S]) <= 1e-13 * scale[S])
+    assert np.all(sig[~S] <= 1e-13 * scale[~S])
+    # each plateau against scipy's NNLS on the data, restricted to the active modes
+    for i, tau in enumerate(np.concatenate([[-1.0], np.asarray(s.tau)])):
+        act = np.flatnonzero(np.asarray(s.active_at(tau)))
+        zz = np.zeros(K)
+        if act.size:
+            zz[act] = nnls(lam[:, act], y)[0]
+        assert loss[i] == pytest.approx(np.sum((lam @ zz - y) ** 2) / m, rel=1e-9, abs=1e-13 * y2)
+    if interpolating and not lowrank:
+        assert loss[-1] <= 1e-14 * y2

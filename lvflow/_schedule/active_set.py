@@ -41,6 +41,19 @@ _DGER_MIN_K = 256
 # A Schur complement below this fraction of C_kk means a linearly dependent mode.
 _SCHUR_RTOL = 1e-10
 
+# σ_k = r_k − (Cz*)_k counts as positive (negative) above (below) this fraction of the terms it is
+# the difference of, `|r_k| + |(Cz*)_k|`: a mode's own scale, so a small r_k is not lost next to a
+# large one (a relative threshold on max|r| dropped every mode below it).
+_SIGMA_RTOL = 1e-10
+
+
+_TINY = float(np.finfo(float).tiny)
+
+
+def _mode_tol(r, sigma):
+    """Per mode, the size below which `σ_k = r_k − (Cz*)_k` is rounding: `_SIGMA_RTOL (|r_k| + |(Cz*)_k|)`."""
+    return _SIGMA_RTOL * (np.abs(r) + np.abs(r - sigma)) + _TINY
+
 
 class _DenseBackend:
     """`Q = (C_SS)⁻¹` embedded in `K × K` (zero off `S`), updated in place by rank-one
@@ -127,6 +140,31 @@ class _DenseBackend:
     def schur(self):
         return self.gam
 
+    def cz(self, x):
+        """`C x`."""
+        return self.C @ x
+
+    def quad(self, x) -> float:
+        """`xᵀ C x`."""
+        return float(x @ (self.C @ x))
+
+    def refine(self, full: bool = False) -> None:
+        """One step of iterative refinement of `C_SS z_S = r_S` (the rank-one updates drift),
+        `z_S += Q (r − C z)_S`, after a fresh solve of `C_SS` with `full`; clipped at 0 (a support
+        mode at the boundary may round below it); `σ = r − C z` recomputed from the refined `z`."""
+        S = self.supp
+        if not S.any():
+            return
+        z = self.z
+        if full:
+            z = np.zeros_like(z)
+            z[S] = np.linalg.solve(self.C[np.ix_(S, S)], self.r[S])
+        z = z + self.Q @ np.where(S, self.r - self.C @ z, 0.0)  # Q vanishes off S
+        z = np.maximum(z, 0.0)
+        self.z, self._z = z, z.copy()
+        self.phi = self.r - self.C @ z
+        self._phi = self.phi.copy()
+
 
 class _LowRankBackend:
     """`C = diag(d) + UUᵀ`: only the Woodbury core `G = U_Sᵀ D_S⁻¹ U_S`, `b = U_Sᵀ D_S⁻¹ r_S`
@@ -201,6 +239,45 @@ class _LowRankBackend:
     def schur(self):
         return self.d + np.einsum("kq,kq->k", self.U @ self.Ginv, self.U)
 
+    def cz(self, x):
+        """`C x = d x + U (Uᵀ x)`."""
+        return self.d * x + self.U @ (self.U.T @ x)
+
+    def quad(self, x) -> float:
+        """`xᵀ C x = Σ d x² + |Uᵀ x|²`."""
+        Ux = self.U.T @ x
+        return float(self.d @ (x * x) + Ux @ Ux)
+
+    def refine(self, full: bool = False) -> None:
+        """Iterative refinement in `z` (the updated `G`, `b`, `(I + G)⁻¹` drift, and `z = (r − Uv)/d`
+        cancels when `d ≪ |U|²`): `z_S += C_SS⁻¹ (r − C z)_S`, `C z = d z + U(Uᵀz)` formed directly and
+        `C_SS⁻¹` applied by Woodbury; one step, or with `full` the core formed afresh on the support
+        and three steps. (Without it the plateaus of an ill-conditioned `I + G`, `d ≪ |U|²`, drift to
+        1e-9; a step costs four `O(K q)` products.) Then `v = Uᵀz`, `ψ = d z` on `S` and
+        `σ = r − C z` off it; `z` clipped at 0 (a support mode at the boundary may round below it)."""
+        S = self.supp
+        if not S.any():
+            return
+        if full:
+            Us, rs = self.Us[S], self.rs[S]
+            self.G, self.b, self.c = Us.T @ Us, Us.T @ rs, float(rs @ rs)
+            self.Ginv = np.linalg.inv(np.eye(self.G.shape[0]) + self.G)
+        d, U = self.d, self.U
+        z = self.z_full()
+        Uz = U.T @ z
+        for _ in range(3 if full else 1):
+            w = np.where(S, (self.r - d * z - U @ Uz) / d, 0.0)
+            Uw = U.T @ w
+            a = self.Ginv @ Uw
+            z = z + w - np.where(S, (U @ a) / d, 0.0)
+            Uz = Uz + Uw - self.G @ a  # Uᵀ(D_S⁻¹ U_S a) = G a
+        if np.any(z < 0):  # a support mode at the boundary rounded below 0
+            z = np.maximum(z, 0.0)
+            Uz = U.T @ z
+        self.v = Uz
+        self.psi = np.where(S, d * z, self.r - d * z - U @ Uz)
+        self._v, self._psi = self.v, self.psi
+
 
 def _backend(system, corrected):
     """The backend for `system`: Woodbury for a `LowRankLotkaVolterra`, dense inverse otherwise."""
@@ -214,13 +291,20 @@ def _repair(be, pend: set, tol, max_iter):
     """Lawson–Hanson on the active set, warm-started from the backend's support. `pend` holds
     the active modes off the support (after an ignition, normally just the new ones), so a step
     costs one solve. Afterwards the backend holds the saturated equilibrium of the gLV
-    restricted to the active set, and `pend` the active modes at `z* = 0`."""
+    restricted to the active set, refined on its support (`refine`), and `pend` the active modes
+    at `z* = 0`. `tol`: a growth rate at or below it is zero; `None` for each mode's own
+    (`_mode_tol`)."""
+    _lawson_hanson(be, pend, tol, max_iter)
+    be.refine()
+
+
+def _lawson_hanson(be, pend: set, tol, max_iter):
     for _ in range(max_iter):
         if not pend:
             return
         phi = be.sigma()
         k = max(pend, key=phi.__getitem__)  # `pend` is small: plain Python beats numpy here
-        if not phi[k] > tol:
+        if not phi[k] > (_mode_tol(be.r[k], phi[k]) if tol is None else tol):
             return
         if not be.add(k):
             raise LvflowError(

@@ -19,7 +19,10 @@ a handful of vector operations, and a compiled `lax.while_loop` version was meas
 event while costing ~10 s of compilation per shape. Measured (CPU time, busy 2-core machine,
 rank-4 coupling, ε = 1e-6): 10³ modes 0.04 s, 3·10³ 0.12 s, 10⁴ 0.7–0.8 s (one event per mode,
 ≈ 70 µs each, i.e. `O(K q)` per event plus fixed per-event overhead); 10⁵ diagonal modes 0.08 s;
-dense `C` with 10³ modes 1–2.5 s.
+dense `C` with 10³ modes 1–2.5 s. Refining every plateau on its support (`active_set`'s `refine`,
+for plateaus accurate to rounding) and the stationary drops cost the low-rank loop about 3× that
+(10⁴ modes: 3.0 s CPU against 0.85 s without, measured side by side on a loaded machine); the
+dense loop about nothing (10³ random dense modes: 7.8 s against 7.5 s).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from .._errors import LvflowError, SolverError
 from .._form.nqf import NQF
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .._validate import _is_concrete, as_array, check_in_open_interval, check_positive_int, check_psd
-from .active_set import _backend, _repair
+from .active_set import _backend, _mode_tol, _repair
 from .nqf_schedule import NQFPlateauSchedule, nqf_plateau_schedule
 from .orbit import transient
 
@@ -53,23 +56,29 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
     time corrected). A mode off the active set ignites when `u_k` reaches `θ_k` (0, or
     `ln(σ_k/γ_k)` corrected) growing at its rate `σ_k`. With `cols` (`M ↦ C[:, M]`; corrected only)
     the next ignition's threshold and its effect on the other modes come from its orbit
-    (`orbit.transient`) instead."""
+    (`orbit.transient`) instead. `tol`: a growth rate at or below it is zero (`None`: each mode's
+    own, `_mode_tol`). Returns `(times, modes, ignites, excess)` per event, `(excess before the
+    first event, L∞)`, the first ignition times and the last plateau: a plateau's excess
+    `L − L∞` is the sum of the drops still to come, each in the stationary form of `_drop`
+    (never negative, no cancellation against `y2`)."""
     K = r.shape[0]
     max_iter = 3 * K + 10
-    ev = []  # (t, modes, ignites, loss) per batch
+    ev = []  # (t, modes, ignites, plateau index) per batch
+    drops = [0.0]  # drops[p]: L(plateau p − 1) − L(plateau p)
 
-    def loss():
-        # on a restricted equilibrium (Cz)_S = r_S, so zᵀCz/8 − rᵀz/4 = −rᵀz/8
-        return y2 - be.rz() / 8
+    def mtol(sig):
+        return _mode_tol(r, sig) if tol is None else np.full(K, tol)
 
     active = active0.copy()
     pend = set(np.flatnonzero(active0).tolist())
     _repair(be, pend, tol, max_iter)
-    ext = [k for k in pend if be.sigma()[k] < -tol]
+    sig = be.sigma()
+    neg = sig < -mtol(sig)
+    ext = [k for k in pend if neg[k]]
     pend.difference_update(ext)
     active[ext] = False
-    loss0 = loss()
-    ev.append((0.0, np.array(ext, int), False, loss0))
+    ev.append((0.0, np.array(ext, int), False, 0))
+    znow = be.z_full().copy()
     tstar = np.where(active0, 0.0, np.inf)
     # w = θ − u is the distance to ignition of each inactive mode; +inf marks the active ones
     w = np.where(active, np.inf, -u0)
@@ -78,7 +87,7 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
     orbits = {}  # mode -> its ignition from the current plateau (`_ignition`), with `cols`
     while True:
         sig = be.sigma()
-        grow = sig > tol
+        grow = sig > mtol(sig)
         if corrected:
             theta = np.log(np.where(grow, sig, 1.0) / np.where(grow, be.schur(), 1.0))
             for j, o in orbits.items():
@@ -104,7 +113,7 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
         w[batch] = np.inf
         active[batch] = True
         tstar[batch] = np.minimum(tstar[batch], t)
-        zprev = be.z_full() if corrected else None
+        zprev = znow
         if cols is not None:
             if dt[k] < -_TIME_RTOL * max(1.0, abs(t)):
                 raise LvflowError(
@@ -118,7 +127,8 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
             pend.update(batch.tolist())
             _repair(be, pend, tol, max_iter)
         sig = be.sigma()
-        ext = np.array([k for k in pend if sig[k] < -tol], int)
+        neg = sig < -mtol(sig)
+        ext = np.array([j for j in pend if neg[j]], int)
         pend.difference_update(ext.tolist())
         active[ext] = False
         if cols is not None:
@@ -139,20 +149,85 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
             w[ext] = -np.log(np.where(zp > 0, zp, 1.0))
         else:
             w[ext] = 0.0
-        L = loss()
-        ev.append((t, batch, True, L))
-        ev.append((t, ext, False, L))
+        znow = be.z_full().copy()
+        drops.append(_drop(be, zprev, znow))
+        ev.append((t, batch, True, len(drops) - 1))
+        ev.append((t, ext, False, len(drops) - 1))
         n += batch.size + ext.size
         if n > max_events:
             raise SolverError(f"max_events: more than {max_events} events; pass a larger max_events")
+    be.refine(full=True)  # the last plateau from a fresh solve on its support
+    z_final = be.z_full()
+    # excess[p] = L(plateau p) − L(last plateau): the drops still to come
+    excess = np.append(np.cumsum(np.asarray(drops[:0:-1]))[::-1], 0.0)
     sizes = [e[1].size for e in ev]
     out = (
         np.repeat([e[0] for e in ev], sizes).astype(float),
         np.concatenate([e[1] for e in ev]).astype(int),
         np.repeat([e[2] for e in ev], sizes).astype(bool),
-        np.repeat([e[3] for e in ev], sizes).astype(float),
+        np.repeat([excess[e[3]] for e in ev], sizes).astype(float),
     )
-    return out, loss0, tstar, be.z_full()
+    return out, (float(excess[0]), _final_loss(r, y2, z_final, be.cz(z_final))), tstar, z_final
+
+
+def _drop(be, z_prev, z) -> float:
+    """`L(z_prev) − L(z*)` for the backend's restricted equilibrium `z*`, in its stationary form
+    `(1/8) dᵀC d + ¼ Σ_k max(−σ_k, 0) z_prev,k` (`d = z_prev − z*`, `σ = r − C z*`; exact because
+    `σᵀz* = 0`, and `σ_k ≤ 0` wherever `z_prev,k > 0`): a sum of non-negative terms, where
+    `rᵀ(z* − z_prev)/8` would cancel. `z`: the backend's `z*`."""
+    d = z_prev - z
+    return max(be.quad(d), 0.0) / 8 + float(np.maximum(-be.sigma(), 0.0) @ z_prev) / 4
+
+
+def _final_loss(r, y2: float, z, Cz) -> float:
+    """The loss on the last plateau, `L∞ = y2 − rᵀz*/4 + z*ᵀCz*/8` (the quadratic itself: its error
+    is second order in that of `z*`, where `y2 − rᵀz*/8` would be first order); a value within the
+    rounding of its terms is 0 (a loss is a mean of squares: an interpolating problem ends at exactly
+    0, not at a rounding error of either sign)."""
+    rz, zCz = float(r @ z) / 4, float(z @ Cz) / 8
+    L = (y2 - rz) + zCz
+    # rounding of the sum: its terms' sizes (they cancel when z* is large along a near-null direction)
+    terms = abs(y2) + float(np.abs(r) @ np.abs(z)) / 4 + float(np.abs(z) @ np.abs(Cz)) / 8
+    if y2 >= 0 and abs(L) <= 16 * np.finfo(float).eps * terms:
+        return 0.0
+    return L
+
+
+def plateau_excess_in_order(
+    system: AbstractLotkaVolterra, modes
+) -> tuple[Float[np.ndarray, " n"], Float[np.ndarray, " n"]]:
+    """The excess loss `L(z*_i) − L(z∞)` of the plateau before each of `modes` switches on, when
+    they switch on in this order (at a finite ε the order may differ from the ε → 0 one):
+    `z*_i` is the saturated equilibrium restricted to `modes[:i]`, `z∞` the unrestricted one.
+    For diagonal `C` it is `Σ_{j ≥ i} V_{modes[j]}` plus the `V_k` of growing modes not listed
+    (Eq. 168); otherwise the drops between consecutive plateaus in the stationary form of
+    `_drop`, summed from the last: never negative, and non-increasing along `modes`. Returns the
+    excess before each switch-on and the drop each makes."""
+    modes = np.asarray(modes, dtype=int)
+    r = np.asarray(system.r, dtype=float)
+    K = r.shape[0]
+    if system.is_diagonal:
+        c = np.asarray(system.C_diagonal, dtype=float)
+        V = np.where(r > 0, r**2 / (8 * np.where(c > 0, c, 1.0)), 0.0)
+        rest = np.ones(K, bool)
+        rest[modes] = False
+        drops, tail = V[modes], float(np.sum(V[rest]))
+    else:
+        be, pend, zprev, drops = _backend(system, False), set(), np.zeros(K), []
+        with _one_blas_thread():
+            for k in modes:
+                pend.add(int(k))
+                _repair(be, pend, None, 3 * K + 10)
+                if k == modes[-1]:
+                    be.refine(full=True)
+                z = be.z_full().copy()
+                drops.append(_drop(be, zprev, z))
+                zprev = z
+        z_inf = np.asarray(system.equilibrium(), dtype=float)
+        d = zprev - z_inf
+        tail = max(float(d @ be.cz(d)), 0.0) / 8 + float(np.maximum(be.cz(z_inf) - r, 0.0) @ zprev) / 4
+        drops = np.asarray(drops, dtype=float)
+    return tail + np.cumsum(drops[::-1])[::-1], drops
 
 
 class _Ignition(NamedTuple):
@@ -181,7 +256,7 @@ def _ignition(be, pend, k, r, cols, tol, max_iter) -> _Ignition:
             f"transients: mode {k}'s ignition brings modes {back.tolist()} into the support; not supported"
         )
     sig_new = new.sigma()
-    stay = np.flatnonzero(S & ~Sn & (sig_new >= -tol))
+    stay = np.flatnonzero(S & ~Sn & (sig_new >= -(_mode_tol(r, sig_new) if tol is None else tol)))
     if stay.size:
         raise LvflowError(
             f"transients: mode {k}'s ignition leaves modes {stay.tolist()} at z* = 0 without decaying; not supported"
@@ -205,7 +280,12 @@ class PlateauSchedule(eqx.Module):
     - `mode`: the mode of each event; `ignites`: `True` for an ignition (`s_k` reaches 0),
       `False` for a switch-off (its restricted equilibrium value drops to 0).
     - `loss`: plateau losses, shape `(n + 1,)`: `loss[0]` before the first event, `loss[i+1]`
-      after event `i` (all events at one time share the loss after all of them).
+      after event `i` (all events at one time share the loss after all of them). Formed as
+      `L∞ + excess`, `L∞ = y2 − rᵀz*/8` on the last plateau (0 on an interpolating problem).
+    - `excess`: `loss − L∞`, formed without that subtraction: the sum of the drops still to come,
+      each `L(z_prev) − L(z*) = (1/8)(z_prev − z*)ᵀC(z_prev − z*) + ¼ Σ_k max(−σ_k, 0) z_prev,k`
+      (`σ = r − C z*`; `V_k = r_k²/(8 C_kk)` for diagonal `C`), so never negative; `None` when the
+      schedule was built elsewhere.
     - `tau_star`: first ignition time of each mode (`inf` if it never ignites; 0 if it starts
       on the plateau, `z0_k ≥ 1`).
     - `initially_active`: the modes with `s_k(0) = 0`.
@@ -225,6 +305,7 @@ class PlateauSchedule(eqx.Module):
     corrected: bool = eqx.field(static=True)
     transients: bool = eqx.field(static=True, default=False)
     explicit_z0: bool = eqx.field(static=True, default=False)
+    excess: Float[Array, " n+1"] | None = None
 
     @property
     def n_events(self) -> int:
@@ -302,10 +383,6 @@ def _one_blas_thread():
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def _tol(r) -> float:
-    return _RTOL * max(float(np.max(np.abs(r))) if r.shape[0] else 1.0, np.finfo(float).tiny)
-
-
 def _initial_u(system, eps: float, z0, corrected: bool):
     K = system.K
     L = -math.log(eps)
@@ -326,10 +403,10 @@ def _initial_u(system, eps: float, z0, corrected: bool):
 
 def _diagonal_schedule(r, c, y2, u0, active0, L, corrected):
     """Closed form for diagonal `C` (Thm 6): mode `k` ignites when `u_k` reaches 0 (or
-    `ln(r_k / C_kk)` corrected) growing at rate `r_k`; each ignition lowers the loss by
-    `V_k = r_k² / (8 C_kk)` (Eq. 168)."""
-    tol = _tol(r)
-    grow = r > tol
+    `ln(r_k / C_kk)` corrected) growing at rate `r_k`, for every `r_k > 0` however small; each
+    ignition lowers the loss by `V_k = r_k² / (8 C_kk)` (Eq. 168). Plateau losses are `L∞` plus
+    the drops still to come (no cancellation against `y2`): returned as the excess over `L∞`."""
+    grow = r > 0
     if np.any(grow & (c <= 0)):
         k = int(np.flatnonzero(grow & (c <= 0))[0])
         raise LvflowError(f"system: mode {k} has r_k = {r[k]:g} > 0 and C_kk = 0: it grows without saturating")
@@ -338,24 +415,26 @@ def _diagonal_schedule(r, c, y2, u0, active0, L, corrected):
         t = np.where(grow & ~active0, np.maximum((theta - u0) / np.where(grow, r, 1.0), 0.0), np.inf)
         V = np.where(grow, r**2 / (8 * np.where(c > 0, c, 1.0)), 0.0)
     t = np.where(active0 & grow, 0.0, t)
-    ext = np.flatnonzero(active0 & (r < -tol))
-    loss0 = y2 - float(np.sum(V[active0]))
+    ext = np.flatnonzero(active0 & (r < 0))
     ign = np.flatnonzero(np.isfinite(t) & ~active0)
     ign = ign[np.argsort(t[ign], kind="stable")]
     times = t[ign]
-    drops = np.cumsum(V[ign])
+    z_final = np.where(np.isfinite(t) & grow, r / np.where(c > 0, c, 1.0), 0.0)
+    L_inf = _final_loss(r, y2, z_final, c * z_final)
+    # after[i]: the drops of the ignitions after the i-th, summed from the smallest
+    after = np.append(np.cumsum(V[ign][::-1])[::-1][1:], 0.0)
+    excess0 = float(np.sum(V[ign][::-1]))
     # events at (numerically) one time share the loss after all of them
     last = np.ones(times.size, bool)
     if times.size > 1:
         last[:-1] = np.diff(times) > _TIME_RTOL * np.maximum(1.0, np.abs(times[1:]))
     grp_end = np.flatnonzero(last)
-    drops = drops[grp_end[np.searchsorted(grp_end, np.arange(times.size))]] if times.size else drops
+    after = after[grp_end[np.searchsorted(grp_end, np.arange(times.size))]] if times.size else after[:0]
     ev_t = np.concatenate([np.zeros(ext.size), times])
     ev_mode = np.concatenate([ext, ign]).astype(int)
     ev_ign = np.concatenate([np.zeros(ext.size, bool), np.ones(ign.size, bool)])
-    ev_loss = np.concatenate([np.full(ext.size, loss0), loss0 - drops])
-    z_final = np.where(np.isfinite(t) & grow, r / np.where(c > 0, c, 1.0), 0.0)
-    return ev_t, ev_mode, ev_ign, ev_loss, loss0, t, z_final
+    ev_excess = np.concatenate([np.full(ext.size, excess0), after])
+    return ev_t, ev_mode, ev_ign, ev_excess, (excess0, L_inf), t, z_final
 
 
 def plateau_schedule(
@@ -466,31 +545,35 @@ def plateau_schedule(
         c = np.diagonal(C)
 
     if diagonal:
-        ev_t, ev_mode, ev_ign, ev_loss, loss0, tstar, z_final = _diagonal_schedule(r, c, y2, u0, active0, L, corrected)
+        ev_t, ev_mode, ev_ign, ev_ex, (ex0, L_inf), tstar, z_final = _diagonal_schedule(
+            r, c, y2, u0, active0, L, corrected
+        )
     else:
         N = 4 * K + 16 if max_events is None else max_events
         with _one_blas_thread():
-            (ev_t, ev_mode, ev_ign, ev_loss), loss0, tstar, z_final = _run(
+            (ev_t, ev_mode, ev_ign, ev_ex), (ex0, L_inf), tstar, z_final = _run(
                 _backend(system, corrected),
                 r,
                 y2,
                 u0,
                 active0,
-                _tol(r),
+                None,
                 corrected,
                 N,
                 _columns(system) if transients else None,
             )
         # ignitions are recorded before the switch-offs they cause; keep time order stable
         order = np.argsort(ev_t, kind="stable")
-        ev_t, ev_mode, ev_ign, ev_loss = ev_t[order], ev_mode[order], ev_ign[order], ev_loss[order]
+        ev_t, ev_mode, ev_ign, ev_ex = ev_t[order], ev_mode[order], ev_ign[order], ev_ex[order]
+    excess = np.concatenate([[ex0], np.asarray(ev_ex, dtype=float)])
 
     scale = L if corrected else 1.0
     return PlateauSchedule(
         tau=jnp.asarray(np.asarray(ev_t, dtype=float) / scale),
         mode=jnp.asarray(np.asarray(ev_mode, dtype=int)),
         ignites=jnp.asarray(np.asarray(ev_ign, dtype=bool)),
-        loss=jnp.asarray(np.concatenate([[loss0], np.asarray(ev_loss, dtype=float)])),
+        loss=jnp.asarray(L_inf + excess),
+        excess=jnp.asarray(excess),
         tau_star=jnp.asarray(np.asarray(tstar, dtype=float) / scale),
         initially_active=jnp.asarray(active0),
         z_final=jnp.asarray(z_final),

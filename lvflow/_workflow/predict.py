@@ -19,6 +19,7 @@ and `predict_data.py`.
 from __future__ import annotations
 
 import math
+import warnings
 
 import jax.numpy as jnp
 import numpy as np
@@ -29,7 +30,7 @@ from .._glv.lv import AbstractLotkaVolterra
 from .._glv.reduce import reduce_to_lv
 from .._glv.solve import solve_lv
 from .._scaling import predicted_exponent
-from .._schedule.schedule import plateau_schedule
+from .._schedule.schedule import plateau_excess_in_order, plateau_schedule
 from .._validate import check_in_open_interval, check_positive
 from .eps_merge import eps_merge
 from .predict_inputs import initial_scale
@@ -155,28 +156,41 @@ def predict(
 
     # The ε → 0 limit: every z_k0 = Θ(ε), so c_k = O(1) drops out (s_k(0) = −1).
     sched = plateau_schedule(lv, eps)
-    tau_star, plateau_k = _schedule_per_mode(sched, lv)
+    if y2_known:
+        _check_y2(lv, sched)
+    tau_star = np.asarray(sched.tau_star, dtype=np.float64)
+    t_dyn = _default_horizon(lv, eps, c, tau_star)
     if t1 is None:
-        t1 = _default_horizon(lv, eps, c, tau_star)
-    ts = _time_grid(t1, num_points)
+        t1 = t_dyn
+    ts = _time_grid(t1, num_points, t_dyn)
     sol = solve_lv(lv, z0, t1, ts=ts, rho=rho, progress=progress, rtol=rtol, atol=atol)
-    t_star = np.asarray(sol.switch_on_times, dtype=np.float64)
-    t_star = np.where(np.isfinite(t_star), t_star, np.inf)
     z_inf = np.asarray(sol.z_inf)
-    # The solve's loss (Eq. 26 in modes): no second pass over the (n, K) trajectory.
-    excess = np.asarray(sol.loss) - float(lv.loss(lv.equilibrium()))
+    t_star, kinds = _switch_ons(lv, sched, sol, z0, t1, ts, rho, rtol, atol)
+    # the excess in its stationary form (accurate to the last digits near the end of the curve)
+    excess = np.asarray(lv.excess_loss(sol.zs))
     loss = np.asarray(sol.loss) if y2_known else np.full(ts.shape, np.nan)
     # Ignition order: finite-ε switch-on time, then the asymptotic τ*, then the index.
-    order = np.lexsort((np.arange(K), np.where(np.isfinite(tau_star), tau_star, np.inf), t_star))
-    never = [int(k) + 1 for k in order if not np.isfinite(t_star[k])]
-    if never:
-        notes.append(f"modes {never[:10]}{' …' if len(never) > 10 else ''} do not switch on before t1 = {t1:.4g}")
+    order = np.lexsort((np.arange(K), tau_star, t_star))
+    notes += _mode_notes(order, t_star, kinds, t1)
+    if lr is not None:
+        notes += _stability_notes(lv, z_inf, lr)
     if not lv.is_diagonal:
-        notes.append("C is not diagonal: modes interact; eps_merge uses the isolated-mode rates r_k, C_kk")
+        notes.append(
+            "C is not diagonal: modes interact; V_k = r_k²/(8 C_kk) is what mode k would remove alone (the drops "
+            "this run makes are the drop column) and eps_merge uses the isolated-mode rates r_k, C_kk"
+        )
+    tau_order = np.lexsort((np.arange(K), tau_star))
+    if not np.array_equal(order[np.isfinite(t_star[order])], tau_order[np.isfinite(t_star[tau_order])]):
+        notes.append(
+            "at this eps the modes switch on in another order than as eps → 0 (compare t*_k with tau*_k): the "
+            "plateau-loss column follows this eps's order, the eps → 0 staircase its own"
+        )
     zo, Co, co = r[order], Ckk[order], c[order]
     on = np.isfinite(t_star[order])
     em = eps_merge(zo, C=Co, c=co, rho=rho)
     em = np.where(on[:-1] & on[1:], em, np.nan)
+    plateau, drop = np.full(K, np.nan), np.full(K, np.nan)
+    plateau[: int(on.sum())], drop[: int(on.sum())] = plateau_excess_in_order(lv, order[on])  # on: first rows
     return Prediction(
         method="lv",
         **_header(source, eps, rho, lr, t1, exponent),
@@ -188,13 +202,111 @@ def predict(
         V=jnp.asarray(np.where(zo > 0, zo**2 / (8 * Co), 0.0)),
         t_star=jnp.asarray(t_star[order]),
         tau_star=jnp.asarray(tau_star[order]),
-        plateau_loss=jnp.asarray(plateau_k[order]),
+        plateau_loss=jnp.asarray(plateau),
         eps_merge=jnp.asarray(em),
         z_inf=jnp.asarray(z_inf),
         ts=jnp.asarray(ts),
         loss=jnp.asarray(loss),
         excess_loss=jnp.asarray(excess),
+        drop=jnp.asarray(drop),
+        limit_tau=jnp.asarray(sched.tau),
+        limit_excess=jnp.asarray(_excess(sched)),
     )
+
+
+def _switch_ons(lv, sched, sol, z0, t1, ts, rho, rtol, atol) -> tuple[np.ndarray, np.ndarray]:
+    """Each mode's switch-on time `t*_k` (inf if none) and what kind of mode it is: `"on"`,
+    `"decays"` (never grows: `z_k(∞) ≤ z_k0`, e.g. `r_k < 0`), `"from_start"` (grows, but starts at
+    or above `ρ z_k(∞)`: `t*_k = 0`, no switch-on to see),
+    `"off_later"` (switches on, then a competitor switches it off: `z_k(∞) = 0`; `t*_k` is when it
+    reaches `ρ` × the level of the plateau it ignites into, from the ε → 0 schedule), `"late"` (not
+    on before `t1`)."""
+    z_inf = np.asarray(sol.z_inf)
+    t_star = np.asarray(sol.switch_on_times, dtype=np.float64)
+    grows = z_inf > z0  # (a mode that starts above ρ z_k(∞) but grows is on from the start: t*_k = 0)
+    tau = np.asarray(sched.tau_star)
+    later_off = ~grows & np.isfinite(tau)
+    if later_off.any():
+        # the plateau each ignites into, in the limit (right-continuous: just after τ*_k)
+        level = np.zeros_like(z_inf)
+        for k in np.flatnonzero(later_off):
+            level[k] = float(sched.z_at(float(tau[k]))[k])
+        later_off &= rho * level > z0
+        if later_off.any():
+            again = solve_lv(lv, z0, t1, ts=ts, rho=rho, rtol=rtol, atol=atol, z_inf=np.where(later_off, level, z_inf))
+            t_star = np.where(later_off, np.asarray(again.switch_on_times, dtype=np.float64), t_star)
+    ok = (grows | later_off) & np.isfinite(t_star)
+    kinds = np.where(later_off, "off_later", np.where(grows, "on", "decays"))
+    kinds = np.where((kinds != "decays") & ~ok, "late", kinds)
+    kinds = np.where((kinds == "on") & (rho * z_inf <= z0), "from_start", kinds)
+    return np.where(ok, t_star, np.inf), kinds
+
+
+def _mode_notes(order, t_star, kinds, t1) -> list[str]:
+    """One note per kind of mode that is not a plain switch-on (modes 1-based, in table order)."""
+
+    def modes(kind):
+        m = [int(k) + 1 for k in order if kinds[k] == kind]
+        return f"{m[:10]}{' …' if len(m) > 10 else ''}", len(m)
+
+    out = []
+    for kind, text in (
+        ("late", "do not switch on before t1 = {t1:.4g}"),
+        ("decays", "only decay (z_k(inf) ≤ z_k(0)): no switch-on"),
+        ("from_start", "start at or above rho z_k(inf) (z_k(0) ≥ rho z_k(inf)): t*_k = 0, no switch-on to see"),
+        (
+            "off_later",
+            "switch on, then competitors switch them off (z_k(inf) = 0): their t*_k is when z_k reaches rho × "
+            "the plateau it switches on to",
+        ),
+    ):
+        m, n = modes(kind)
+        if n:
+            out.append(f"modes {m}: {text.format(t1=t1)}")
+    return out
+
+
+def _check_y2(lv: AbstractLotkaVolterra, sched) -> None:
+    """`y2 = (1/m) Σ y_μ²` bounds the loss below by 0: the last plateau's loss
+    `L∞ = y2 − rᵀz*/4 + z*ᵀCz*/8` (the schedule's, 0 within rounding) must not be negative."""
+    y2 = float(lv.y2)
+    if y2 < 0:
+        raise LvflowError(f"y2: must be ≥ 0 (the mean of the squared targets), got {y2:g}")
+    L_inf = float(sched.loss[-1])
+    if L_inf < 0:
+        raise LvflowError(
+            f"y2: {y2:.6g} is below rᵀz*/8 = {y2 - L_inf:.6g}, so the loss would end negative; y2 is the mean of the "
+            "squared targets, at least the loss the modes can remove"
+        )
+
+
+def _stability_notes(lv: AbstractLotkaVolterra, z_inf: np.ndarray, lr: float) -> list[str]:
+    """GD with step `η` is stable at the last plateau only if `η λ_max < 2`, `λ_max` the largest
+    eigenvalue of the loss Hessian there in the weights `w_k = √z_k`, `Diag(√z∞) C Diag(√z∞)`
+    (for diagonal `C`, `max_k r_k`). Warns (and returns the note) when it is not."""
+    lam = _hessian_max_eig(lv, z_inf)
+    if not lr * lam > 2:
+        return []
+    msg = (
+        f"learning rate {lr:g}: eta·lambda_max = {lr * lam:.3g} > 2 (lambda_max = {lam:.3g}, the loss Hessian's "
+        "largest eigenvalue at the last plateau, Diag(√z∞) C Diag(√z∞)): gradient descent is unstable there, "
+        "so steps = t/eta do not describe it; use eta < 2/lambda_max"
+    )
+    warnings.warn(msg, stacklevel=3)
+    return [msg]
+
+
+def _hessian_max_eig(lv: AbstractLotkaVolterra, z_inf: np.ndarray) -> float:
+    """Largest eigenvalue of `Diag(√z∞) C Diag(√z∞)` (dense up to 2000 modes, else Lanczos on `C z`)."""
+    s = np.sqrt(np.maximum(z_inf, 0.0))
+    if lv.is_diagonal:
+        return float(np.max(s**2 * np.asarray(lv.C_diagonal), initial=0.0))
+    if lv.K <= 2000:
+        return float(np.linalg.eigvalsh(s[:, None] * np.asarray(lv.C) * s[None, :])[-1])
+    from scipy.sparse.linalg import LinearOperator, eigsh
+
+    op = LinearOperator((lv.K, lv.K), matvec=lambda x: s * np.asarray(lv.Cz(jnp.asarray(s * x.ravel()))))
+    return float(eigsh(op, k=1, which="LA", return_eigenvectors=False)[0])
 
 
 def _header(source, eps, rho, lr, t1, exponent) -> dict:
@@ -202,16 +314,23 @@ def _header(source, eps, rho, lr, t1, exponent) -> dict:
     return dict(source=source, eps=float(eps), rho=float(rho), learning_rate=lr, t1=float(t1), exponent=float(exponent))
 
 
+def _excess(sched) -> np.ndarray:
+    """A schedule's plateau levels over its last one (`excess`; from `loss` for a schedule built without it)."""
+    if sched.excess is not None:
+        return np.asarray(sched.excess, dtype=np.float64)
+    loss = np.asarray(sched.loss, dtype=np.float64)
+    return loss - loss[-1]
+
+
 def _schedule_per_mode(sched, lv: AbstractLotkaVolterra) -> tuple[np.ndarray, np.ndarray]:
     """Per mode: the ε → 0 ignition time `τ*_k` (inf if never) and the excess loss of the
-    plateau just before it (Eq. 168), read off a `plateau_schedule` result."""
+    plateau just before it (Eq. 168), read off a `plateau_schedule` result (its `excess`, formed
+    without cancellation; the level before the first event at `τ*_k`)."""
     tau_star = np.asarray(sched.tau_star, dtype=np.float64)
     tau_star = np.where(np.isfinite(tau_star), tau_star, np.inf)
-    base = float(lv.loss(lv.equilibrium()))
-    # The staircase L(τ) is right-continuous: its value just below τ*_k is the plateau before it.
-    below = np.where(np.isfinite(tau_star), tau_star * (1 - 1e-9) - 1e-300, 0.0)
-    before = np.asarray(sched.loss_at(jnp.asarray(below)), dtype=np.float64)
-    return tau_star, np.where(np.isfinite(tau_star), before - base, np.nan)
+    excess = _excess(sched)
+    before = excess[np.searchsorted(np.asarray(sched.tau), np.where(np.isfinite(tau_star), tau_star, 0.0))]
+    return tau_star, np.where(np.isfinite(tau_star), before, np.nan)
 
 
 def _predict_matrix_flow(
@@ -271,7 +390,15 @@ def _default_horizon(lv: AbstractLotkaVolterra, eps: float, c: np.ndarray, tau_s
     return float(1.2 * max(np.max(t_iso), np.max(t_sched)) + 8.0 / rmin)
 
 
-def _time_grid(t1: float, n: int) -> np.ndarray:
-    """Linear and logarithmic samples of `[0, t1]` merged, so both plots are smooth."""
+def _time_grid(t1: float, n: int, t_dyn: float | None = None) -> np.ndarray:
+    """Linear and logarithmic samples of `[0, t1]` merged, so both plots are smooth. With `t_dyn`
+    (when the dynamics are over) well inside `t1`, half the linear samples fall in `[0, t_dyn]` and
+    the log samples start at `10⁻⁴ t_dyn`, so a long `t1` does not leave the switch-ons unsampled."""
     # Always 2n − 1 points (no `unique`): a fixed length means one compiled solve per size.
-    return np.sort(np.concatenate([np.linspace(0.0, t1, n), np.geomspace(t1 * 1e-4, t1, n)[:-1]]))
+    t_dyn = t1 if t_dyn is None else min(float(t_dyn), t1)
+    if t_dyn < 0.5 * t1:
+        h = n // 2
+        lin = np.concatenate([np.linspace(0.0, t_dyn, h, endpoint=False), np.linspace(t_dyn, t1, n - h)])
+    else:
+        lin = np.linspace(0.0, t1, n)
+    return np.sort(np.concatenate([lin, np.geomspace(t_dyn * 1e-4, t1, n)[:-1]]))

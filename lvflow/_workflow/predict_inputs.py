@@ -6,8 +6,6 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-import equinox as eqx
-import jax.numpy as jnp
 import numpy as np
 
 from .._errors import LvflowError, NotPSDError, SymmetryError
@@ -18,24 +16,19 @@ _positive_int = check_positive_int
 
 
 def lv_from_arrays(arrays: Mapping[str, Any], *, name: str = "system") -> AbstractLotkaVolterra:
-    """A gLV system from named arrays: `r` and `C`, or `zeta` and `V`, and optionally `y2`.
+    """A gLV system from named arrays: `r` and `C`, or `zeta` and `V`; optionally `y2`.
 
     With `zeta` and `V` (the rates and loss drops of independent modes, Thm 6) the system is
     diagonal with `r_k = ζ_k` and `C_kk = ζ_k² / (8 V_k)`, so that `V_k = r_k²/(8 C_kk)`, held as
     its diagonal (`O(K)`). An unnamed array (an `.npy` or a header-less `.csv`) of shape `(K, K+1)`
-    is read as the columns `[r | C]`. `y2` (`(1/m) Σ y_μ²`, the loss at `z = 0`) is a scalar.
+    is read as the columns `[r | C]`. `y2 = (1/m) Σ y_μ²` (the loss at `z = 0`, `≥ 0`) is one
+    number; a CSV column `y2` (which the CSV reader files under `y`) holds it in every row.
 
-    **Raises:** `LvflowError` naming `name` and the problem (missing keys, no modes, shapes,
-    NaN/inf, `V ≤ 0`, a `y2` that is not one number, plateaus `r_k/C_kk` beyond float64);
-    `SymmetryError` / `NotPSDError` when `C` is not symmetric PSD.
+    **Raises:** `LvflowError` naming `name` and the problem (missing, unexpected or doubly given
+    keys, no modes, shapes, NaN/inf, `V ≤ 0`, `y2 < 0` or not one number, plateaus `r_k/C_kk`
+    beyond float64); `SymmetryError` / `NotPSDError` when `C` is not symmetric PSD.
     """
     keys = {k.lower(): k for k in arrays}
-    y2 = 0.0
-    if "y2" in keys:
-        y2a = as_array(f"{name}: y2", arrays[keys.pop("y2")])
-        if y2a.size != 1:
-            raise LvflowError(f"{name}: y2 must be one number (the mean squared target), got shape {y2a.shape}")
-        y2 = float(y2a.reshape(()))
     lv = _lv_from_keys(arrays, keys, name)
     if lv.K == 0:
         raise LvflowError(f"{name}: the system has no modes (r is empty)")
@@ -48,8 +41,6 @@ def lv_from_arrays(arrays: Mapping[str, Any], *, name: str = "system") -> Abstra
             f"{name}: mode {k + 1}'s plateau z_k = r_k/C_kk = {r[k]:.3g}/{Ckk[k]:.3g} overflows float64; "
             "rescale r and C (the loss is then too large to represent)"
         )
-    if y2:
-        return eqx.tree_at(lambda s: s.y2, lv, jnp.asarray(y2, dtype=lv.r.dtype))
     return lv
 
 
@@ -62,6 +53,14 @@ def _lv_from_keys(arrays: Mapping[str, Any], keys: dict[str, str], name: str) ->
                 f"{name}: an unnamed array must have shape (K, K+1) holding the columns [r | C], got {a.shape}"
             )
         arrays, keys = {"r": a[:, 0], "C": a[:, 1:]}, {"r": "r", "c": "C"}
+    if {"r", "c"} <= set(keys) and {"zeta", "v"} <= set(keys):
+        raise LvflowError(f"{name}: holds both r, C and zeta, V; give one pair")
+    extra = sorted(set(keys) - {"r", "c", "zeta", "v", "y2", "y"})
+    if extra and ({"r", "c"} <= set(keys) or {"zeta", "v"} <= set(keys)):
+        raise LvflowError(
+            f"{name}: unexpected arrays {[keys[k] for k in extra]}; expected r and C (or zeta and V), and optionally y2"
+        )
+    y2 = _y2(name, arrays, keys)
     if "r" in keys and "c" in keys:
         r = as_array(f"{name}: r", arrays[keys["r"]], ndim=1)
         C = as_array(f"{name}: C", arrays[keys["c"]], ndim=2)
@@ -70,7 +69,7 @@ def _lv_from_keys(arrays: Mapping[str, Any], keys: dict[str, str], name: str) ->
                 f"{name}: C has shape {C.shape}, expected {(r.shape[0],) * 2} to match r of shape {r.shape}"
             )
         _check_C(name, C)
-        return LotkaVolterra(r, C, check=False)
+        return LotkaVolterra(r, C, y2=y2, check=False)
     if "zeta" in keys and "v" in keys:
         zeta = as_array(f"{name}: zeta", arrays[keys["zeta"]], ndim=1)
         V = as_array(f"{name}: V", arrays[keys["v"]], ndim=1)
@@ -85,8 +84,23 @@ def _lv_from_keys(arrays: Mapping[str, Any], keys: dict[str, str], name: str) ->
             d = zeta**2 / (8 * V)
         if np.any(d <= 0) or not np.all(np.isfinite(d)):
             raise LvflowError(f"{name}: C_kk = zeta_k²/(8 V_k) leaves float64's range; rescale zeta and V")
-        return LowRankLotkaVolterra(zeta, d, np.zeros((zeta.shape[0], 0)))
+        return LowRankLotkaVolterra(zeta, d, np.zeros((zeta.shape[0], 0)), y2=y2)
     raise LvflowError(f"{name}: expected arrays 'r' and 'C', or 'zeta' and 'V'; found {sorted(arrays) or 'none'}")
+
+
+def _y2(name: str, arrays: Mapping[str, Any], keys: dict) -> float:
+    """`y2` from the key `y2`, or from `y` (a CSV column `y2`): one value, repeated in a column; 0 if absent."""
+    k = keys.get("y2", keys.get("y"))
+    if k is None:
+        return 0.0
+    if "y2" in keys and "y" in keys:
+        raise LvflowError(f"{name}: holds both y2 and y; give y2 once")
+    v = as_array(f"{name}: y2", arrays[k], ndim=(0, 1)).reshape(-1)
+    if v.size == 0 or np.any(v != v[0]):
+        raise LvflowError(f"{name}: y2 must be one number (the same in every CSV row), got {v[:4].tolist()}")
+    if v[0] < 0:
+        raise LvflowError(f"{name}: y2 must be ≥ 0 (the mean of the squared targets), got {v[0]:g}")
+    return float(v[0])
 
 
 def _check_C(name: str, C: np.ndarray) -> None:

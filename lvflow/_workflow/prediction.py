@@ -21,9 +21,11 @@ from .io import save_json, save_npz, to_json
 class Prediction(eqx.Module):
     """What `predict` returns: the plateau table and the predicted loss curve.
 
-    Modes are listed in ignition order (`order[i]` is the index, in the input system, of the
-    `i`-th mode to switch on); modes that never switch on (e.g. `r_k ≤ 0`, or suppressed by a
-    competitor) come last with `t*_k = τ*_k = inf`.
+    **Rows.** The per-mode arrays (`r`, `C_diag`, `V`, `t_star`, `tau_star`, `plateau_loss`,
+    `drop`, `steps_star`) are in *switch-on order*, not the input's mode order: row `i` is mode
+    `order[i]` (0-based). `by_mode(name)` gives any of them in the input's order. Modes that
+    never switch on (they only decay, or are not on before `t1`) come last with `t*_k = inf`.
+    `c` and `z_inf` are in the input's order.
 
     **Fields:**
 
@@ -32,16 +34,28 @@ class Prediction(eqx.Module):
     - `eps`, `c`, `rho`, `learning_rate`, `t1`: the initial scale `z_k0 = ε c_k`, the switch-on
       fraction `ρ`, the learning rate `η` (steps = t/η; `None` if not given), and the horizon
       (`c` in input order; one entry, `M0 = ε c I`, for the matrix flow).
-    - `order`, `r`, `C_diag`, `V`: the modes in ignition order: `r_k`, `C_kk`,
-      `V_k = r_k²/(8 C_kk)`.
-    - `t_star`: finite-ε switch-on times (`z_k = ρ z_k(∞)`, from the ODE solve); `steps_star = t_star/η`.
+    - `order`: the input index of the mode in each row.
+    - `r`, `C_diag`, `V`: per row `r_k`, `C_kk` and `V_k = r_k²/(8 C_kk)`, the loss mode `k` would
+      remove *alone* (an isolated mode, Thm 6). With a coupled `C` the `V_k` need not add up to the
+      total drop; the drops this run makes are `drop`.
+    - `t_star`: finite-ε switch-on times: the first time `z_k` reaches `ρ z_k(∞)`, from the ODE
+      solve (0 for a mode that starts above it and grows; inf for a mode that only decays,
+      `z_k(∞) ≤ z_k0`; for a mode later switched off by a competitor, `z_k(∞) = 0`, `ρ` × the
+      plateau it switches on to); `steps_star = t_star/η`.
     - `tau_star`: ε → 0 ignition times in `τ = t/ln(1/ε)` (`1/r_k` for diagonal `C`, Eq. 168).
-    - `plateau_loss`: the excess loss on the plateau just before each mode switches on
-      (`Σ_{j ignites later} V_j` for diagonal `C`, Eq. 168).
-    - `eps_merge`: for consecutive modes, the ε above which their drops overlap (see `predict`).
+    - `plateau_loss`: the excess loss (over the final loss) on the plateau just before each mode
+      switches on, at this ε: the saturated equilibrium restricted to the modes switched on in the
+      rows above (`Σ_{j ignites later} V_j` for diagonal `C`, Eq. 168); non-increasing down the
+      table. NaN for modes that never switch on.
+    - `eps_merge`: for consecutive rows, the ε above which their drops overlap (Eq. 158's times for
+      isolated modes; see `predict`).
     - `exponent`: the predicted loss exponent `(α₁−1)/α₂` (Thm 9) for a power-law spectrum, else NaN.
     - `ts`, `loss`, `excess_loss`: the predicted curve (loss is NaN where `y2` is unknown).
-    - `notes`: human-readable remarks (fallbacks taken, modes that never switch on).
+    - `drop`: per row, the excess loss that switch-on removes at this ε (`plateau_loss` minus the
+      next plateau's); the drops add up to the total drop. NaN for modes that never switch on.
+    - `limit_tau`, `limit_excess`: the ε → 0 staircase (`plateau_schedule`): event times in `τ`
+      and the excess loss before the first event and after each (`n + 1` levels).
+    - `notes`: human-readable remarks (fallbacks taken, modes that do not switch on, warnings).
     - `drops`: for the matrix flow, its drops (`MatrixDrops`: the directions of `M` that switch
       on, when, and the loss before and after each); `None` for the gLV.
     - `input_shape`: the shape of the input side of a direction (its first entries; the rest is
@@ -69,6 +83,9 @@ class Prediction(eqx.Module):
     ts: Float[Array, " T"]
     loss: Float[Array, " T"]
     excess_loss: Float[Array, " T"]
+    drop: Float[Array, " K"] | None = None
+    limit_tau: Float[Array, " n"] | None = None
+    limit_excess: Float[Array, " n+1"] | None = None
     drops: MatrixDrops | None = None
     input_shape: tuple[int, ...] | None = eqx.field(static=True, default=None)
 
@@ -82,23 +99,38 @@ class Prediction(eqx.Module):
         """The curve's times in training steps, `t / η` (NaN without a learning rate)."""
         return self.ts / self.learning_rate if self.learning_rate else jnp.full_like(self.ts, jnp.nan)
 
+    def by_mode(self, name: str) -> Float[Array, " K"]:
+        """The per-row array `name` (e.g. `"t_star"`) in the input's mode order: entry `k` is mode `k`."""
+        rows = ("r", "C_diag", "V", "t_star", "tau_star", "plateau_loss", "drop", "steps_star")
+        if name not in rows:
+            raise LvflowError(f"name: one of {', '.join(rows)}, got {name!r}")
+        a = np.asarray(getattr(self, name))
+        out = np.empty_like(a)
+        out[np.asarray(self.order)] = a
+        return jnp.asarray(out)
+
     def rows(self) -> list[dict[str, Any]]:
         """The table, one dict per mode in ignition order."""
-        out = []
+        # one conversion per column: indexing a device array per entry costs ~10 µs each
+        columns = (self.r, self.C_diag, self.V, self.t_star, self.tau_star, self.plateau_loss, self.eps_merge)
+        r, Cd, V, ts, tau, pl, em = (np.asarray(a) for a in columns)
         st = np.asarray(self.steps_star)
+        dr = np.full(self.order.shape, np.nan) if self.drop is None else np.asarray(self.drop)
+        out = []
         for i, k in enumerate(np.asarray(self.order)):
             out.append(
                 dict(
                     rank=i + 1,
                     mode=int(k) + 1,
-                    r=float(self.r[i]),
-                    C_kk=float(self.C_diag[i]),
-                    V=float(self.V[i]),
-                    t_star=float(self.t_star[i]),
+                    r=float(r[i]),
+                    C_kk=float(Cd[i]),
+                    V=float(V[i]),
+                    drop=float(dr[i]),
+                    t_star=float(ts[i]),
                     steps_star=float(st[i]),
-                    tau_star=float(self.tau_star[i]),
-                    plateau_loss=float(self.plateau_loss[i]),
-                    eps_merge_next=float(self.eps_merge[i]) if i < self.eps_merge.shape[0] else math.nan,
+                    tau_star=float(tau[i]),
+                    plateau_loss=float(pl[i]),
+                    eps_merge_next=float(em[i]) if i < em.shape[0] else math.nan,
                 )
             )
         return out
@@ -137,7 +169,8 @@ class Prediction(eqx.Module):
             return save_json(p, self.to_dict())
         if p.suffix.lower() == ".npz":
             skip = ("drops", "input_shape")
-            arrays = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
+            fields = [f.name for f in dataclasses.fields(self) if f.name not in skip]
+            arrays = {n: getattr(self, n) for n in fields if getattr(self, n) is not None}
             if self.drops is not None:
                 arrays.update({f"drops_{f.name}": getattr(self.drops, f.name) for f in dataclasses.fields(self.drops)})
             arrays["notes"] = np.asarray(list(self.notes) or [""])
@@ -149,11 +182,14 @@ class Prediction(eqx.Module):
     def table(self, *, digits: int = 6, max_rows: int | None = None) -> str:
         """The plateau table as aligned text (what `lvflow predict` prints); with `max_rows`,
         only the first rows (and a line saying how many were left out)."""
-        head = ["#", "mode", "r_k", "V_k", "t*_k", "steps*_k", "tau*_k", "plateau loss", "eps merge"]
+        head = ["#", "mode", "r_k", "V_k alone", "t*_k", "steps*_k", "tau*_k", "plateau loss", "drop", "eps merge"]
         fmt = lambda v: "-" if not np.isfinite(v) else f"{v:.{digits}g}"
         body = [
             [str(d["rank"]), str(d["mode"])]
-            + [fmt(d[k]) for k in ("r", "V", "t_star", "steps_star", "tau_star", "plateau_loss", "eps_merge_next")]
+            + [
+                fmt(d[k])
+                for k in ("r", "V", "t_star", "steps_star", "tau_star", "plateau_loss", "drop", "eps_merge_next")
+            ]
             for d in self.rows()
         ]
         w = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
@@ -225,14 +261,26 @@ class Prediction(eqx.Module):
             tail[0] += f"; least loss over the features {floor:.{digits}g}"
         return "\n".join(["drops (directions of M switching on):", line(head)] + [line(b) for b in cut] + more + tail)
 
+    def merged_pairs(self) -> np.ndarray:
+        """For consecutive rows that both switch on: whether their drops merge at this ε, measured
+        on the switch-on times — the gap `t*_{i+1} − t*_i` is within the mean 10–90 % rise time
+        `½(w_i + w_{i+1})`, `w = ln 81/r` (the criterion of `lvflow._scaling.resolved_steps`).
+        Pairs with a mode that never switches on, or with `r ≤ 0` (no rise time to compare), are
+        left out: the result has one entry per pair of consecutive switch-ons measured."""
+        t, r = np.asarray(self.t_star), np.asarray(self.r)
+        n_on = int(np.count_nonzero(np.isfinite(t)))
+        ta, tb, ra, rb = t[: n_on - 1], t[1:n_on], r[: n_on - 1], r[1:n_on]
+        measurable = (ra > 0) & (rb > 0)
+        with np.errstate(divide="ignore"):
+            width = 0.5 * math.log(81.0) * (1 / ra + 1 / rb)
+        return np.where(measurable, tb - ta <= width, False)[: max(n_on - 1, 0)]
+
     def n_resolved(self) -> int:
-        """How many leading switch-ons stand apart at this ε (each of them and its successor
-        have `ε < ε_merge`; the convention of `lvflow._scaling.resolved_steps`)."""
-        em = np.asarray(self.eps_merge)
-        if not self.order.shape[0]:
-            return 0
-        bad = np.flatnonzero(~(self.eps < em))
-        return int(bad[0]) if bad.size else int(self.order.shape[0])
+        """How many leading switch-ons stand apart at this ε: measured on the switch-on times
+        (`merged_pairs`), not on `eps_merge`."""
+        n_on = int(np.count_nonzero(np.isfinite(np.asarray(self.t_star))))
+        bad = np.flatnonzero(self.merged_pairs())
+        return int(bad[0]) if bad.size else n_on
 
     def summary(self, *, max_rows: int | None = 40) -> str:
         """Header lines, the table, and the notes."""
@@ -245,22 +293,28 @@ class Prediction(eqx.Module):
         if np.isfinite(self.exponent):
             lines.append(f"predicted loss exponent (alpha1 - 1)/alpha2 = {self.exponent:.6g} (Thm 9)")
         if self.order.shape[0]:
-            n, K = self.n_resolved(), int(self.order.shape[0])
-            if n == 0:
-                lines.append(
-                    "at this eps no switch-on stands apart: the drops merge into one smooth decay "
-                    "(eps merge: the eps above which a step merges with the next)"
-                )
-            elif n < K:
-                lines.append(
-                    f"at this eps the first {n} switch-ons stand apart; from #{n + 1} on they merge "
-                    "into a smooth decay (eps merge: the eps above which a step merges with the next)"
-                )
+            lines += self._resolution_lines()
             lines.append(self.table(max_rows=max_rows))
         if self.drops is not None:
             lines.append(self.drop_table(max_rows=max_rows))
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def _resolution_lines(self) -> list[str]:
+        """What the switch-on times say about merging (measured, `merged_pairs`); nothing where
+        there is nothing to measure."""
+        merged = self.merged_pairs()
+        if not merged.any():
+            return []
+        n, m = self.n_resolved(), int(merged.sum())
+        where = f"{m} of the {merged.size} pairs of consecutive switch-ons are closer than their rise times"
+        if m == merged.size:
+            head = "at this eps no switch-on stands apart: every drop merges with the next into one smooth decay"
+        elif n == 0:
+            head = f"at this eps the first switch-on merges with the second ({where})"
+        else:
+            head = f"at this eps the first {n} switch-ons stand apart; #{n + 1} merges with #{n + 2} ({where})"
+        return [head + " (eps merge: the eps above which a step merges with the next)"]
 
     def plot(self, path, *, title: str | None = None) -> Path:
         """Save the predicted loss curve in linear and log time (two panels), atomically."""

@@ -82,22 +82,26 @@ def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path
                 ls="-.",
                 label=f"slope −{pred.exponent:.3g} (Thm 9)",
             )
-        if not flow and pred.order.shape[0]:
-            # The ε → 0 staircase (Eq. 168): plateau levels switching at τ*_k ln(1/ε).
-            tau = np.asarray(pred.tau_star) * math.log(1 / pred.eps) / (pred.learning_rate or 1.0)
-            lev = np.asarray(pred.plateau_loss)
-            ok = np.isfinite(tau) & np.isfinite(lev)
-            edges = np.concatenate([[x[keep][0]], tau[ok], [x[-1]]])
-            levels = np.concatenate([lev[ok], [floor]])
+        if not flow and pred.limit_tau is not None:
+            # The ε → 0 staircase (plateau_schedule, Eq. 168 for diagonal C), from its own events in
+            # time order (the table's rows follow this ε's switch-on order, which may differ).
+            tev = np.asarray(pred.limit_tau) * math.log(1 / pred.eps) / (pred.learning_rate or 1.0)
+            lev = np.asarray(pred.limit_excess)
+            tu = np.unique(tev)
+            levels = np.concatenate([lev[:1], lev[np.searchsorted(tev, tu, side="right")]])
+            edges = np.clip(np.concatenate([[x[keep][0]], tu, [x[-1]]]), x[keep][0], x[-1])
             ax.stairs(
                 np.maximum(levels, floor),
-                np.maximum.accumulate(edges),
+                edges,
                 color="C1",
                 lw=1.2,
                 ls=":",
-                label="ε → 0 limit (Eq. 168)",
+                label="ε → 0 limit (plateau_schedule)",
                 baseline=None,
             )
+        fin_all = xs[np.isfinite(xs)]
+        if not logx and fin_all.size and x[-1] > 20 * fin_all.max() > 0:
+            ax.set_xlim(0.0, 3 * fin_all.max())  # a t1 far past the dynamics would flatten this panel
         ax.legend(fontsize=8, loc="lower left")
         ax.set_yscale("log")
         if logx:
