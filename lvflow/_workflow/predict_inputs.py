@@ -96,6 +96,8 @@ def _y2(name: str, arrays: Mapping[str, Any], keys: dict) -> float:
     if "y2" in keys and "y" in keys:
         raise LvflowError(f"{name}: holds both y2 and y; give y2 once")
     v = as_array(f"{name}: y2", arrays[k], ndim=(0, 1)).reshape(-1)
+    if "y2" in keys and v.size != 1:
+        raise LvflowError(f"{name}: y2 must be one number (the mean squared target), got shape {v.shape}")
     if v.size == 0 or np.any(v != v[0]):
         raise LvflowError(f"{name}: y2 must be one number (the same in every CSV row), got {v[:4].tolist()}")
     if v[0] < 0:
