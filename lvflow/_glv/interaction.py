@@ -25,6 +25,9 @@ def _scale(d: Float[ArrayLike, " K"], z: Float[ArrayLike, "*b K"]) -> Float[Arra
     return jnp.broadcast_to(d, z.shape) * z
 
 
+_UNROLL_Q = 8  # up to this rank the Woodbury solve's small products and factorisation are unrolled
+
+
 def _vecmat(x: Float[ArrayLike, " K"], AT: Float[ArrayLike, "q K"]) -> Float[Array, " q"]:
     """`Aᵀ x` from `Aᵀ` (rows of length `K`): one multiply-and-reduce along the contiguous axis."""
     return jnp.sum(AT * x[None, :], axis=1)
@@ -65,9 +68,6 @@ def _spd_inverse(S: Float[ArrayLike, "q q"]) -> Float[Array, "q q"]:
             Li[i][j] = -sum(L[i][m] * Li[m][j] for m in range(j, i)) * inv_diag[i]
     rows = [[sum(Li[m][i] * Li[m][j] for m in range(max(i, j), q)) for j in range(q)] for i in range(q)]
     return jnp.stack([jnp.stack(row) for row in rows])
-
-
-_UNROLL_Q = 8  # up to this rank the Woodbury solve's small products and factorisation are unrolled
 
 
 class AbstractInteraction(eqx.Module):
