@@ -25,22 +25,49 @@ def _scale(d: Float[ArrayLike, " K"], z: Float[ArrayLike, "*b K"]) -> Float[Arra
     return jnp.broadcast_to(d, z.shape) * z
 
 
-def _vecmat(x: Float[ArrayLike, " K"], A: Float[ArrayLike, "K q"]) -> Float[Array, " q"]:
-    return jnp.sum(x[:, None] * A, axis=0)
+_UNROLL_Q = 8  # up to this rank the Woodbury solve's small products and factorisation are unrolled
 
 
-def _matvec(A: Float[ArrayLike, "K q"], y: Float[ArrayLike, " q"]) -> Float[Array, " K"]:
-    return jnp.sum(A * y[None, :], axis=1)
+def _vecmat(x: Float[ArrayLike, " K"], AT: Float[ArrayLike, "q K"]) -> Float[Array, " q"]:
+    """`Aᵀ x` from `Aᵀ` (rows of length `K`): one multiply-and-reduce along the contiguous axis."""
+    return jnp.sum(AT * x[None, :], axis=1)
+
+
+def _matvec(AT: Float[ArrayLike, "q K"], y: Float[ArrayLike, " q"]) -> Float[Array, " K"]:
+    """`A y` from `Aᵀ`: for a small rank a sum of `q` scaled rows (elementwise, vectorised along `K`;
+    under `vmap` no reduction over a short trailing axis and no batched dot), else a dot."""
+    q = AT.shape[0]
+    if q > _UNROLL_Q:
+        return y @ AT
+    return sum(AT[p] * y[p] for p in range(q))
 
 
 def _spd_inverse(S: Float[ArrayLike, "q q"]) -> Float[Array, "q q"]:
-    """Inverse of a small SPD matrix via its Cholesky factor."""
-    L = jnp.linalg.cholesky(S)
-    Linv = jax.scipy.linalg.solve_triangular(L, jnp.eye(S.shape[0], dtype=S.dtype), lower=True)
-    return Linv.T @ Linv
+    """Inverse of a small SPD matrix via its Cholesky factor `S = L Lᵀ`, `S⁻¹ = L⁻ᵀ L⁻¹`.
 
-
-_UNROLL_Q = 16  # up to this rank W S⁻¹ is formed by broadcast products, not a dot
+    Up to rank `_UNROLL_Q` the factorisation is written out entry by entry: elementwise
+    arithmetic that XLA fuses, and that `vmap` turns into arithmetic on batch vectors rather than a
+    batched LAPACK call per step.
+    """
+    q = S.shape[0]
+    if q > _UNROLL_Q:
+        L = jnp.linalg.cholesky(S)
+        Linv = jax.scipy.linalg.solve_triangular(L, jnp.eye(q, dtype=S.dtype), lower=True)
+        return Linv.T @ Linv
+    L = [[None] * q for _ in range(q)]  # L[i][j], j ≤ i
+    inv_diag = [None] * q
+    for j in range(q):
+        inv_diag[j] = jax.lax.rsqrt(S[j, j] - sum(L[j][m] * L[j][m] for m in range(j)))
+        L[j][j] = 1.0 / inv_diag[j]
+        for i in range(j + 1, q):
+            L[i][j] = (S[i, j] - sum(L[i][m] * L[j][m] for m in range(j))) * inv_diag[j]
+    Li = [[None] * q for _ in range(q)]  # L⁻¹, lower triangular
+    for i in range(q):
+        Li[i][i] = inv_diag[i]
+        for j in range(i):
+            Li[i][j] = -sum(L[i][m] * Li[m][j] for m in range(j, i)) * inv_diag[i]
+    rows = [[sum(Li[m][i] * Li[m][j] for m in range(max(i, j), q)) for j in range(q)] for i in range(q)]
+    return jnp.stack([jnp.stack(row) for row in rows])
 
 
 class AbstractInteraction(eqx.Module):
@@ -72,31 +99,44 @@ class DiagonalInteraction(AbstractInteraction):
 
 
 class LowRankInteraction(AbstractInteraction):
-    """`C = Diag(d) + U Uᵀ`: products in `O(K q)`, solves by Woodbury in `O(K q²)`."""
+    """`C = Diag(d) + U Uᵀ`: products in `O(K q)`, solves by Woodbury in `O(K q²)`.
+
+    `U` is kept as `Uᵀ` (`UT`, rows of length `K`): every product then runs along the contiguous
+    axis, also under `vmap`.
+
+    **Arguments:** `d`, shape `(K,)`; `U`, shape `(K, q)`.
+    """
 
     d: Float[Array, " K"]
-    U: Float[Array, "K q"]
+    UT: Float[Array, "q K"]
+
+    def __init__(self, d: Float[ArrayLike, " K"], U: Float[ArrayLike, "K q"]):
+        self.d = jnp.asarray(d)
+        self.UT = jnp.asarray(U).T
 
     def Cz(self, z):
-        if z.ndim == 1:  # a skinny (K, q) product as multiply-and-reduce: XLA fuses it, a dot it does not
-            return self.d * z + _matvec(self.U, _vecmat(z, self.U))
-        return _scale(self.d, z) + (z @ self.U) @ self.U.T
+        if z.ndim == 1:
+            return self.d * z + _matvec(self.UT, _vecmat(z, self.UT))
+        return _scale(self.d, z) + (z @ self.UT.T) @ self.UT
 
     def shifted_solver(self, alpha, z):
         # (Δ + U (ZU)ᵀ)⁻¹ b = x − W S⁻¹ (ZU)ᵀ x with Δ = Diag(α + d z), x = Δ⁻¹ b, W = Δ⁻¹ U and the
         # capacitance S = I + (ZU)ᵀ W (I plus a PSD matrix: Cholesky, well conditioned). S⁻¹ is
-        # folded into W once, so each solve is two fused (K, q) multiply-and-reduce passes.
+        # folded into W once, so each solve is two passes over (q, K) rows. Everything is laid out
+        # as rows of length K (Uᵀ), so that the reductions run along the contiguous axis.
         inv = 1.0 / (alpha + self.d * z)
-        W = inv[:, None] * self.U
-        ZU = z[:, None] * self.U
-        q = self.U.shape[1]
-        S_inv = _spd_inverse(jnp.eye(q, dtype=z.dtype) + jnp.einsum("kp,kq->pq", ZU, W))
-        # W S⁻¹ as q broadcast products (a batched dot under vmap is slow on XLA's CPU backend).
-        WS = sum(W[:, p, None] * S_inv[p][None, :] for p in range(q)) if q <= _UNROLL_Q else W @ S_inv
+        UT = self.UT
+        ZUT = UT * z[None, :]
+        q = UT.shape[0]
+        WT = UT * inv[None, :]
+        S = jnp.eye(q, dtype=z.dtype) + jnp.sum(ZUT[:, None, :] * WT[None, :, :], axis=-1)
+        S_inv = _spd_inverse(S)
+        # (W S⁻¹)ᵀ = S⁻¹ Wᵀ (S symmetric), row by row for a small rank
+        WST = jnp.stack([_matvec(WT, S_inv[p]) for p in range(q)]) if q <= _UNROLL_Q else S_inv @ WT
 
         def solve(b):
             x = inv * b
-            return x - _matvec(WS, _vecmat(x, ZU))
+            return x - _matvec(WST, _vecmat(x, ZUT))
 
         return solve
 
