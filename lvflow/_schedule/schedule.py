@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -42,8 +42,10 @@ from .._form.nqf import NQF
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .._validate import _is_concrete, as_array, check_in_open_interval, check_positive_int, check_psd
 from .active_set import _backend, _mode_tol, _repair
-from .nqf_schedule import NQFPlateauSchedule, nqf_plateau_schedule
 from .orbit import transient
+
+if TYPE_CHECKING:
+    from .nqf_schedule import NQFPlateauSchedule
 
 # σ_k = r_k − (Cz*)_k counts as positive (zero) above (below) this fraction of max|r|.
 _RTOL = 1e-10
@@ -523,6 +525,8 @@ def plateau_schedule(
             raise LvflowError(
                 "system: an NQF's schedule starts at M0 = eps·I in the limit; z0, corrected, transients are gLV-only"
             )
+        from .nqf_schedule import nqf_plateau_schedule  # scipy and diffrax only on this path
+
         return nqf_plateau_schedule(system, eps, max_events=max_events)
     if not isinstance(system, AbstractLotkaVolterra):
         raise LvflowError(f"system: expected a LotkaVolterra, LowRankLotkaVolterra or NQF, got {type(system).__name__}")
