@@ -386,7 +386,7 @@ def _low_rank_solve(alpha, d, U, u, b):
 @settings(max_examples=25, deadline=None)
 @given(
     K=st.sampled_from([1, 7]),
-    q=st.sampled_from([1, 4, 10]),
+    q=st.sampled_from([0, 1, 4, 10]),  # q = 0: a diagonal C held as LowRankLotkaVolterra
     log_alpha=st.floats(-3.0, 3.0),
     seed=st.integers(0, 2**32 - 1),
 )

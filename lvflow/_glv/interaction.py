@@ -37,7 +37,7 @@ def _matvec(AT: Float[ArrayLike, "q K"], y: Float[ArrayLike, " q"]) -> Float[Arr
     """`A y` from `Aᵀ`: for a small rank a sum of `q` scaled rows (elementwise, vectorised along `K`;
     under `vmap` no reduction over a short trailing axis and no batched dot), else a dot."""
     q = AT.shape[0]
-    if q > _UNROLL_Q:
+    if q > _UNROLL_Q or q == 0:  # q = 0: a diagonal C, `A y` is the zero vector
         return y @ AT
     return sum(AT[p] * y[p] for p in range(q))
 
