@@ -77,7 +77,14 @@ def five_mode_log(*, n_points: int = 1000, r=None, eps: float = 1e-5, lr: float 
 
 def power_law_log(*, K: int = 1000, n_points: int = 1000, lr: float = 0.01):
     """GD in mode space on Fig 3 right's diagonal NQF (`L = Σ_k C_kk (z_k − z_k∞)²/8`, `z = w²`),
-    logged at log-spaced steps."""
+    logged at log-spaced steps.
+
+    The step `w ← w − η w C (w² − z∞)/2` is iterated on `s = w²/z∞` and `e = 1 − s` (the mode's
+    remaining share, `L = Σ_k V_k e_k²`): `s ← s (1 + η r e/2)²`, `e ← e (1 − η r s (1 + η r e/4))`,
+    the same iterates in exact arithmetic, each a product (no cancellation). On `w` itself,
+    float64 stops moving a converged mode once its update is below half an ulp, which leaves
+    `|w² − z∞| ≲ 2·10⁻¹⁶/(η C)` per mode: a floor of ~`3·10⁻²⁶` summed over the 1000 modes, as
+    large as the spectrum's own loss at the end of the run (5.7e-26 there instead of 3.2e-26)."""
     import jax
     import jax.numpy as jnp
 
@@ -90,25 +97,27 @@ def power_law_log(*, K: int = 1000, n_points: int = 1000, lr: float = 0.01):
     N = int(round(2.5 * t_last / lr))
     rec = np.unique(np.concatenate([[0], np.geomspace(1, N, n_points - 1).astype(int)]))
     gaps = np.diff(rec)
-    Cj, zj = jnp.asarray(C), jnp.asarray(zinf)
+    hr, Vj = jnp.asarray(lr * r), jnp.asarray(V)
 
-    def loss(w):
-        return jnp.sum(Cj * (w * w - zj) ** 2) / 8
+    def loss(se):
+        return jnp.sum(Vj * se[1] ** 2)
 
-    def step(w, _):
-        return w - lr * w * Cj * (w * w - zj) / 2
+    def step(se):
+        s, e = se
+        return s * (1 + hr * e / 2) ** 2, e * (1 - hr * s * (1 + hr * e / 4))
 
     @jax.jit
-    def run(w0, gaps):
-        def seg(w, n):
-            w = jax.lax.fori_loop(0, n, lambda i, w: step(w, None), w)
-            return w, loss(w)
+    def run(se0, gaps):
+        def seg(se, n):
+            se = jax.lax.fori_loop(0, n, lambda i, se: step(se), se)
+            return se, loss(se)
 
-        return jax.lax.scan(seg, w0, gaps)
+        return jax.lax.scan(seg, se0, gaps)
 
-    w0 = jnp.sqrt(jnp.asarray(z0))
-    _, Ls = run(w0, jnp.asarray(gaps))
-    L = np.concatenate([[float(loss(w0))], np.asarray(Ls)])
+    s0 = z0 / zinf
+    se0 = (jnp.asarray(s0), jnp.asarray(1.0 - s0))
+    _, Ls = run(se0, jnp.asarray(gaps))
+    L = np.concatenate([[float(loss(se0))], np.asarray(Ls)])
     return rec.astype(float), L, lr
 
 

@@ -93,7 +93,7 @@ def test_power_law_curve_is_the_mode_sum():
     a1, a2, beta, eps, zeta1, V1 = 2.0, 0.8, 1.2, 1e-6, 1.0, 1.0
     t = np.geomspace(0.5, 2e3, 200)
 
-    def direct(K):
+    def direct(K, t=t):
         k = np.arange(1, K + 1, dtype=float)
         r, V = zeta1 * k**-a2, V1 * k**-a1
         C = r**2 / (8 * V)
@@ -103,11 +103,13 @@ def test_power_law_curve_is_the_mode_sum():
         zeta1=zeta1, V1=V1, alpha1=a1, alpha2=a2, eps=eps, beta=beta, modes=20, offset=0.0, fit_offset=False
     )
     np.testing.assert_allclose(np.asarray(exact.loss(t)), direct(20), rtol=1e-9)
-    # above 32 modes, groups of ranks evaluated at their middle: close to the exact sum
+    # above 32 modes, groups of ranks by two-point Gauss–Legendre: close to the exact sum, also
+    # in the tail where the loss has fallen by 10²⁰ (the midpoint rule was 5 % off there)
     grouped = lvflow.PowerLawModel.from_physical(
         zeta1=zeta1, V1=V1, alpha1=a1, alpha2=a2, eps=eps, beta=beta, modes=500, offset=0.0, fit_offset=False
     )
-    np.testing.assert_allclose(np.asarray(grouped.loss(t)), direct(500), rtol=5e-3)
+    t_tail = np.geomspace(0.5, 5e3, 200)  # to 2.2 t*_K of the 500 modes
+    np.testing.assert_allclose(np.asarray(grouped.loss(t_tail)), direct(500, t_tail), rtol=1e-3)
 
 
 def test_objective_derivative_matches_finite_differences(three_modes):

@@ -15,12 +15,15 @@ from .base import AbstractCurveModel
 
 class Binned(eqx.Module):
     """A log reduced to `B` bins of `ln t` (padded; empty bins have weight 0): `t` the geometric
-    mean time of each bin's points (`0` for a bin of `t = 0` only), `y` the mean of `ln loss`,
+    mean time of each bin's points (`0` for a bin of `t = 0` only), `t2` `(B, 2)` the times
+    `exp(x̄ ± s)` (`x̄`, `s` the mean and standard deviation of the points' `ln t`) at which the
+    model's mean over the bin is taken (`bin_mean`), `y` the mean of `ln loss`,
     `count` the number of points, `weight` the least-squares weight `1/σ_b²` (times a robust
     weight), `scale` the Cauchy loss's scale in standard errors (`robust_residual`; `inf` for
     plain least squares) and `noise` the scatter of a single logged point in `ln loss` (`σ_pt`)."""
 
     t: jax.Array
+    t2: jax.Array
     y: jax.Array
     count: jax.Array
     weight: jax.Array
@@ -59,13 +62,32 @@ def bin_log(t: np.ndarray, loss: np.ndarray, bins: int, floor: float) -> Binned:
     npos = np.bincount(idx, weights=(t > 0).astype(float), minlength=bins)
     sy = np.bincount(idx, weights=y, minlength=bins)
     ok = cnt > 0
-    tb = np.where(npos > 0, np.exp(sx / np.maximum(npos, 1)), 0.0)
+    xbar = sx / np.maximum(npos, 1)
+    tb = np.where(npos > 0, np.exp(xbar), 0.0)
+    dev = np.where(t > 0, x - xbar[idx], 0.0)
+    s = np.sqrt(np.bincount(idx, weights=dev**2, minlength=bins) / np.maximum(npos, 1))
+    t2 = np.where((npos > 0)[:, None], np.exp(xbar[:, None] + s[:, None] * np.array([[-1.0, 1.0]])), 0.0)
     yb = np.where(ok, sy / np.maximum(cnt, 1), 0.0)
     noise = point_noise(y, idx)
     weight = np.where(ok, 1.0 / (noise**2 / np.maximum(cnt, 1) + floor**2), 0.0)
     return Binned(
-        jnp.asarray(tb), jnp.asarray(yb), jnp.asarray(cnt), jnp.asarray(weight), jnp.asarray(np.float64(np.inf)), noise
+        jnp.asarray(tb),
+        jnp.asarray(t2),
+        jnp.asarray(yb),
+        jnp.asarray(cnt),
+        jnp.asarray(weight),
+        jnp.asarray(np.float64(np.inf)),
+        noise,
     )
+
+
+def bin_mean(model: AbstractCurveModel, data: Binned):
+    """The model's `ln L̂` averaged over each bin as the data's `ȳ_b` is: the mean of `ln L̂` at
+    `exp(x̄_b ± s_b)` (two-point Gauss in `ln t`), exact when `ln L̂` is quadratic in `ln t` over
+    the bin. `ln L̂(t̄_b)` alone would be off by `½ (d² ln L̂/d(ln t)²) s_b²`: 2 % of the loss,
+    20× a clean log's bin error, on the steep fall at a power law's cutoff."""
+    B = data.y.shape[0]
+    return jnp.mean(model.log_loss(data.t2.reshape(2 * B)).reshape(B, 2), axis=1)
 
 
 def with_scale(data: Binned, scale: float) -> Binned:
@@ -104,7 +126,7 @@ def residuals(theta, args):
     prior's rows: the fit's residual vector."""
     template, data = args
     model = template.from_vector(theta)
-    r = model.log_loss(data.t) - data.y
+    r = bin_mean(model, data) - data.y
     r = jnp.where(data.weight > 0, jnp.sqrt(data.weight) * r, 0.0)
     r = robust_residual(r, data.scale)
     return jnp.concatenate([r, model.penalty()])
@@ -199,6 +221,12 @@ def vector_of(model: AbstractCurveModel):
 def data_residuals(template: AbstractCurveModel, theta, data: Binned):
     """The data rows of `residuals` (without the prior's)."""
     return residuals(theta, (template, data))[: data.y.shape[0]]
+
+
+@eqx.filter_jit
+def bin_mean_of(model: AbstractCurveModel, data: Binned):
+    """`bin_mean(model, data)`, compiled."""
+    return bin_mean(model, data)
 
 
 @eqx.filter_jit
