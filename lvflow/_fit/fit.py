@@ -386,12 +386,21 @@ def fit(
 
     **Method.** The log is reduced to `bins` equal bins of `ln t` (mean `ln loss` per bin: every
     stretch of log-time weighs the same however it was logged, and minibatch noise averages
-    out). The residual is `ln L̂ − ln L` per bin, divided by a first noise estimate; it is
+    out; the mean is corrected to second order for the curve's curvature within the bin, from
+    the neighbouring bins). The residual is `ln L̂ − ȳ` per bin, divided by a first noise estimate; it is
     minimised by Levenberg–Marquardt (`optimistix.LevenbergMarquardt`, derivatives by
     `jax.jacfwd` through the closed-form modes) from several starts at once. With `robust`,
     bins whose residual exceeds 1.5 σ get Huber weights and the fit is repeated (spikes and
     outliers count linearly). The criterion (`"bic"`: `n ln(RSS/n) + p ln n`; `"aic"`: `+ 2p`)
     does not reward a fit closer than the bins' own errors (`χ² < n`).
+
+    **Two scenarios.** With `L_∞` free, a decoupled-modes fit whose floor is at least half the
+    fitted loss at the end of the log is also fitted without a floor (`L_∞ = 0`, one mode more,
+    started where the floor was: the plateau is a drop still to come). A floor and a mode that
+    has not yet begun to rise describe a plateau alike; when the data alone (`n ln χ²`) do not
+    separate them by 10 (a likelihood ratio `e⁵`), the result is the one the criterion prefers
+    with the other as `alternative`, and a warning says that the log cannot decide. When they
+    do, the better one is the result.
 
     **Uncertainties** come from the Jacobian `J` at the optimum: covariance `σ² (JᵀJ)⁻¹` with `σ²`
     the residual variance (plus the prior's rows), and every reported quantity — parameters,
@@ -619,7 +628,7 @@ def _finish(
     p = best.p
     chi2 = float(np.sum(res[ok] ** 2))
     inflation = max(chi2 / max(n - p, 1), 1.0)
-    raw = np.asarray(engine.bin_mean_of(engine.model_of(template, jnp.asarray(theta)), data)) - np.asarray(data.y)
+    raw = np.asarray(engine.log_loss_of(engine.model_of(template, jnp.asarray(theta)), data.t)) - np.asarray(data.y)
     sigma = math.sqrt(float(np.sum(raw[ok] ** 2)) / max(n - p, 1))  # RMS bin residual in ln loss
     J = engine.jacobian(template, theta, data)
     if is_modes:
