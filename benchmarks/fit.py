@@ -8,13 +8,15 @@ The logs (every one made here by plain gradient descent, never by lvflow's solve
   `η = 0.01` for `1.45 t*_5 / η` steps (the run of `lvflow figures` Fig 3), 1000 logged points.
   Truth: the step where GD's own `z_5` reaches `z_5(∞)/2`, and the last logged loss.
 - **Fig 3 right, power law** — 1000 modes, `r_k = k^{−0.8}`, `V_k = k^{−2}`,
-  `z_k(0) = 10⁻⁶ k^{−1.2}`, GD in mode space (`jax.lax.scan`), `η = 0.01` for `2.5 t*_K / η`
-  (10⁶) steps, 1000 log-spaced logged points. Truth: `α₁ = 2`, `α₂ = 0.8`, the last loss.
+  `z_k(0) = 10⁻⁶ k^{−1.2}`, GD in mode space (`jax.lax.scan`, iterated without float64
+  stagnation: `power_law_log`), `η = 0.01` for `2.5 t*_K / η` (10⁶) steps, 1000 log-spaced
+  logged points. Truth: `α₁ = 2`, `α₂ = 0.8`, the last loss.
 - **Fig 5, Fourier MLP** — the real network `f(x) = (1/√P) Σ_k W_k tanh(s_k a_k ψ_k(x))`,
   `P = 64`, `M = 256`, `β = 1.5`, `θ = 1`, init `N(0, 10⁻⁸)`, full-batch GD at `η = 0.25` (Fig 5's
   quick learning rate; the stated 0.02 shows no power law, THEORY §5) until mode 12 has
   switched on, the loss averaged over 4 seeds as Fig 5 plots it. Truth: `α₁ = 2β = 3`,
-  `α₂ = θ + β = 2.5` (its NQF, Fig 5), the last loss.
+  `α₂ = θ + β = 2.5` (its NQF, Fig 5), the last loss. Beside it the same run with `tanh`
+  replaced by the identity: gradient descent on the NQF itself, whose spectrum that truth is.
 - **Digits MLP, minibatch SGD** — `lvflow.architectures.MLP(64, 20)` (tanh, no bias, init scale
   10⁻³) on scikit-learn's digits, odd vs even, SGD `η = 0.05`, batches of 64, 20000 steps, the
   minibatch loss logged every 20 steps (a real log: noisy). Fitted on the first half; the
