@@ -93,7 +93,7 @@ def test_power_law_curve_is_the_mode_sum():
     a1, a2, beta, eps, zeta1, V1 = 2.0, 0.8, 1.2, 1e-6, 1.0, 1.0
     t = np.geomspace(0.5, 2e3, 200)
 
-    def direct(K):
+    def direct(K, t=t):
         k = np.arange(1, K + 1, dtype=float)
         r, V = zeta1 * k**-a2, V1 * k**-a1
         C = r**2 / (8 * V)
@@ -103,11 +103,13 @@ def test_power_law_curve_is_the_mode_sum():
         zeta1=zeta1, V1=V1, alpha1=a1, alpha2=a2, eps=eps, beta=beta, modes=20, offset=0.0, fit_offset=False
     )
     np.testing.assert_allclose(np.asarray(exact.loss(t)), direct(20), rtol=1e-9)
-    # above 32 modes, groups of ranks evaluated at their middle: close to the exact sum
+    # above 32 modes, groups of ranks by two-point Gauss–Legendre: close to the exact sum, also
+    # in the tail where the loss has fallen by 10²⁰ (the midpoint rule was 5 % off there)
     grouped = lvflow.PowerLawModel.from_physical(
         zeta1=zeta1, V1=V1, alpha1=a1, alpha2=a2, eps=eps, beta=beta, modes=500, offset=0.0, fit_offset=False
     )
-    np.testing.assert_allclose(np.asarray(grouped.loss(t)), direct(500), rtol=5e-3)
+    t_tail = np.geomspace(0.5, 5e3, 200)  # to 2.2 t*_K of the 500 modes
+    np.testing.assert_allclose(np.asarray(grouped.loss(t_tail)), direct(500, t_tail), rtol=1e-3)
 
 
 def test_objective_derivative_matches_finite_differences(three_modes):
@@ -142,12 +144,60 @@ def test_fit_predicts_the_next_drop_of_gradient_descent(three_modes, fitted):
     assert d["future"].tolist() == [False, False, True]
     assert abs(d["step"][2] / half[2] - 1) < 0.05
     assert d["step_lo"][2] < half[2] < d["step_hi"][2]
-    np.testing.assert_allclose(res.parameters["r"], [1.0, 0.5, 0.25], rtol=0.01)
-    np.testing.assert_allclose(res.parameters["V"], [1 / 8, 1 / 32, 1 / 128], rtol=0.01)
+    # the two modes seen to 1 %; the third, whose rise the log barely shows, to 3 %
+    tol = np.array([0.01, 0.01, 0.03])
+    assert np.all(np.abs(np.asarray(res.parameters["r"]) / [1.0, 0.5, 0.25] - 1) < tol)
+    assert np.all(np.abs(np.asarray(res.parameters["V"]) / [1 / 8, 1 / 32, 1 / 128] - 1) < tol)
     # the fitted curve on the held-out part: the next drop is there (a plateau would be 20x off)
     held = steps > 2000
     ratio = res.predict(steps[held & (steps < 3800)]) / loss[held & (steps < 3800)]
     assert np.all(np.abs(np.log(ratio)) < 0.5)
+
+
+def test_bins_corrected_for_the_curves_curvature():
+    """A bin's mean of `ln L` over its points is `ln L` at their mean `ln t` plus `½ y'' var`:
+    the binned log removes that term, so the model at the bins' times follows a steep fall to
+    the bins' error floor; the plain means (computed here) do not (so that the test can fail)."""
+    r, C, z0 = np.array([1.0, 0.05]), np.array([1.0, 1.0]), np.array([1e-5, 1e-5])
+    t = np.geomspace(0.1, 600.0, 1000)
+    L = thm6_loss(r, C, z0, t)  # the second drop, then its exponential tail: ln L falls by 49
+    data = engine.bin_log(t, L, 200, 1e-3)  # fit's default bins
+    x = np.log(t)
+    idx = np.clip(((x - x[0]) / (x[-1] - x[0]) * 200).astype(int), 0, 199)
+    plain = np.bincount(idx, np.log(L), 200) / np.maximum(np.bincount(idx, minlength=200), 1)
+    tstar = np.log(r / (C * z0) - 1) / r
+    model = lvflow.DecoupledModes.from_physical(r, r**2 / (8 * C), tstar, 0.0, fit_offset=False)
+    ok = np.asarray(data.count) > 0
+    at = np.asarray(model.log_loss(data.t))[ok]
+    assert np.max(np.abs(at - np.asarray(data.y)[ok])) < 2e-3  # measured 1.1e-3 (at the knee of a drop)
+    assert np.max(np.abs(at - plain[ok])) > 5e-3  # measured 1.3e-2
+
+
+def test_a_floor_or_a_drop_to_come_two_scenarios(three_modes):
+    """Fitted to step 2000 with `L_∞` free, the log ends on the plateau before the third drop:
+    four parameters of a floor or a mode still to come fit it alike, so the result carries both."""
+    steps, loss, half = three_modes
+    res = quiet_fit(steps, loss, learning_rate=0.01, until=2000, family="modes", horizon=5000)
+    assert res.alternative is not None
+    assert any("two scenarios" in w for w in res.warnings)
+    pair = (res, res.alternative)
+    drop = [x for x in pair if x.future_drops["step"].size]
+    floor = [x for x in pair if not x.future_drops["step"].size]
+    assert len(drop) == len(floor) == 1
+    # the floor is most of the loss the log ends on; the other scenario's drop is GD's third
+    end = loss[steps <= 2000][-1]
+    assert 0.5 * end <= floor[0].asymptote <= end
+    d = drop[0].future_drops
+    assert d["step_lo"][0] <= half[2] <= d["step_hi"][0]
+    assert d["step"][0] == pytest.approx(half[2], rel=0.05)
+    assert drop[0].asymptote == 0.0
+    # both in the table and the JSON
+    assert "alternative scenario" in res.summary()
+    saved = json.loads(res.to_json())
+    assert len(saved["alternative"]["drops"]["step"]) == np.size(res.alternative.drops["step"])
+    # told that the loss goes to 0, the fit has one scenario: the drop to come
+    zero = quiet_fit(steps, loss, learning_rate=0.01, until=2000, offset=0.0, family="modes", horizon=5000)
+    assert zero.alternative is None and zero.future_drops["step"].size == 1
 
 
 def test_uncertainties_are_the_delta_method(fitted):

@@ -15,7 +15,8 @@ from .base import AbstractCurveModel
 
 class Binned(eqx.Module):
     """A log reduced to `B` bins of `ln t` (padded; empty bins have weight 0): `t` the geometric
-    mean time of each bin's points (`0` for a bin of `t = 0` only), `y` the mean of `ln loss`,
+    mean time of each bin's points (`0` for a bin of `t = 0` only), `y` the `ln loss` there (the
+    bin's mean, corrected for the curve's curvature: `bin_log`),
     `count` the number of points, `weight` the least-squares weight `1/σ_b²` (times a robust
     weight), `scale` the Cauchy loss's scale in standard errors (`robust_residual`; `inf` for
     plain least squares) and `noise` the scatter of a single logged point in `ln loss` (`σ_pt`)."""
@@ -40,7 +41,9 @@ def bin_log(t: np.ndarray, loss: np.ndarray, bins: int, floor: float) -> Binned:
     (minibatch noise, estimated from consecutive points), and at least `floor` (how closely
     the curve families can describe a run at all). A clean log's bins weigh the same, so every
     stretch of log-time counts equally however densely or irregularly it was logged; a noisy
-    log's densely logged stretches, whose means are more precise, count more."""
+    log's densely logged stretches, whose means are more precise, count more. Each mean is
+    corrected for the curve's curvature within the bin (`_curvature`), so that it estimates
+    `ln L` at the bin's mean `ln t`, where the model is evaluated."""
     t = np.asarray(t, float)
     y = np.log(np.asarray(loss, float))
     pos = t[t > 0]
@@ -59,13 +62,41 @@ def bin_log(t: np.ndarray, loss: np.ndarray, bins: int, floor: float) -> Binned:
     npos = np.bincount(idx, weights=(t > 0).astype(float), minlength=bins)
     sy = np.bincount(idx, weights=y, minlength=bins)
     ok = cnt > 0
-    tb = np.where(npos > 0, np.exp(sx / np.maximum(npos, 1)), 0.0)
+    xbar = sx / np.maximum(npos, 1)
+    tb = np.where(npos > 0, np.exp(xbar), 0.0)
     yb = np.where(ok, sy / np.maximum(cnt, 1), 0.0)
+    dev = np.where(t > 0, x - xbar[idx], 0.0)
+    var = np.bincount(idx, weights=dev**2, minlength=bins) / np.maximum(npos, 1)
+    yb = yb - 0.5 * var * _curvature(xbar, yb, npos > 0)
     noise = point_noise(y, idx)
     weight = np.where(ok, 1.0 / (noise**2 / np.maximum(cnt, 1) + floor**2), 0.0)
     return Binned(
-        jnp.asarray(tb), jnp.asarray(yb), jnp.asarray(cnt), jnp.asarray(weight), jnp.asarray(np.float64(np.inf)), noise
+        jnp.asarray(tb),
+        jnp.asarray(yb),
+        jnp.asarray(cnt),
+        jnp.asarray(weight),
+        jnp.asarray(np.float64(np.inf)),
+        noise,
     )
+
+
+def _curvature(x: np.ndarray, y: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """`d²y/dx²` at each bin from its neighbours (the three-point divided difference over the
+    non-empty bins; at the ends, extrapolated linearly), 0 with fewer than three bins. The mean of `y`
+    over a bin whose points' `x` have variance `v` is `y(x̄) + ½ y'' v` to second order:
+    `bin_log` subtracts that term, so that a bin is compared with the model at `x̄`. Uncorrected
+    it is 2 % of the loss (20× a clean bin's error) on the steep fall at a power law's cutoff."""
+    out = np.zeros_like(y)
+    i = np.flatnonzero(ok)
+    if i.size < 3:
+        return out
+    xi, yi = x[i], y[i]
+    d1 = np.diff(yi) / np.maximum(np.diff(xi), 1e-300)
+    c = 2 * np.diff(d1) / np.maximum(xi[2:] - xi[:-2], 1e-300)
+    first = 2 * c[0] - c[1] if c.size > 1 else c[0]  # linear extrapolation: the end bins are often the steepest
+    last = 2 * c[-1] - c[-2] if c.size > 1 else c[-1]
+    out[i] = np.concatenate([[first], c, [last]])
+    return out
 
 
 def with_scale(data: Binned, scale: float) -> Binned:

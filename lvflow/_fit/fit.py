@@ -59,6 +59,9 @@ class FitResult(eqx.Module):
     - `level`: the coverage of every interval (0.95: `±1.96` standard errors, on the log scale
       for positive quantities).
     - `warnings`: how far to trust the fit, in sentences.
+    - `alternative`: `None`, or the other scenario when the log cannot decide between two (a
+      floor `L_∞` at the level the log ends on, or no floor and a drop still to come: see
+      `fit`), as a `FitResult` of its own; this one is the one the criterion prefers.
     """
 
     family: str
@@ -87,6 +90,7 @@ class FitResult(eqx.Module):
     asymptote_hi: float
     level: float
     warnings: tuple[str, ...]
+    alternative: FitResult | None = None
 
     def __check_init__(self):
         if self.family not in ("modes", "power_law"):
@@ -145,6 +149,7 @@ class FitResult(eqx.Module):
             "warnings": list(self.warnings),
             "curve": self.curve,
             "observed": {"step": self.log.steps, "loss": self.log.loss},
+            "alternative": None if self.alternative is None else _without_log(self.alternative.to_dict()),
         }
 
     def to_json(self) -> str:
@@ -242,7 +247,15 @@ class FitResult(eqx.Module):
             f"{self.criterion.upper()}: {others}",
         ]
         warn = [f"warning: {w}" for w in self.warnings]
-        return "\n".join(head + [self.table()] + warn)
+        alt = []
+        if self.alternative is not None:
+            a = self.alternative
+            alt = [
+                "",
+                f"alternative scenario: {a.describe()}; residual {a.sigma:.3g} in ln loss",
+                a.table(),
+            ]
+        return "\n".join(head + [self.table()] + alt + warn)
 
     def plot(self, path, *, title: str | None = None) -> Path:
         """Observed, fitted and extrapolated loss with the band and the predicted drops (see
@@ -250,6 +263,11 @@ class FitResult(eqx.Module):
         from .plot import plot_fit
 
         return plot_fit(self, path, title=title)
+
+
+def _without_log(d: dict[str, Any]) -> dict[str, Any]:
+    """An alternative's `to_dict()` without what it shares with the main result (the log)."""
+    return {k: v for k, v in d.items() if k not in ("observed", "source", "learning_rate", "alternative")}
 
 
 def _loss(v: float) -> str:
@@ -368,12 +386,21 @@ def fit(
 
     **Method.** The log is reduced to `bins` equal bins of `ln t` (mean `ln loss` per bin: every
     stretch of log-time weighs the same however it was logged, and minibatch noise averages
-    out). The residual is `ln L̂ − ln L` per bin, divided by a first noise estimate; it is
+    out; the mean is corrected to second order for the curve's curvature within the bin, from
+    the neighbouring bins). The residual is `ln L̂ − ȳ` per bin, divided by a first noise estimate; it is
     minimised by Levenberg–Marquardt (`optimistix.LevenbergMarquardt`, derivatives by
     `jax.jacfwd` through the closed-form modes) from several starts at once. With `robust`,
     bins whose residual exceeds 1.5 σ get Huber weights and the fit is repeated (spikes and
     outliers count linearly). The criterion (`"bic"`: `n ln(RSS/n) + p ln n`; `"aic"`: `+ 2p`)
     does not reward a fit closer than the bins' own errors (`χ² < n`).
+
+    **Two scenarios.** With `L_∞` free, a decoupled-modes fit whose floor is at least half the
+    fitted loss at the end of the log is also fitted without a floor (`L_∞ = 0`, one mode more,
+    started where the floor was: the plateau is a drop still to come). A floor and a mode that
+    has not yet begun to rise describe a plateau alike; when the data alone (`n ln χ²`) do not
+    separate them by 10 (a likelihood ratio `e⁵`), the result is the one the criterion prefers
+    with the other as `alternative`, and a warning says that the log cannot decide. When they
+    do, the better one is the result.
 
     **Uncertainties** come from the Jacobian `J` at the optimum: covariance `σ² (JᵀJ)⁻¹` with `σ²`
     the residual variance (plus the prior's rows), and every reported quantity — parameters,
@@ -433,6 +460,8 @@ def fit(
         raise LvflowError(f"level: must lie in (0, 1), got {level!r}")
     if prior_width is not None and not prior_width > 0:
         raise LvflowError(f"prior_width: must be positive, got {prior_width!r}")
+    if horizon is not None and not (math.isfinite(float(horizon)) and float(horizon) > 0):
+        raise LvflowError(f"horizon: must be a positive step, got {horizon!r}")
     fit_until = float(lg.steps[-1]) if until is None else float(until)
     sel = lg.steps <= fit_until
     if np.count_nonzero(sel) < MIN_POINTS:
@@ -484,6 +513,104 @@ def fit(
             cands = cands[:1]
             scores.pop("power law")
     best = min(cands, key=lambda c: c.score)
+    opts = dict(robust=bool(robust), prior_width=prior_width, level=float(level), criterion=criterion)
+    # scenarios: a floor L_∞ at the level the log ends on is also a plateau with a drop to come
+    other = None
+    if isinstance(best.template, DecoupledModes) and best.template.fit_offset and best.K < max_modes:
+        model = best.model
+        end_loss = float(np.exp(np.asarray(engine.log_loss_of(model, jnp.asarray([float(t[-1])])))[0]))
+        if float(model.offset) >= _FLOOR_SHARE * end_loss:
+            other, sc = search_modes(
+                data,
+                max_modes=int(max_modes),
+                modes=None,
+                offset=0.0,
+                criterion=criterion,
+                prior_width=1.0 if prior_width is None else prior_width,
+                robust=bool(robust),
+                floor=model,
+            )
+            scores.update({f"no floor, {k}": v for k, v in sc.items()})
+            if abs(_data_term(other) - _data_term(best)) >= _DECISIVE:
+                if other.score < best.score:
+                    best = other
+                other = None
+            elif other.score < best.score:
+                best, other = other, best
+    h = None if horizon is None else float(horizon)
+    if h is None:
+        h = max(_default_horizon(c, lg) for c in ([best] if other is None else [best, other]))
+    result = _finish(lg, t, sel, fit_until, data, best, scores, h, **opts)
+    if other is not None:
+        alt = _finish(lg, t, sel, fit_until, data, other, scores, h, **opts)
+        note = _undecided(best, other, result, alt)
+        result = eqx.tree_at(
+            lambda r: (r.alternative, r.warnings), result, (alt, result.warnings + (note,)), is_leaf=lambda x: x is None
+        )
+    for msg in result.warnings:
+        warnings.warn(msg, stacklevel=2)
+    return result
+
+
+#: A floor `L_∞` of at least this share of the fitted loss at the end of the log is a candidate
+#: plateau: `fit` also tries the log without a floor (a drop still to come).
+_FLOOR_SHARE = 0.5
+#: The data decide between two hypotheses when `n ln χ²` differs by this much (a likelihood
+#: ratio `e^5 ≈ 150`, "very strong" on the scale of Kass and Raftery); less, and the result
+#: carries both.
+_DECISIVE = 10.0
+
+
+def _data_term(c: Candidate) -> float:
+    """The information criterion less its penalty: what the data say about a candidate."""
+    return engine.information_criterion(c.rss, c.n, 0, c.criterion)
+
+
+def _default_horizon(c: Candidate, lg: TrainingLog) -> float:
+    """The last logged step, or 1.5× the last drop's time if later."""
+    ts, V, _ = (np.asarray(a) for a in engine.drops_of(c.model))
+    ts = ts[V > 0]
+    h_t = max(float(lg.t[-1]), 1.5 * float(ts.max()) if ts.size else 0.0)
+    return float(lg.step_of(h_t))
+
+
+def _undecided(best: Candidate, other: Candidate, result: FitResult, alt: FitResult) -> str:
+    """The sentence that says the log cannot decide between `result` and its alternative."""
+
+    def says(r: FitResult) -> str:
+        fut = r.future_drops
+        if fut["step"].size:
+            return (
+                f"a drop still to come at step {fut['step'][0]:.5g} "
+                f"[{fut['step_lo'][0]:.4g}, {fut['step_hi'][0]:.4g}], "
+                f"then {r.final_loss:.3g} at step {r.horizon:.6g}"
+            )
+        return f"the loss levels off at L_inf = {r.asymptote:.4g} (no drop to come)"
+
+    return (
+        f"two scenarios fit the log equally well ({best.criterion.upper()} {best.score:.1f} vs {other.score:.1f}, "
+        f"the data alone differ by {abs(_data_term(best) - _data_term(other)):.1f} < {_DECISIVE:g}): "
+        f"{says(result)}; or {says(alt)} (see .alternative)"
+    )
+
+
+def _finish(
+    lg: TrainingLog,
+    t: np.ndarray,
+    sel: np.ndarray,
+    fit_until: float,
+    data: engine.Binned,
+    best: Candidate,
+    scores: dict[str, float],
+    horizon_step: float,
+    *,
+    robust: bool,
+    prior_width: float | None,
+    level: float,
+    criterion: str,
+) -> FitResult:
+    """The chosen candidate refined (with the empirical-Bayes prior), its covariance, drops,
+    curve, band and warnings: the `FitResult`."""
     template, theta = best.template, best.theta
     if robust:
         data = engine.with_scale(data, engine.CAUCHY_SCALE)
@@ -494,7 +621,7 @@ def fit(
         # empirical Bayes: the prior's width is the spread of the starts of the modes seen
         width = _empirical_width(engine.model_of(template, jnp.asarray(theta)), float(t[-1]))
         template = eqx.tree_at(lambda m: m.prior_width, template, jnp.asarray(np.float64(width)))
-        theta = _refine(template, theta, data, best.batch)
+    theta = _refine(template, theta, data, best.batch)
 
     res = np.asarray(engine.data_residuals(template, jnp.asarray(theta), data))
     n = int(ok.sum())
@@ -512,17 +639,9 @@ def fit(
     model = engine.model_of(template, jnp.asarray(theta))
     cov = _precision_eig(J[:B], J[B:], inflation)
 
-    # the drops, the horizon, then every reported number and its delta-method interval at once
+    # the drops, then every reported number and its delta-method interval at once
     order, resolved = _drop_order(model, is_modes)
-    t_drops = np.asarray(engine.drops_of(model)[0])[order]
-    if horizon is None:
-        h_t = max(float(lg.t[-1]), 1.5 * float(t_drops.max()) if t_drops.size else 0.0)
-        horizon_step = float(lg.step_of(h_t))
-    else:
-        horizon_step = float(horizon)
-        if not (math.isfinite(horizon_step) and horizon_step > 0):
-            raise LvflowError(f"horizon: must be a positive step, got {horizon!r}")
-        h_t = float(lg.t_of(horizon_step))
+    h_t = float(lg.t_of(horizon_step))
     first = lg.steps[lg.steps > 0][0] if np.any(lg.steps > 0) else 1.0
     curve_steps = np.concatenate([[0.0], np.geomspace(min(first, horizon_step), horizon_step, _CURVE - 1)])
     out, jac = engine.summaries_and_jac(
@@ -544,8 +663,6 @@ def fit(
     off_se = float(stderr["offset"])
 
     notes = _trust(lg, sigma, inflation, drops, stderr, best)
-    for msg in notes:
-        warnings.warn(msg, stacklevel=2)
     return FitResult(
         family="modes" if is_modes else "power_law",
         model=model,
@@ -559,7 +676,7 @@ def fit(
         n_bins=n,
         n_points=int(np.count_nonzero(sel)),
         criterion=criterion,
-        scores=scores,
+        scores=dict(scores),
         log=lg,
         fit_until=fit_until,
         drops=drops,

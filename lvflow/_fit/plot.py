@@ -17,8 +17,8 @@ _MAX_MARKS = 12
 def plot_fit(result, path, *, title: str | None = None) -> Path:
     """Two panels, the loss against the step in log and in linear steps: the fitted part of the
     log, the held-out rest (grey), the fitted curve (solid) and its extrapolation (dashed) with
-    the band of `result.level`, the last fitted step, and each drop's step with its interval.
-    Written atomically.
+    the band of `result.level`, the last fitted step, and each drop's step with its interval;
+    the alternative scenario's curve (dash-dotted) when the result has one. Written atomically.
 
     **Raises:** `LvflowError` for a file type other than `.png`, `.pdf`, `.svg`.
     """
@@ -51,6 +51,11 @@ def plot_fit(result, path, *, title: str | None = None) -> Path:
         ax.plot(cs[ckeep & inside], cl[ckeep & inside], color="C1", lw=1.6, label="fit")
         out = ckeep & (cs >= result.fit_until)
         ax.plot(cs[out], cl[out], color="C1", lw=1.6, ls="--", label="extrapolation")
+        alt = result.alternative
+        if alt is not None:
+            a_s, a_l = np.asarray(alt.curve["step"]), np.asarray(alt.curve["loss"])
+            a_keep = (a_s > 0) if logx else np.ones(a_s.shape, bool)
+            ax.plot(a_s[a_keep], a_l[a_keep], color="C2", lw=1.2, ls="-.", label=f"alternative: {alt.describe()}")
         ax.axvline(result.fit_until, color="k", lw=0.8, ls=":", label="end of the fitted part")
         for i in range(min(np.size(d["step"]), _MAX_MARKS)):
             if not (logx and d["step"][i] <= 0):

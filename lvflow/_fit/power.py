@@ -14,25 +14,35 @@ from .._errors import LvflowError
 from .base import AbstractCurveModel, sigmoid_log_sq
 
 #: Modes `k ≤ EXACT` are summed one by one; above, modes are grouped into bins of `ln k` no wider
-#: than `GROUP_RATIO` and each group is evaluated at its mean `k` times its size (midpoint rule).
-#: Within a group `ζ_k` varies by ~`α₂ · 3 %`, far less than the relative width of a switch-on
-#: (`ln 81/ℓ_k ≳ 20 %`), so the grouped sum follows the exact one closely at a fraction of the cost.
+#: than `GROUP_RATIO`, and each group's sum `Σ_{k=a}^{b−1} f(k) ≈ ∫_{a−½}^{b−½} f` is evaluated by
+#: two-point Gauss–Legendre (nodes at the middle `± (b − a)/(2√3)`, each standing for half the
+#: group). Within a group `ζ_k` varies by ~`α₂ · 3 %`; the two-point rule follows the exact sum to
+#: ~`10⁻⁵` where the midpoint rule was off by `0.5 %` (1000 modes of Fig 3 right at `t = t*_K`)
+#: and by `8 %` deep in the tail (`t = 2.5 t*_K`).
 EXACT = 32
 GROUP_RATIO = 1.03
+_GAUSS = 0.5 / math.sqrt(3.0)
 
 
 def mode_nodes(max_modes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`(k, first, count)`: the representative rank of each node, the first rank it stands for
-    and how many ranks (1 for the exact modes)."""
+    """`(k, first, count)`: the rank at which each node is evaluated, the first rank it stands
+    for and how many ranks (1 for the exact modes; a group's two Gauss nodes stand for its
+    lower and upper half)."""
     exact = np.arange(1, min(EXACT, max_modes) + 1, dtype=float)
     firsts, counts = [exact], [np.ones_like(exact)]
     reps = [exact]
     a = EXACT + 1
     while a <= max_modes:
         b = min(max(a + 1, int(math.floor(a * GROUP_RATIO)) + 1), max_modes + 1)  # ranks a … b−1
-        firsts.append(np.array([a], float))
-        counts.append(np.array([b - a], float))
-        reps.append(np.array([0.5 * (a + b - 1)]))
+        n, mid = b - a, 0.5 * (a + b - 1)
+        if n == 1:
+            reps.append(np.array([mid]))
+            firsts.append(np.array([a], float))
+            counts.append(np.array([1.0]))
+        else:
+            reps.append(np.array([mid - _GAUSS * n, mid + _GAUSS * n]))
+            firsts.append(np.array([a, a + 0.5 * n]))
+            counts.append(np.array([0.5 * n, 0.5 * n]))
         a = b
     return np.concatenate(reps), np.concatenate(firsts), np.concatenate(counts)
 
@@ -51,8 +61,8 @@ class PowerLawModel(AbstractCurveModel):
 
     The number of modes enters through a continuous cutoff `K` (mode `k` has weight
     `clip(K − k + 1, 0, 1)`, so the last mode fades in and `K` can be fitted), with
-    `k ≤ max_modes` evaluated: the first `EXACT` one by one, the rest in narrow groups
-    (`mode_nodes`).
+    `k ≤ max_modes` evaluated: the first `EXACT` one by one, the rest in narrow groups by
+    two-point Gauss–Legendre (`mode_nodes`).
 
     **Fields:** `log_zeta1` (`ln ζ_1`, the first mode's rate), `log_V1` (`ln V_1`, the loss
     scale), `alpha1`, `alpha2`, `log_eps` (`ln ε`), `beta`, `log_modes` (`ln K`), `log_offset`

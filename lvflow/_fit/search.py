@@ -35,7 +35,7 @@ class Candidate:
 
     def __init__(self, label, template, theta, rss, n, p, criterion, batch, K=0):
         self.label, self.template, self.theta, self.batch, self.K = label, template, np.asarray(theta), batch, K
-        self.rss, self.n, self.p = float(rss), int(n), int(p)
+        self.rss, self.n, self.p, self.criterion = float(rss), int(n), int(p), criterion
         self.score = engine.information_criterion(self.rss, n, p, criterion)
 
     @property
@@ -116,12 +116,17 @@ def search_modes(
     criterion: str,
     prior_width: float,
     robust: bool,
+    floor: DecoupledModes | None = None,
 ) -> tuple[Candidate, dict[str, float]]:
     """Greedy search over the number of decoupled modes: from the best `K − 1` fit, a new mode is
     started at several times (inside the logged range and after it) with several drops, every
     start is refined by Levenberg–Marquardt at once, and the best is kept; `K` stops growing
     when the criterion has not improved for two steps (or at `modes`, if given). Returns the
-    best candidate by the criterion and every `K`'s score."""
+    best candidate by the criterion and every `K`'s score.
+
+    With `floor` (a fit with a free offset, of `max_modes` slots) and `offset=0`, the search
+    starts from `floor`'s modes with one more, which begins by taking over the floor's loss:
+    the hypothesis that the floor is a plateau, a drop still to come (`fit`'s scenarios)."""
     slots = modes if modes is not None else max_modes
     fit_offset = offset is None
     y = np.asarray(data.y)[np.asarray(data.count) > 0]
@@ -141,16 +146,30 @@ def search_modes(
     peaks = find_drops(data, slots)
     lend = _level(data, tmax)
     prev = None  # model of the previous K
+    if floor is not None:  # the floor's model without its floor: the next K starts from it
+        prev = DecoupledModes(
+            log_rate=floor.log_rate,
+            log_drop=floor.log_drop,
+            log_tstar=floor.log_tstar,
+            log_eps=floor.log_eps,
+            active=floor.active,
+            log_offset=base.log_offset,
+            prior_width=base.prior_width,
+            fit_offset=False,
+        )
     scores: dict[str, float] = {}
     best: Candidate | None = None
     since = 0
-    K_range = [modes] if modes is not None else range(1, max_modes + 1)
+    K_from = 1 if floor is None else int(np.sum(np.asarray(floor.active))) + 1
+    K_range = [modes] if modes is not None else range(K_from, max_modes + 1)
     for K in K_range:
         template = base if prev is None else prev
         template = _with_active(template, K)
         starts = [_peak_starts(template, K, peaks, tmax, lend, fit_offset=fit_offset)]
         if prev is not None:
             starts.append(_mode_starts(template, K, data, tmin, tmax, fit_offset=fit_offset))
+        if floor is not None and K == K_from:
+            starts.append(_floor_starts(template, K, float(floor.offset), tmax))
         starts = np.concatenate(starts)
         values, rss, objective, _ = engine.solve_robust(template, starts, data, robust=robust, max_steps=SEARCH_STEPS)
         i = int(np.argmin(objective))
@@ -208,6 +227,23 @@ def _mode_starts(template, K, data, tmin, tmax, *, fit_offset):
                 if takes_offset:
                     th[3 * S + 1] = math.log(0.1 * off)
                 out.append(th)
+    return np.array(out)
+
+
+def _floor_starts(template, K, floor, tmax):
+    """Starts that turn a floor `L_∞` into slot `K − 1`: a mode removing `floor`, half-way after
+    the log (1.1× to 4× its last time), at the rate its start at `ε` implies (Eq. 158) or a
+    faster one."""
+    theta = np.asarray(engine.vector_of(template)).copy()
+    S, k = template.K, K - 1
+    log_eps = float(theta[3 * S])
+    out = []
+    for tc in tmax * np.array([1.1, 1.4, 2.0, 4.0]):
+        for r in (_rate_for(floor, tc, log_eps), 14.0 / tc):
+            th = theta.copy()
+            th[k], th[S + k] = math.log(r), math.log(floor)
+            th[2 * S + k] = math.log(max(r * tc - MIN_LAG, 0.3))
+            out.append(th)
     return np.array(out)
 
 
