@@ -266,6 +266,8 @@ def strength_drops(
 
 def _summary(pred: np.ndarray, real: np.ndarray) -> dict:
     """Predicted steps `(n,)` against the seeds' `(seeds, n)`: mean, half-range, error (%)."""
+    if pred.size == 0:
+        return {"pred": [], "real_mean": [], "real_half_range_pct": [], "err_pct": [], "met": False}
     mean, half = real.mean(0), (real.max(0) - real.min(0)) / 2
     err = 100.0 * (pred / mean - 1.0)
     spread = 100.0 * half / mean
