@@ -23,6 +23,7 @@ BENCHMARKS = {
     "grad": "benchmarks.grad",
     "fit": "benchmarks.fit",
     "sweep": "benchmarks.sweep",
+    "realdata": "benchmarks.realdata",
 }
 
 
