@@ -248,6 +248,9 @@ def test_attention_value_copies_are_one_drop(tmp_path):
     assert pred.method == "matrix_flow"
     assert np.asarray(pred.drops.multiplicity).tolist() == [3]
     assert "dim" in pred.drop_table()
+    # two neurons cannot hold three directions: said in a note
+    narrow = lvflow.predict(nqf, init_std=1e-2, width=2, learning_rate=0.01)
+    assert any("rank ≤ 2" in n for n in narrow.notes)
     png = tmp_path / "p.png"
     pred.plot(png)
     assert png.stat().st_size > 0

@@ -357,6 +357,13 @@ def _predict_matrix_flow(
         f"structure matrices do not commute ({reason}); used the full M-flow (Eq. 28) from M0 = eps·I: "
         "a drop is a direction of M (an eigenvector of M(t_end)) switching on"
     ]
+    grown = int(np.sum(np.asarray(drops.multiplicity)))
+    if width is not None and grown > width:
+        notes.append(
+            f"{grown} directions of M switch on, but the {width} neurons' M = W Wᵀ has rank ≤ {width}: "
+            "a network this narrow cannot follow M0 = eps·I; the prediction is for a width ≥ "
+            f"{grown}"
+        )
     if t1 is None and not drops.converged:
         notes.append(f"the flow had not converged by t = {drops.t_end:.4g} (the longest horizon tried)")
     empty = jnp.zeros((0,))
