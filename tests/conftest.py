@@ -55,3 +55,12 @@ def _lvflow_validation_only(request):
         yield
     finally:
         jaxtyping.config.update("jaxtyping_disable", False)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fresh_jax_caches_per_module():
+    """Drop JAX's compiled programs after each test module: one pytest process compiles a few
+    thousand programs, and XLA's compiler crashed (SIGSEGV in `backend_compile_and_load`) near
+    the end of a full run while every test passed alone."""
+    yield
+    jax.clear_caches()
