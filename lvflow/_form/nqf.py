@@ -37,8 +37,9 @@ class NQF(eqx.Module):
     - `f0`: outputs at `W = 0` (default 0), shaped like `y`.
     - `g`, `B`: the non-ZGZ terms of Thm 12, shapes `(m, [k,] p)` and `(m, [k,] p, p)`;
       `None` (the default) for ZGZ modules.
-    - `features`, `basis`: the factored form `Φ` of shape `(m, [k,] D)` and `E` of shape
-      `(D, p, p)`, symmetric; instead of `A`.
+    - `features`, `basis`: the factored form instead of `A`: `Φ` of shape `(m, [k,] D)` and the
+      symmetric `E` of shape `([k,] D, p, p)` (the output axis `k` on one of them: per-output
+      features with one basis, or shared features with a basis per output).
 
     **Raises:** `LvflowError` for shapes that do not match or non-symmetric matrices.
     """
