@@ -46,21 +46,18 @@ _AMPLITUDE = 1e-9
 _RTOL, _ATOL = 1e-11, 1e-12
 # Integrate until the slowest relaxation has decayed by e^-40.
 _SETTLE = 40.0
-# A transition has settled (and a passive mode is far from igniting) at e^-8: closer than that, an
-# ignition overlaps the next one and the joint window (`window.py`) takes over.
+# The joint window (`window.py`): a mode within e^-κ of its level is in transit, not passive, and a
+# transition has settled when every log of the support is within e^-κ of its plateau value.
 _KAPPA = 8.0
 
 
 class Transient(NamedTuple):
     """`theta`: the ignition threshold `θ_k` in `ln z_k`; `m`: `∫ (z − z_step) dt` on `M`;
-    `u_off`: for the modes leaving the support, their log extrapolated back to `t_c` (NaN elsewhere);
-    `t_settle`: the time after `t_c` from which every log of the new support stays within `e^-κ`
-    (`κ = _KAPPA`) of its plateau value and every leaving mode is below `e^-κ` of its old level."""
+    `u_off`: for the modes leaving the support, their log extrapolated back to `t_c` (NaN elsewhere)."""
 
     theta: float
     m: Float[np.ndarray, " M"]
     u_off: Float[np.ndarray, " M"]
-    t_settle: float = 0.0
 
 
 def transient(
@@ -127,12 +124,6 @@ def transient(
     if not settle.success:
         raise SolverError(f"transients: the orbit of mode {k} did not settle ({settle.message})")
     y_T = settle.y[:, -1]
-    # the last time any log of the new support is e^-κ off its plateau, or a leaving mode above e^-κ of its old level
-    with np.errstate(divide="ignore"):
-        off = np.abs(settle.y[:n][Sn] - np.log(z_new[Sn])[:, None]) > math.exp(-_KAPPA)
-        off = off.any(axis=0) | (settle.y[:n][leaving] > (np.log(z_old[leaving]) - _KAPPA)[:, None]).any(axis=0)
-    late = np.flatnonzero(off)
-    t_settle = float(settle.t[min(late[-1] + 1, settle.t.size - 1)]) - t_c if late.size else 0.0
 
     m = y_T[n:] - z_old * t_c - z_new * (T - t_c)
     u_off = np.full(n, np.nan)
@@ -144,4 +135,4 @@ def transient(
         z_j = math.exp(y_T[j])
         m += x * z_j / -sig_new[j]
         u_off[j] = y_T[j] - sig_new[j] * (T - t_c)
-    return Transient(theta=math.log(A) + sig_k * t_c, m=m, u_off=u_off, t_settle=t_settle)
+    return Transient(theta=math.log(A) + sig_k * t_c, m=m, u_off=u_off)

@@ -294,7 +294,6 @@ class _Ignition(NamedTuple):
     Cm: np.ndarray
     leaving: np.ndarray
     u_off: np.ndarray
-    t_settle: float
 
 
 def _ignition(be, pend, k, r, cols, tol, max_iter) -> _Ignition | str:
@@ -316,7 +315,7 @@ def _ignition(be, pend, k, r, cols, tol, max_iter) -> _Ignition | str:
     CM = cols(M)
     o = transient(r[M], CM[M], z_old[M], z_new[M], int(np.searchsorted(M, k)))
     gone = ~np.isnan(o.u_off)
-    return _Ignition(o.theta, new, new_pend, CM @ o.m, M[gone], o.u_off[gone], o.t_settle)
+    return _Ignition(o.theta, new, new_pend, CM @ o.m, M[gone], o.u_off[gone])
 
 
 def _window_modes(o, k, batch, dt_k, t):
