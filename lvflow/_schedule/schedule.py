@@ -564,18 +564,33 @@ def plateau_schedule(
     finite size during a transition, `O(ε^s)` rather than `O(1/ln(1/ε))`. Cost: one small stiff
     ODE (`2|M|` unknowns) per ignition and per candidate the logistic `θ_k` ranked first but
     whose orbit does not come first — for systems of up to a few hundred modes. For diagonal `C` the orbit is the
-    logistic and the closed form above is used. Overlapping ignitions (a mode already past its
-    threshold when the previous ignition's plateau is reached: close growth rates at moderate
-    ε), simultaneous ones, and ignitions that bring a mode at `z* = 0` back into the support
-    raise `LvflowError`; `corrected=True` alone, or a smaller ε, handles them.
+    logistic and the closed form above is used.
+
+    *Overlapping ignitions* (a mode already past its orbit's threshold when the previous
+    ignition has settled: close growth rates at moderate ε), simultaneous ones, and ignitions
+    that change the support by more than the entering mode and the modes it drops are integrated
+    together (`window.py`): the one-mode ignitions back to where the modes involved were small are
+    undone, and the gLV restricted to `M` (the support plus those modes, and any other that comes
+    within `e^8` of its level `|r_j|/C_jj` meanwhile) is integrated in `ln z` from that plateau,
+    every mode at its actual log, until no mode of `M` is in transit. Each mode ignites where it
+    first reaches `½` of its level on the plateau reached (`solve_lv`'s switch-on); the others'
+    logs are read off and extrapolated back to the last ignition, with the linearised remainder
+    of the relaxation. One ODE of `2|M|` unknowns per window. An overlap is recognised only once the
+    next mode is past its orbit's threshold: one whose ignition comes before the previous one has
+    settled but after that threshold still gets its own orbit (measurements in
+    `docs/devdocs/schedule.md`).
 
     **Complexity:** diagonal `O(K log K)`; low rank `O(K q)` per event; dense `O(K²)` per event
     plus the `O(K³)` PSD check. Roughly one event per mode.
 
     **Raises:** `LvflowError` for `eps ∉ (0, 1)`, bad `z0`, `max_events` not a positive integer,
-    `transients` without `corrected` (or on the cases above), or a singular `C` with `r` outside
-    its range along it (no saturated equilibrium); `NotPSDError` for a non-PSD `C`; `SolverError`
-    if the event buffer overflows (or an orbit fails).
+    `transients` without `corrected`, or a singular `C` with `r` outside its range along it (no
+    saturated equilibrium); with `transients`, for a joint window that cannot be read off, naming
+    its modes and the reason: it starts from a plateau with active modes at `z* = 0`, leaves a
+    mode at `z* = 0` with `σ = 0` (singular `C`: no exponential decay), does not settle, a mode
+    of it is already above half its new level at the start, or its ignitions replayed in the step
+    picture do not reach the plateau it settles on; `NotPSDError` for a non-PSD `C`;
+    `SolverError` if the event buffer overflows (or an orbit or window integration fails).
     """
     eps = check_in_open_interval("eps", eps, 0.0, 1.0)
     if isinstance(system, NQF):

@@ -1,9 +1,9 @@
 """Overlapping ignitions integrated together: the joint window of `plateau_schedule(..., transients=True)`.
 
 The one-mode orbit (`orbit.py`) assumes that, while mode `k` ignites, every other inactive mode is
-exponentially small. It fails when the next ignition comes before `k`'s transition has settled
-(close growth rates at moderate ε), when two modes ignite at once, or when an ignition changes the
-support by more than `k`. Then the gLV (Eq. 32) restricted to the modes involved,
+exponentially small. It fails when the next mode is already past its orbit's threshold when `k`'s
+ignition has settled (close growth rates at moderate ε), when two modes ignite at once, or when an
+ignition changes the support by more than `k`. Then the gLV (Eq. 32) restricted to the modes involved,
 
     u̇_M = r_M − C_MM e^{u_M},   İ_M = e^{u_M}     (u = ln z, I = ∫ z dt),
 
@@ -18,9 +18,11 @@ Read off at the end `T`:
 
 - the new plateau `z*`, the saturated equilibrium on the old active set plus the modes present at
   `T` (it is checked against the integrated state);
-- each mode's ignition time, its first upward crossing of `ρ z*_j` (`ρ = ½`, `solve_lv`'s
-  switch-on), or, for a mode that rose and fell again inside the window, of `ρ` times its level on
-  the old active set plus itself;
+- the ignitions and switch-offs, replayed in the step picture (`_replay`): a mode ignites where its
+  log first crosses `ρ z*_j` upward (`ρ = ½`, `solve_lv`'s switch-on against the plateau reached;
+  a mode that ends the window off the support: `ρ` times its level on the active set plus itself),
+  in time order, each plateau repaired as in the event loop; a mode that plateau leaves at `σ < 0`
+  switches off if it ends off the support or falls below `ρ z*_j` later (then it ignites again);
 - every mode off the new support, its log extrapolated back to the window's last ignition `t_ref`,
   `u_j(t_ref) = u_j(T) − σ*_j (T − t_ref) − (C τ)_j`, where `σ* = r − C z*` and `τ` is the
   integral of what is still to come after `T`, to first order: `z_j(T)/|σ*_j|` for a decaying
