@@ -46,6 +46,9 @@ _AMPLITUDE = 1e-9
 _RTOL, _ATOL = 1e-11, 1e-12
 # Integrate until the slowest relaxation has decayed by e^-40.
 _SETTLE = 40.0
+# The joint window (`window.py`): a mode within e^-κ of its level is in transit, not passive, and a
+# transition has settled when every log of the support is within e^-κ of its plateau value.
+_KAPPA = 8.0
 
 
 class Transient(NamedTuple):

@@ -43,6 +43,7 @@ from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .._validate import _is_concrete, as_array, check_in_open_interval, check_positive_int, check_psd
 from .active_set import _backend, _mode_tol, _repair
 from .orbit import transient
+from .window import diagonal_of, joint_window, levels
 
 if TYPE_CHECKING:
     from .nqf_schedule import NQFPlateauSchedule
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
 _RTOL = 1e-10
 # Events closer than this (relative) in time are simultaneous.
 _TIME_RTOL = 1e-12
+# transients: how many one-mode ignitions an overlap may undo to integrate them jointly (each kept
+# as a backend, `O(K²)` memory for dense `C`)
+_HISTORY = 16
 
 
 def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
@@ -87,13 +91,16 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
     n, t = len(ext), 0.0
     dt = np.empty(K)
     orbits = {}  # mode -> its ignition from the current plateau (`_ignition`), with `cols`
+    level = levels(r, diagonal_of(be)) if cols is not None else None
+    history = []  # with `cols`: the state before each one-mode ignition since the last window
     while True:
         sig = be.sigma()
         grow = sig > mtol(sig)
         if corrected:
             theta = np.log(np.where(grow, sig, 1.0) / np.where(grow, be.schur(), 1.0))
             for j, o in orbits.items():
-                theta[j] = o.theta
+                if isinstance(o, _Ignition):  # else the logistic θ_j ranks a mode that needs a joint window
+                    theta[j] = o.theta
             gap = w + theta
         else:
             gap = w
@@ -108,6 +115,53 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
             orbits[k] = _ignition(be, pend, k, r, cols, tol, max_iter)
             continue
         dmin = max(float(dt[k]), 0.0)
+        if cols is not None:
+            batch = (dt <= dmin + _TIME_RTOL * max(1.0, abs(t + dmin))).nonzero()[0]
+            W0 = _window_modes(orbits[k], k, batch, dt[k], t)
+            if W0 is not None:
+                required = batch.tolist()
+                if history and dt[k] < -_TIME_RTOL * max(1.0, abs(t)):
+                    # k is past its threshold before the last one-mode ignition has settled: undo
+                    # that ignition (and the ones before it while a mode of the window was already
+                    # in transit when they started) and integrate them together
+                    while history:
+                        be, pend, w, t, active, tstar, n_ev, n_drops, znow, n, k_last = history.pop()
+                        W0, required = W0 | {k_last}, [k_last]
+                        if not np.any((-w[list(W0)] >= level[list(W0)]) & ~active[list(W0)]):
+                            break
+                    del ev[n_ev:], drops[n_drops:]
+                history.clear()
+                be = copy.deepcopy(be)  # the window's events are replayed on it in place
+                win = joint_window(be, pend, -w, t, required, W0, r, cols, tol, max_iter, level)
+                zprev = znow
+                for tg, modes, off in win.ignitions:  # the window's events, replayed on the backend
+                    pend.update(modes)
+                    _repair(be, pend, tol, max_iter)
+                    active[modes] = True
+                    tstar[modes] = np.minimum(tstar[modes], tg)
+                    ext = np.array(off, int)
+                    pend.difference_update(ext.tolist())
+                    active[ext] = False
+                    znow = be.z_full().copy()
+                    drops.append(_drop(be, zprev, znow))
+                    zprev = znow
+                    ev.append((tg, np.array(modes, int), True, len(drops) - 1))
+                    ev.append((tg, ext, False, len(drops) - 1))
+                    n += len(modes) + ext.size
+                scale = float(np.max(np.abs(znow), initial=0.0))
+                if pend or not np.allclose(znow, win.z_new, rtol=1e-8, atol=1e-10 * scale):
+                    raise LvflowError(
+                        f"transients: the joint window of modes {win.modes.tolist()} settles on a plateau other than "
+                        "the restricted equilibrium of its ignitions; not supported"
+                    )
+                t = win.t_ref
+                w = np.where(active, np.inf, -win.u_ref)
+                orbits.clear()
+                if n > max_events:
+                    raise SolverError(f"max_events: more than {max_events} events; pass a larger max_events")
+                continue
+        if cols is not None:
+            prev = (w.copy(), t, active.copy(), tstar.copy())
         t += dmin
         batch = (dt <= dmin + _TIME_RTOL * max(1.0, abs(t))).nonzero()[0]
         if dmin > 0:
@@ -117,13 +171,10 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
         tstar[batch] = np.minimum(tstar[batch], t)
         zprev = znow
         if cols is not None:
-            if dt[k] < -_TIME_RTOL * max(1.0, abs(t)):
-                raise LvflowError(
-                    f"transients: mode {k} passes its threshold before the ignition at t = {t:.6g} has settled "
-                    "(overlapping ignitions); not supported — use corrected=True alone or a smaller eps"
-                )
-            if batch.size > 1:
-                raise LvflowError(f"transients: modes {batch.tolist()} ignite simultaneously; not supported")
+            # the state before this ignition, to integrate it jointly with the next one if that
+            # one turns out to be past its threshold already (`be` is not changed in place here)
+            history.append((be, set(pend), *prev, len(ev), len(drops), zprev, n, k))
+            del history[:-_HISTORY]
             be, pend = orbits[k].be, orbits[k].pend  # already repaired onto the new plateau
         else:
             pend.update(batch.tolist())
@@ -245,29 +296,36 @@ class _Ignition(NamedTuple):
     u_off: np.ndarray
 
 
-def _ignition(be, pend, k, r, cols, tol, max_iter) -> _Ignition:
+def _ignition(be, pend, k, r, cols, tol, max_iter) -> _Ignition | str:
     """Mode `k`'s ignition on its orbit (`orbit.transient`), from a copy of the backend (the
-    ignition may lose to another candidate)."""
+    ignition may lose to another candidate); or, where one orbit cannot describe it (the support
+    changes by more than `k` and the modes it drops), why not: a joint window is needed."""
     new, new_pend = copy.deepcopy(be), set(pend) | {k}
     _repair(new, new_pend, tol, max_iter)
     z_old, z_new = be.z_full(), new.z_full()
     S, Sn = be.supp, new.supp
     back = np.flatnonzero(Sn & ~S)
     if back.size != 1:  # back == [k] unless a mode at z* = 0 re-enters with it
-        raise LvflowError(
-            f"transients: mode {k}'s ignition brings modes {back.tolist()} into the support; not supported"
-        )
+        return f"mode {k}'s ignition brings modes {back.tolist()} into the support"
     sig_new = new.sigma()
     stay = np.flatnonzero(S & ~Sn & (sig_new >= -(_mode_tol(r, sig_new) if tol is None else tol)))
     if stay.size:
-        raise LvflowError(
-            f"transients: mode {k}'s ignition leaves modes {stay.tolist()} at z* = 0 without decaying; not supported"
-        )
+        return f"mode {k}'s ignition leaves modes {stay.tolist()} at z* = 0 without decaying"
     M = np.flatnonzero(S | Sn)
     CM = cols(M)
     o = transient(r[M], CM[M], z_old[M], z_new[M], int(np.searchsorted(M, k)))
     gone = ~np.isnan(o.u_off)
     return _Ignition(o.theta, new, new_pend, CM @ o.m, M[gone], o.u_off[gone])
+
+
+def _window_modes(o, k, batch, dt_k, t):
+    """The modes to integrate together (a set), or `None` where `k`'s one-mode orbit `o` applies: a
+    joint window where `o` is a reason (a string: the support changes by more than `k` and the
+    modes it drops), several modes ignite at once, or `k` is already past its orbit's threshold
+    (its ignition overlaps the previous one)."""
+    if not isinstance(o, _Ignition) or batch.size > 1 or dt_k < -_TIME_RTOL * max(1.0, abs(t)):
+        return {int(j) for j in batch} | {k}
+    return None
 
 
 class PlateauSchedule(eqx.Module):
@@ -506,18 +564,33 @@ def plateau_schedule(
     finite size during a transition, `O(ε^s)` rather than `O(1/ln(1/ε))`. Cost: one small stiff
     ODE (`2|M|` unknowns) per ignition and per candidate the logistic `θ_k` ranked first but
     whose orbit does not come first — for systems of up to a few hundred modes. For diagonal `C` the orbit is the
-    logistic and the closed form above is used. Overlapping ignitions (a mode already past its
-    threshold when the previous ignition's plateau is reached: close growth rates at moderate
-    ε), simultaneous ones, and ignitions that bring a mode at `z* = 0` back into the support
-    raise `LvflowError`; `corrected=True` alone, or a smaller ε, handles them.
+    logistic and the closed form above is used.
+
+    *Overlapping ignitions* (a mode already past its orbit's threshold when the previous
+    ignition has settled: close growth rates at moderate ε), simultaneous ones, and ignitions
+    that change the support by more than the entering mode and the modes it drops are integrated
+    together (`window.py`): the one-mode ignitions back to where the modes involved were small are
+    undone, and the gLV restricted to `M` (the support plus those modes, and any other that comes
+    within `e^8` of its level `|r_j|/C_jj` meanwhile) is integrated in `ln z` from that plateau,
+    every mode at its actual log, until no mode of `M` is in transit. Each mode ignites where it
+    first reaches `½` of its level on the plateau reached (`solve_lv`'s switch-on); the others'
+    logs are read off and extrapolated back to the last ignition, with the linearised remainder
+    of the relaxation. One ODE of `2|M|` unknowns per window. An overlap is recognised only once the
+    next mode is past its orbit's threshold: one whose ignition comes before the previous one has
+    settled but after that threshold still gets its own orbit (measurements in
+    `docs/devdocs/schedule.md`).
 
     **Complexity:** diagonal `O(K log K)`; low rank `O(K q)` per event; dense `O(K²)` per event
     plus the `O(K³)` PSD check. Roughly one event per mode.
 
     **Raises:** `LvflowError` for `eps ∉ (0, 1)`, bad `z0`, `max_events` not a positive integer,
-    `transients` without `corrected` (or on the cases above), or a singular `C` with `r` outside
-    its range along it (no saturated equilibrium); `NotPSDError` for a non-PSD `C`; `SolverError`
-    if the event buffer overflows (or an orbit fails).
+    `transients` without `corrected`, or a singular `C` with `r` outside its range along it (no
+    saturated equilibrium); with `transients`, for a joint window that cannot be read off, naming
+    its modes and the reason: it starts from a plateau with active modes at `z* = 0`, leaves a
+    mode at `z* = 0` with `σ = 0` (singular `C`: no exponential decay), does not settle, a mode
+    of it is already above half its new level at the start, or its ignitions replayed in the step
+    picture do not reach the plateau it settles on; `NotPSDError` for a non-PSD `C`;
+    `SolverError` if the event buffer overflows (or an orbit or window integration fails).
     """
     eps = check_in_open_interval("eps", eps, 0.0, 1.0)
     if isinstance(system, NQF):
