@@ -106,6 +106,8 @@ def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path
         ax.set_yscale("log")
         if logx:
             ax.set_xscale("log")
+        # no minor ticks on the log axes: they are most of the drawing time, and carry no label
+        ax.minorticks_off()
         ax.set_xlabel("training step" if steps else "time t (gradient flow)")
         ax.set_ylabel(ylabel)
         ax.set_title(
