@@ -511,3 +511,52 @@ def test_signed_diagonal_decaying_modes_listed_last(capsys, tmp_path):
     # a t* of 0 only for a mode that starts above its target, and said so
     zero = [m["mode"] for m in modes if m["t_star"] == 0.0]
     assert all(any("start at or above" in n and str(k) in n for n in notes) for k in zero)
+
+
+# ---- the plot process: `--plot` drawn in a child forked before JAX is imported -----------------
+
+
+def test_plot_drawn_in_the_plot_process_equals_the_in_process_one(tmp_path, capsys):
+    system = tmp_path / "sys.csv"
+    system.write_text("r,C0,C1,C2\n1.0,1,0,0\n0.5,0,1,0\n0.25,0,0,1\n")
+    args = ["predict", "--system", str(system), "--eps", "1e-4", "--lr", "0.01", "--plot"]
+    # internal on purpose: the command's module ([project.scripts]), run as a real process, where
+    # JAX is not imported yet and the plot process is started
+    out = subprocess.run(
+        [sys.executable, "-m", "lvflow._workflow.cli", *args, str(tmp_path / "a.png")], text=True, capture_output=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.rstrip().endswith(f"plot: {tmp_path / 'a.png'}")
+    assert main([*args, str(tmp_path / "b.png")]) == 0  # here JAX is imported: drawn in this process
+    capsys.readouterr()
+    a, b = (tmp_path / "a.png").read_bytes(), (tmp_path / "b.png").read_bytes()
+    assert a[:8] == b"\x89PNG\r\n\x1a\n"
+    assert a == b
+
+
+def test_plot_process_errors_and_early_exits(tmp_path):
+    # a failed write in the plot process comes back as the same one-line error; a bad input found
+    # before the plot ends the plot process with the command (exit 2, one line, nothing left running)
+    code = (
+        "import sys, numpy as np\n"
+        "from lvflow._workflow import plot_worker\n"
+        "plot_worker.start()\n"
+        "import lvflow\n"
+        "pred = lvflow.predict(lvflow.LotkaVolterra(np.array([1.0, 0.5]), np.eye(2)), eps=1e-4)\n"
+        "try:\n"
+        "    pred.plot(sys.argv[1])\n"
+        "except lvflow.LvflowError as e:\n"
+        "    print('refused:', e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "missing" / "x.png")], text=True, capture_output=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"refused: output: directory does not exist: {tmp_path / 'missing'}"
+    system = tmp_path / "sys.csv"
+    system.write_text("r,C0,C1\n1.0,1,0\n0.5,0,1\n")
+    cmd = [sys.executable, "-m", "lvflow._workflow.cli", "predict", "--system", str(system), "--eps", "2"]
+    out = subprocess.run([*cmd, "--plot", str(tmp_path / "c.png")], text=True, capture_output=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip() == "lvflow predict: error: --eps: must lie in (0, 1), got 2"
+    assert not (tmp_path / "c.png").exists()

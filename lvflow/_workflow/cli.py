@@ -54,9 +54,18 @@ def main(argv: list[str] | None = None) -> int:
     mod.add_arguments(sp)
     sp.error = _one_line_error(sp.prog)  # one line, not usage + message
     args = sp.parse_args(_negative_values_attached(argv[1:]))
-    if argv[0] != "bench":  # benchmarks time cold starts themselves
-        _persistent_cache()
-    return _run_reporting(f"lvflow {argv[0]}", mod, args)
+    if argv[0] == "predict" and args.plot:
+        # matplotlib's import and first drawing overlap JAX's import and the solve (`plot_worker`)
+        from . import plot_worker
+
+        plot_worker.start()
+    try:
+        if argv[0] != "bench":  # benchmarks time cold starts themselves
+            _persistent_cache()
+        return _run_reporting(f"lvflow {argv[0]}", mod, args)
+    finally:
+        if "lvflow._workflow.plot_worker" in sys.modules:
+            sys.modules["lvflow._workflow.plot_worker"].stop()
 
 
 _OUTPUTS = (("save", ".json", ".npz"), ("plot", ".png", ".pdf", ".svg"))

@@ -1,25 +1,99 @@
 """`plot_prediction`: the predicted loss curve of a `Prediction`, in linear and log time, with the
 switch-on times, the ε → 0 staircase (Eq. 168) and Thm 9's slope marked; for the M-flow, the
-drops' switch-on times, the loss floor, and each drop's input direction as a picture."""
+drops' switch-on times, the loss floor, and each drop's input direction as a picture.
+
+The drawing (`draw`) takes plain numpy arrays (`plot_data`) and imports neither JAX nor the rest of
+lvflow, so that the CLI can run it in a process started before JAX is imported (`plot_worker`)."""
 
 from __future__ import annotations
 
 import io
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._errors import LvflowError
 from .io import atomic_write_bytes
-from .prediction import Prediction
+
+if TYPE_CHECKING:
+    from .prediction import Prediction
 
 _MAX_MARKS = 12
 _MAX_PICTURES = 8
 
 
 def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path:
-    """Two panels: excess loss vs time (linear) and vs time (log), switch-on times marked.
+    """Two panels: excess loss vs time (linear) and vs time (log), switch-on times marked; drawn
+    by the CLI's plot process where one was started (`plot_worker`), else here.
+
+    **Raises:** `LvflowError` for a file type other than `.png`, `.pdf`, `.svg`.
+    """
+    from . import plot_worker
+
+    check_plot_path(path)
+    return plot_worker.render(plot_data(pred, title=title), path)
+
+
+def check_plot_path(path) -> str:
+    """The file type of `path` (`png`, `pdf` or `svg`).
+
+    **Raises:** `LvflowError` for any other.
+    """
+    p = Path(path)
+    fmt = p.suffix.lower().lstrip(".")
+    if fmt not in ("png", "pdf", "svg"):
+        raise LvflowError(f"plot: unsupported file type {p.suffix or '(none)'!r} for {p}; use .png, .pdf or .svg")
+    return fmt
+
+
+def plot_data(pred: Prediction, *, title: str | None = None) -> dict[str, Any]:
+    """What `draw` needs from a `Prediction`, as numpy arrays and Python scalars (picklable without JAX)."""
+    steps = pred.learning_rate is not None
+    flow = pred.method == "matrix_flow"
+    xs = np.asarray(pred.steps_star if steps else pred.t_star)
+    pictures, floor = [], math.nan
+    if flow and pred.drops is not None:
+        xs = np.asarray(pred.drops.t_star) / (pred.learning_rate or 1.0)
+        pictures = [
+            np.asarray(r["input_direction"]) for r in pred.drop_rows() if np.ndim(r.get("input_direction")) == 2
+        ]
+        floor = float(pred.drops.loss_floor)
+    limit = not flow and pred.limit_tau is not None
+    return dict(
+        steps=steps,
+        flow=flow,
+        x=np.asarray(pred.steps if steps else pred.ts),
+        xs=xs,
+        y=np.asarray(pred.loss if flow else pred.excess_loss),
+        pictures=pictures[:_MAX_PICTURES],
+        loss_floor=floor,
+        exponent=float(pred.exponent),
+        limit_t=np.asarray(pred.limit_tau) * math.log(1 / pred.eps) / (pred.learning_rate or 1.0) if limit else None,
+        limit_excess=np.asarray(pred.limit_excess) if limit else None,
+        title=title or f"{pred.source}  (eps = {pred.eps:.3g})",
+    )
+
+
+def warm_up() -> None:
+    """Import matplotlib and draw a small figure with log axes and text (loads the fonts and the
+    tick machinery), for a plot process that waits for its data."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(2, 2))
+    ax = fig.subplots()
+    ax.plot([1.0, 10.0], [1.0, 1e-3], label="x")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.minorticks_off()
+    ax.legend(fontsize=8)
+    ax.set_title("warm-up", fontsize=10)
+    fig.savefig(io.BytesIO(), format="png", dpi=30)
+
+
+def draw(data: dict[str, Any], path) -> Path:
+    """Draw `plot_data`'s output and write it to `path` atomically (its suffix gives the format).
 
     **Raises:** `LvflowError` for a file type other than `.png`, `.pdf`, `.svg`.
     """
@@ -28,22 +102,11 @@ def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path
     from matplotlib.figure import Figure
 
     p = Path(path)
-    fmt = p.suffix.lower().lstrip(".")
-    if fmt not in ("png", "pdf", "svg"):
-        raise LvflowError(f"plot: unsupported file type {p.suffix or '(none)'!r} for {p}; use .png, .pdf or .svg")
-    steps = pred.learning_rate is not None
-    x = np.asarray(pred.steps if steps else pred.ts)
-    xs = np.asarray(pred.steps_star if steps else pred.t_star)
-    # The M-flow: its loss (the floor is marked), its drops' switch-on times, their directions.
-    flow = pred.method == "matrix_flow"
-    pictures = []
-    if flow and pred.drops is not None:
-        xs = np.asarray(pred.drops.t_star) / (pred.learning_rate or 1.0)
-        pictures = [r["input_direction"] for r in pred.drop_rows() if np.ndim(r.get("input_direction")) == 2]
-    y = np.asarray(pred.loss if flow else pred.excess_loss)
+    fmt = check_plot_path(p)
+    steps, flow, x, xs, y, pictures = (data[k] for k in ("steps", "flow", "x", "xs", "y", "pictures"))
     ylabel = "loss" if flow else "excess loss"
     # fixed margins: constrained layout measured every tick label again (~1 s of a 2 s plot)
-    n_pic = min(len(pictures), _MAX_PICTURES)
+    n_pic = len(pictures)
     fig = Figure(figsize=(10, 3.8 + (1.6 if n_pic else 0.0)))
     if n_pic:
         grid = fig.add_gridspec(2, max(n_pic, 2), height_ratios=(3.8, 1.6), hspace=0.5)
@@ -64,29 +127,28 @@ def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path
         # Floor the log axis ten decades below the start: the tail's 1e-300 says nothing.
         floor = max(float(np.nanmax(np.abs(y))) if y.size else 1.0, np.finfo(float).tiny) * 1e-8
         ax.plot(x[keep], np.maximum(y[keep], floor), lw=1.8, label=f"predicted {ylabel}")
-        if flow and pred.drops is not None and np.isfinite(pred.drops.loss_floor):
-            ax.axhline(pred.drops.loss_floor, color="C2", lw=0.9, ls=":", label="least loss over the features")
+        if flow and np.isfinite(data["loss_floor"]):
+            ax.axhline(data["loss_floor"], color="C2", lw=0.9, ls=":", label="least loss over the features")
         for t in xs[np.isfinite(xs)][:_MAX_MARKS]:  # more would hide the curve
             ax.axvline(t, color="0.6", lw=0.8, ls="--")
         fin = xs[np.isfinite(xs) & (xs > 0)]
-        if logx and np.isfinite(pred.exponent) and fin.size >= 2:
+        if logx and np.isfinite(data["exponent"]) and fin.size >= 2:
             # Thm 9's slope −(α₁−1)/α₂, anchored on the curve midway (in log t) through the switch-ons.
             tm = math.sqrt(fin[0] * fin[-1])
             ym = float(np.interp(math.log(tm), np.log(x[keep]), y[keep]))
             tt = np.geomspace(fin[0], fin[-1], 20)
             ax.plot(
                 tt,
-                ym * (tt / tm) ** -pred.exponent,
+                ym * (tt / tm) ** -data["exponent"],
                 color="k",
                 lw=0.9,
                 ls="-.",
-                label=f"slope −{pred.exponent:.3g} (Thm 9)",
+                label=f"slope −{data['exponent']:.3g} (Thm 9)",
             )
-        if not flow and pred.limit_tau is not None:
+        if data["limit_t"] is not None:
             # The ε → 0 staircase (plateau_schedule, Eq. 168 for diagonal C), from its own events in
             # time order (the table's rows follow this ε's switch-on order, which may differ).
-            tev = np.asarray(pred.limit_tau) * math.log(1 / pred.eps) / (pred.learning_rate or 1.0)
-            lev = np.asarray(pred.limit_excess)
+            tev, lev = data["limit_t"], data["limit_excess"]
             tu = np.unique(tev)
             levels = np.concatenate([lev[:1], lev[np.searchsorted(tev, tu, side="right")]])
             edges = np.clip(np.concatenate([[x[keep][0]], tu, [x[-1]]]), x[keep][0], x[-1])
@@ -116,7 +178,7 @@ def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path
             + (f" (first {_MAX_MARKS})" if np.count_nonzero(np.isfinite(xs)) > _MAX_MARKS else ""),
             fontsize=10,
         )
-    fig.suptitle(title or f"{pred.source}  (eps = {pred.eps:.3g})", fontsize=10)
+    fig.suptitle(data["title"], fontsize=10)
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=120)
     return atomic_write_bytes(p, buf.getvalue())
