@@ -49,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if argv[0] != "bench" and "--debug" not in argv and "equinox" not in sys.modules:
+        # equinox's runtime checks inside compiled programs (diffrax's checks of its own save
+        # times, lineax's of its outputs) give NaN, which lvflow reports as a failed solve, instead
+        # of a host callback: a program with a callback is never kept in the persistent cache.
+        os.environ.setdefault("EQX_ON_ERROR", "nan")
     mod = importlib.import_module(_COMMANDS[argv[0]][0])
     sp = argparse.ArgumentParser(prog=f"lvflow {argv[0]}", description=_COMMANDS[argv[0]][1])
     mod.add_arguments(sp)
