@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     mod.add_arguments(sp)
     sp.error = _one_line_error(sp.prog)  # one line, not usage + message
     args = sp.parse_args(_negative_values_attached(argv[1:]))
-    if argv[0] == "predict" and args.plot:
+    if argv[0] in ("predict", "demo") and args.plot:
         # matplotlib's import and first drawing overlap JAX's import and the solve (`plot_worker`)
         from . import plot_worker
 
