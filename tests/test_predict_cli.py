@@ -314,6 +314,43 @@ def test_help_does_not_import_jax():
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
+def test_closed_form_predict_does_not_import_diffrax(tmp_path):
+    # Issue 15 (cold start): the README's example (diagonal C, solved in closed form, Thm 6) and
+    # `lvflow.predict` of a diagonal gLV import neither diffrax nor optimistix nor lineax (≈ 0.3 s);
+    # a coupled C still integrates the ODE (and imports them then). A fresh process: the test
+    # session has imported diffrax long before.
+    (tmp_path / "sys.csv").write_text(README_CSV)
+    code = f"""
+import sys
+import numpy as np
+import lvflow
+from lvflow._workflow.cli import main
+
+ODE = ("diffrax", "optimistix", "lineax")
+assert main({["predict", *README_CMD.split()]!r}) == 0
+assert not [m for m in ODE if m in sys.modules], [m for m in ODE if m in sys.modules]
+pred = lvflow.predict(lvflow.LotkaVolterra(np.array([1.0, 0.5]), np.diag([1.0, 2.0])), eps=1e-4)
+assert "t*_k" in pred.summary()
+sol = lvflow.solve_lv(lvflow.LotkaVolterra(np.array([1.0, 0.5]), np.eye(2)), np.full(2, 1e-4), 50.0)
+assert bool(sol.success)
+assert not [m for m in ODE if m in sys.modules], [m for m in ODE if m in sys.modules]
+import diffrax
+assert sol.result == diffrax.RESULTS.successful
+coupled = lvflow.predict(lvflow.LotkaVolterra(np.array([1.0, 0.5]), np.array([[1.0, 0.3], [0.3, 1.0]])), eps=1e-4)
+assert np.all(np.isfinite(coupled.t_star)) and "t*_k" in coupled.summary()
+assert all(m in sys.modules for m in ODE)
+print("ok")
+"""
+    import lvflow
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(lvflow.__file__)))  # the checkout under test
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300
+    )
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr
+
+
 def test_persistent_compilation_cache(tmp_path):
     # A command fills the cache directory it is given; LVFLOW_CACHE_DIR=off leaves it alone.
     system = tmp_path / "sys.csv"

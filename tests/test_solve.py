@@ -356,6 +356,32 @@ def test_closed_form_under_vmap_and_jit():
         jax.block_until_ready(forced(np.diag(c) + 1e-3))
 
 
+def test_result_is_a_diffrax_flag_on_every_path():
+    # `LVSolution.result` is stored as its code (the closed form does not import diffrax) and read
+    # back as a `diffrax.RESULTS` item, on the closed form, under vmap, and on the ODE path.
+    from lvflow._glv.solution import SUCCESSFUL
+
+    assert jax.tree_util.tree_leaves(dfx.RESULTS.successful) == [SUCCESSFUL]
+    c = np.array([1.0, 10.0, 0.1, 1e-2, 1e2])
+    system = lvflow.LotkaVolterra(R5, np.diag(c))
+    closed = solve_lv(system, np.full(5, 1e-6), 100.0)
+    assert isinstance(closed.result, dfx.RESULTS) and closed.result == dfx.RESULTS.successful
+    batched = jax.vmap(lambda z: solve_lv(system, z, 100.0))(jnp.full((3, 5), 1e-6))
+    assert isinstance(batched.result, dfx.RESULTS) and np.all(np.asarray(batched.result == dfx.RESULTS.successful))
+    competitive, z0 = _competitive()
+    ode = solve_lv(competitive, z0, 120.0)
+    assert ode.result == dfx.RESULTS.successful and bool(ode.success)
+    assert jax.tree_util.tree_structure(ode) == jax.tree_util.tree_structure(closed)  # one pytree for both paths
+    failed = solve_lv(competitive, z0, 120.0, max_steps=8, throw=False)
+    assert failed.result == dfx.RESULTS.max_steps_reached and not bool(failed.success)
+    assert "maximum number of solver steps" in dfx.RESULTS[failed.result]
+    # The constructor takes the item, as before.
+    fields = {k: getattr(failed, k) for k in ("ts", "zs", "loss", "switch_on_times", "z_inf", "rho", "success")}
+    stats = {k: getattr(failed, k) for k in ("num_steps", "num_accepted_steps", "num_rejected_steps")}
+    rebuilt = lvflow.LVSolution(**fields, **stats, result=dfx.RESULTS.max_steps_reached)
+    assert rebuilt.result == dfx.RESULTS.max_steps_reached
+
+
 def test_method_errors():
     system, z0 = _competitive()
     with pytest.raises(lvflow.LvflowError, match="method: 'closed_form' needs a diagonal C"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -203,6 +202,8 @@ class XiSolution(eqx.Module):
 
 
 def _solve_xi(field, xi0, ts, rtol, atol, max_steps):
+    import diffrax as dfx  # here: `ignition_time` (`lvflow predict`, `eps_merge`) does not pay its import
+
     sol = dfx.diffeqsolve(
         dfx.ODETerm(field),
         dfx.Dopri5(),

@@ -2,10 +2,32 @@
 
 from __future__ import annotations
 
-import diffrax as dfx
+from typing import TYPE_CHECKING
+
 import equinox as eqx
 import jax.numpy as jnp
+import jax.tree_util as jtu
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
+
+if TYPE_CHECKING:
+    import diffrax as dfx
+
+#: the integer code of `diffrax.RESULTS.successful` (tests/test_solve.py checks it against diffrax)
+SUCCESSFUL = 0
+
+
+def result_code(result) -> Int[Array, "*batch"]:
+    """The integer code behind a `diffrax.RESULTS` item (its one pytree leaf), or `result` itself
+    when it is already a code."""
+    (code,) = jtu.tree_leaves(result)
+    return jnp.asarray(code, dtype=jnp.int32)
+
+
+def result_item(code) -> dfx.RESULTS:
+    """The `diffrax.RESULTS` item with integer code `code` (diffrax is imported here, on first use)."""
+    import diffrax
+
+    return jtu.tree_unflatten(jtu.tree_structure(diffrax.RESULTS.successful), [code])
 
 
 class LVSolution(eqx.Module):
@@ -24,6 +46,10 @@ class LVSolution(eqx.Module):
     - `num_steps`, `num_accepted_steps`, `num_rejected_steps`: solver statistics.
     - `result`: diffrax's `RESULTS` flag; `success` is `True` iff the solve succeeded and every
       saved value is finite.
+
+    `result` is stored as its integer code and made a `diffrax.RESULTS` item when read, so that a
+    closed-form solve (which cannot fail) does not import diffrax. `LVSolution(..., result=...)`
+    takes either.
     """
 
     ts: Float[Array, " n"]
@@ -35,17 +61,50 @@ class LVSolution(eqx.Module):
     num_steps: Int[Array, ""]
     num_accepted_steps: Int[Array, ""]
     num_rejected_steps: Int[Array, ""]
-    result: dfx.RESULTS
+    _result: Int[Array, ""]
     success: Bool[Array, ""]
+
+    def __init__(
+        self,
+        ts,
+        zs,
+        loss,
+        switch_on_times,
+        z_inf,
+        rho,
+        num_steps,
+        num_accepted_steps,
+        num_rejected_steps,
+        result: dfx.RESULTS | ArrayLike,
+        success,
+    ):
+        self.ts = ts
+        self.zs = zs
+        self.loss = loss
+        self.switch_on_times = switch_on_times
+        self.z_inf = z_inf
+        self.rho = rho
+        self.num_steps = num_steps
+        self.num_accepted_steps = num_accepted_steps
+        self.num_rejected_steps = num_rejected_steps
+        self._result = result_code(result)
+        self.success = success
+
+    @property
+    def result(self) -> dfx.RESULTS:
+        """diffrax's `RESULTS` flag of the solve (`diffrax.RESULTS.successful` for the closed form)."""
+        return result_item(self._result)
 
 
 def finish_solution(ts, zs, Czs, r, y2, switch_on_times, z_inf, rho, z_end, stats, result) -> LVSolution:
     """The `LVSolution` every solve path returns: the loss `zᵀCz/8 − rᵀz/4 + y2` (Eq. 26 in modes,
     `Czs = C z` at `ts`) and `success` = solver success with a finite trajectory and end state.
-    `stats`: `(num_steps, num_accepted_steps, num_rejected_steps)`."""
+    `stats`: `(num_steps, num_accepted_steps, num_rejected_steps)`; `result`: a `diffrax.RESULTS`
+    item or its integer code (`SUCCESSFUL` for the closed form)."""
     num_steps, num_accepted, num_rejected = stats
     loss = jnp.sum(zs * Czs, axis=-1) / 8 - zs @ r / 4 + y2
-    success = (result == dfx.RESULTS.successful) & jnp.all(jnp.isfinite(zs)) & jnp.all(jnp.isfinite(z_end))
+    code = result_code(result)
+    success = (code == SUCCESSFUL) & jnp.all(jnp.isfinite(zs)) & jnp.all(jnp.isfinite(z_end))
     return LVSolution(
         ts=ts,
         zs=zs,
@@ -56,7 +115,7 @@ def finish_solution(ts, zs, Czs, r, y2, switch_on_times, z_inf, rho, z_end, stat
         num_steps=num_steps,
         num_accepted_steps=num_accepted,
         num_rejected_steps=num_rejected,
-        result=result,
+        result=code,
         success=success,
     )
 

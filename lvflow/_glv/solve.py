@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
-import diffrax as dfx
+from typing import TYPE_CHECKING
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._errors import LvflowError, SolverError
 from .._validate import _is_concrete, as_array, check_in_open_interval, check_positive
 from .equilibrium import saturated_equilibrium
-from .interaction import DenseInteraction, is_diagonal
+from .interaction import is_diagonal
 from .lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
-from .rodas5p import Rodas5P
-from .solution import LVSolution, finish_solution, switch_on_target
-from .switch_on import SwitchOnTracker
-from .term import LogLotkaVolterraTerm
+from .solution import SUCCESSFUL, LVSolution, finish_solution, switch_on_target
+
+if TYPE_CHECKING:
+    import diffrax as dfx
+
+# The ODE path (diffrax, optimistix, lineax; `solve_ode.py`) is imported on first use: a diagonal C
+# takes the closed form (Thm 6), and `lvflow predict` of one does not pay diffrax's import.
 
 _DEFAULT_MAX_STEPS = 16384
-_ADJOINTS = (dfx.RecursiveCheckpointAdjoint, dfx.DirectAdjoint, dfx.ForwardMode)
-_DENSE_RODAS_MAX_K = 100  # above this a dense C's O(K³) LU per step costs more than Dopri5's extra steps
 _N_DEFAULT_TS = 400
 
 
@@ -156,18 +157,10 @@ def solve_lv(
             if np.any(np.diff(a) < 0):
                 raise LvflowError("ts: must be non-decreasing")
     solver_given = solver is not None
-    if solver_given and not isinstance(solver, dfx.AbstractSolver):
-        raise LvflowError(f"solver: expected a diffrax solver, got {type(solver).__name__}")
-    if stepsize_controller is not None and not isinstance(stepsize_controller, dfx.AbstractStepSizeController):
-        raise LvflowError(
-            f"stepsize_controller: expected a diffrax step-size controller, got {type(stepsize_controller).__name__}"
-        )
-    if adjoint is not None and not isinstance(adjoint, _ADJOINTS):
-        raise LvflowError(
-            "adjoint: expected diffrax.RecursiveCheckpointAdjoint, DirectAdjoint or ForwardMode "
-            "(the solve saves the tracker's state, which the others cannot differentiate), "
-            f"got {type(adjoint).__name__}"
-        )
+    if solver_given or stepsize_controller is not None or adjoint is not None:
+        from .solve_ode import check_ode_options
+
+        check_ode_options(solver, stepsize_controller, adjoint)
 
     if method not in ("auto", "closed_form", "ode"):
         raise LvflowError(f"method: must be 'auto', 'closed_form' or 'ode', got {method!r}")
@@ -222,35 +215,31 @@ def solve_lv(
             system.y2,
         )
     else:
-        term = LogLotkaVolterraTerm.from_system(system)
-        if solver is None:
-            dense_large = isinstance(term.interaction, DenseInteraction) and K > _DENSE_RODAS_MAX_K
-            solver = dfx.Dopri5() if dense_large else Rodas5P()
-        if stepsize_controller is None:
-            # tolerances as arrays: a new value is then not a new compilation
-            stepsize_controller = dfx.PIDController(rtol=jnp.asarray(rtol), atol=jnp.asarray(atol), norm=optx.max_norm)
-        sol = _ode_core(
-            term,
-            jnp.log(jnp.asarray(z0, dtype=float)),
-            jnp.asarray(t1, dtype=float),
-            jnp.asarray(ts, dtype=float),
+        from .solve_ode import check_result, solve_ode
+
+        sol = solve_ode(
+            system,
+            z0,
+            t1,
+            ts,
             z_eq,
             eq_ok,
-            jnp.asarray(rho, dtype=float),
-            system.y2,
+            rho,
+            rtol=rtol,
+            atol=atol,
             solver=solver,
-            controller=stepsize_controller,
-            adjoint=dfx.RecursiveCheckpointAdjoint() if adjoint is None else adjoint,
+            stepsize_controller=stepsize_controller,
+            adjoint=adjoint,
             max_steps=max_steps,
             progress=progress,
-            first_pass=not (_is_concrete(eq_ok) and bool(eq_ok)),
         )
     if throw:
         if _is_concrete(sol.success):
             if not bool(sol.success):
                 raise SolverError(_failure_message(sol))
         else:
-            sol = sol.result.error_if(sol, sol.result != dfx.RESULTS.successful)
+            if not closed:  # the closed form's result is `successful`: it fails only by non-finite values
+                sol = check_result(sol)
             sol = eqx.error_if(sol, ~sol.success, "solve_lv: non-finite values in the solution")
     return sol
 
@@ -316,69 +305,10 @@ def _is_low_rank(system) -> bool:
 
 
 def _failure_message(sol: LVSolution) -> str:
+    import diffrax as dfx  # a failed solve only
+
     why = "non-finite values in the solution" if sol.result == dfx.RESULTS.successful else dfx.RESULTS[sol.result]
     return f"solve_lv: {why} (after {int(sol.num_steps)} steps)"
-
-
-@eqx.filter_jit
-def _ode_core(
-    term: LogLotkaVolterraTerm,
-    u0: Float[ArrayLike, " K"],
-    t1: Float[ArrayLike, ""],
-    ts: Float[ArrayLike, " n"],
-    z_eq: Float[ArrayLike, " K"],
-    eq_ok: Bool[ArrayLike, ""],
-    rho: Float[ArrayLike, ""],
-    y2: Float[ArrayLike, ""],
-    *,
-    solver: dfx.AbstractSolver,
-    controller: dfx.AbstractStepSizeController,
-    adjoint: dfx.AbstractAdjoint,
-    max_steps: int,
-    progress: bool,
-    first_pass: bool,
-) -> LVSolution:
-    """The ODE path of `solve_lv`: `diffrax.diffeqsolve` of `u̇ = r − C e^u` with every mode's
-    switch-on crossing tracked (`SwitchOnTracker`) and root-found on its step's dense output."""
-
-    def solve(solver, horizon, saveat, meter):
-        return dfx.diffeqsolve(
-            term,
-            solver,
-            t0=0.0,
-            t1=horizon,
-            dt0=None,
-            y0=u0,
-            saveat=saveat,
-            stepsize_controller=controller,
-            adjoint=adjoint,
-            max_steps=max_steps,
-            throw=False,
-            progress_meter=meter,
-        )
-
-    if first_pass:
-        # z(∞) not unique (or not known to be, under tracing): z(t1) from a first solve. Its horizon
-        # is 0 where z(∞) is unique, so that under vmap it costs nothing for those systems.
-        first = solve(solver, jnp.where(eq_ok, 0.0, t1), dfx.SaveAt(t1=True), dfx.NoProgressMeter())
-        z_inf = jnp.where(eq_ok, z_eq, jnp.exp(first.ys[-1]))
-        first_result = first.result
-    else:
-        z_inf = z_eq
-        first_result = dfx.RESULTS.successful
-    live = z_inf > 0
-    threshold = jnp.where(live, switch_on_target(z_inf, rho), jnp.inf)  # a dead mode never crosses
-    tracker = SwitchOnTracker(solver, threshold)
-    meter = dfx.TqdmProgressMeter() if progress else dfx.NoProgressMeter()
-    saveat = dfx.SaveAt(subs=[dfx.SubSaveAt(ts=ts), dfx.SubSaveAt(t1=True)], solver_state=True)
-    out = solve(tracker, t1, saveat, meter)
-    zs = jnp.exp(out.ys[0])
-    u_end = out.ys[1][-1]
-    switch_on_times = jnp.where(live, tracker.crossing_times(out.solver_state), jnp.inf)
-    stats = tuple(out.stats[k] for k in ("num_steps", "num_accepted_steps", "num_rejected_steps"))
-    result = dfx.RESULTS.where(first_result == dfx.RESULTS.successful, out.result, first_result)
-    Czs = term.interaction.Cz(zs)
-    return finish_solution(ts, zs, Czs, term.r, y2, switch_on_times, z_inf, rho, u_end, stats, result)
 
 
 def _thm6(r, c, z0, t):
@@ -430,4 +360,4 @@ def _closed_form_core(
     t_star = jnp.where(live & above, 0.0, jnp.where(crosses, t_cross, jnp.inf))
     t_star = jnp.where(t_star <= t1, t_star, jnp.inf)  # as the ODE path: not reached by t1
     no_steps = (jnp.asarray(0),) * 3  # the dtype diffrax's statistics have
-    return finish_solution(ts, zs, c[None] * zs, r, y2, t_star, z_inf, rho, z_end, no_steps, dfx.RESULTS.successful)
+    return finish_solution(ts, zs, c[None] * zs, r, y2, t_star, z_inf, rho, z_end, no_steps, SUCCESSFUL)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -14,8 +14,10 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from .._errors import LvflowError
-from .._form.drops import MatrixDrops
 from .io import save_json, save_npz, to_json
+
+if TYPE_CHECKING:
+    from .._form.drops import MatrixDrops  # imports diffrax: only the matrix flow builds one
 
 
 class Prediction(eqx.Module):

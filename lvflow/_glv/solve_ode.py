@@ -1,0 +1,154 @@
+"""The ODE path of `solve_lv`: the gLV (Eq. 32) in `u = ln z` integrated by diffrax, with every
+mode's switch-on crossing tracked (Thm 8). Imported by `solve_lv` on first use, so that the closed
+form (a diagonal `C`, Thm 6) does not import diffrax, optimistix or lineax."""
+
+from __future__ import annotations
+
+import diffrax as dfx
+import equinox as eqx
+import jax.numpy as jnp
+import optimistix as optx
+from jaxtyping import ArrayLike, Bool, Float
+
+from .._errors import LvflowError
+from .._validate import _is_concrete
+from .interaction import DenseInteraction
+from .lv import AbstractLotkaVolterra
+from .rodas5p import Rodas5P
+from .solution import LVSolution, finish_solution, switch_on_target
+from .switch_on import SwitchOnTracker
+from .term import LogLotkaVolterraTerm
+
+_ADJOINTS = (dfx.RecursiveCheckpointAdjoint, dfx.DirectAdjoint, dfx.ForwardMode)
+_DENSE_RODAS_MAX_K = 100  # above this a dense C's O(K³) LU per step costs more than Dopri5's extra steps
+
+
+def check_ode_options(solver, stepsize_controller, adjoint) -> None:
+    """`solve_lv`'s checks of the diffrax options it was given (`None`: not given).
+
+    **Raises:** `LvflowError` for an option of the wrong kind.
+    """
+    if solver is not None and not isinstance(solver, dfx.AbstractSolver):
+        raise LvflowError(f"solver: expected a diffrax solver, got {type(solver).__name__}")
+    if stepsize_controller is not None and not isinstance(stepsize_controller, dfx.AbstractStepSizeController):
+        raise LvflowError(
+            f"stepsize_controller: expected a diffrax step-size controller, got {type(stepsize_controller).__name__}"
+        )
+    if adjoint is not None and not isinstance(adjoint, _ADJOINTS):
+        raise LvflowError(
+            "adjoint: expected diffrax.RecursiveCheckpointAdjoint, DirectAdjoint or ForwardMode "
+            "(the solve saves the tracker's state, which the others cannot differentiate), "
+            f"got {type(adjoint).__name__}"
+        )
+
+
+def check_result(sol: LVSolution) -> LVSolution:
+    """`sol`, with a run-time error (`equinox.error_if`, under tracing) if diffrax's result is not
+    `successful`."""
+    return sol.result.error_if(sol, sol.result != dfx.RESULTS.successful)
+
+
+def solve_ode(
+    system: AbstractLotkaVolterra,
+    z0,
+    t1,
+    ts,
+    z_eq,
+    eq_ok,
+    rho,
+    *,
+    rtol: float,
+    atol: float,
+    solver: dfx.AbstractSolver | None,
+    stepsize_controller: dfx.AbstractStepSizeController | None,
+    adjoint: dfx.AbstractAdjoint | None,
+    max_steps: int,
+    progress: bool,
+) -> LVSolution:
+    """`solve_lv`'s ODE path on validated input (see there): the default solver (`Rodas5P`, or
+    `diffrax.Dopri5` for a dense `C` with more than 100 modes), controller and adjoint, then
+    `_ode_core`."""
+    term = LogLotkaVolterraTerm.from_system(system)
+    if solver is None:
+        dense_large = isinstance(term.interaction, DenseInteraction) and system.K > _DENSE_RODAS_MAX_K
+        solver = dfx.Dopri5() if dense_large else Rodas5P()
+    if stepsize_controller is None:
+        # tolerances as arrays: a new value is then not a new compilation
+        stepsize_controller = dfx.PIDController(rtol=jnp.asarray(rtol), atol=jnp.asarray(atol), norm=optx.max_norm)
+    return _ode_core(
+        term,
+        jnp.log(jnp.asarray(z0, dtype=float)),
+        jnp.asarray(t1, dtype=float),
+        jnp.asarray(ts, dtype=float),
+        z_eq,
+        eq_ok,
+        jnp.asarray(rho, dtype=float),
+        system.y2,
+        solver=solver,
+        controller=stepsize_controller,
+        adjoint=dfx.RecursiveCheckpointAdjoint() if adjoint is None else adjoint,
+        max_steps=max_steps,
+        progress=progress,
+        first_pass=not (_is_concrete(eq_ok) and bool(eq_ok)),
+    )
+
+
+@eqx.filter_jit
+def _ode_core(
+    term: LogLotkaVolterraTerm,
+    u0: Float[ArrayLike, " K"],
+    t1: Float[ArrayLike, ""],
+    ts: Float[ArrayLike, " n"],
+    z_eq: Float[ArrayLike, " K"],
+    eq_ok: Bool[ArrayLike, ""],
+    rho: Float[ArrayLike, ""],
+    y2: Float[ArrayLike, ""],
+    *,
+    solver: dfx.AbstractSolver,
+    controller: dfx.AbstractStepSizeController,
+    adjoint: dfx.AbstractAdjoint,
+    max_steps: int,
+    progress: bool,
+    first_pass: bool,
+) -> LVSolution:
+    """The ODE path of `solve_lv`: `diffrax.diffeqsolve` of `u̇ = r − C e^u` with every mode's
+    switch-on crossing tracked (`SwitchOnTracker`) and root-found on its step's dense output."""
+
+    def solve(solver, horizon, saveat, meter):
+        return dfx.diffeqsolve(
+            term,
+            solver,
+            t0=0.0,
+            t1=horizon,
+            dt0=None,
+            y0=u0,
+            saveat=saveat,
+            stepsize_controller=controller,
+            adjoint=adjoint,
+            max_steps=max_steps,
+            throw=False,
+            progress_meter=meter,
+        )
+
+    if first_pass:
+        # z(∞) not unique (or not known to be, under tracing): z(t1) from a first solve. Its horizon
+        # is 0 where z(∞) is unique, so that under vmap it costs nothing for those systems.
+        first = solve(solver, jnp.where(eq_ok, 0.0, t1), dfx.SaveAt(t1=True), dfx.NoProgressMeter())
+        z_inf = jnp.where(eq_ok, z_eq, jnp.exp(first.ys[-1]))
+        first_result = first.result
+    else:
+        z_inf = z_eq
+        first_result = dfx.RESULTS.successful
+    live = z_inf > 0
+    threshold = jnp.where(live, switch_on_target(z_inf, rho), jnp.inf)  # a dead mode never crosses
+    tracker = SwitchOnTracker(solver, threshold)
+    meter = dfx.TqdmProgressMeter() if progress else dfx.NoProgressMeter()
+    saveat = dfx.SaveAt(subs=[dfx.SubSaveAt(ts=ts), dfx.SubSaveAt(t1=True)], solver_state=True)
+    out = solve(tracker, t1, saveat, meter)
+    zs = jnp.exp(out.ys[0])
+    u_end = out.ys[1][-1]
+    switch_on_times = jnp.where(live, tracker.crossing_times(out.solver_state), jnp.inf)
+    stats = tuple(out.stats[k] for k in ("num_steps", "num_accepted_steps", "num_rejected_steps"))
+    result = dfx.RESULTS.where(first_result == dfx.RESULTS.successful, out.result, first_result)
+    Czs = term.interaction.Cz(zs)
+    return finish_solution(ts, zs, Czs, term.r, y2, switch_on_times, z_inf, rho, u_end, stats, result)
