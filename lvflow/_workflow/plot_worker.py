@@ -99,7 +99,10 @@ def _serve(rfd: int, wfd: int) -> None:
     try:
         from .prediction_plot import draw, warm_up
 
-        warm_up()
+        try:
+            warm_up()
+        except Exception:  # only a head start: the real drawing reports its own errors
+            pass
         try:
             data, path = _receive(rfd)
         except (EOFError, OSError):  # the parent ended without a plot

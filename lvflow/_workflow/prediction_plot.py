@@ -77,19 +77,26 @@ def plot_data(pred: Prediction, *, title: str | None = None) -> dict[str, Any]:
 
 
 def warm_up() -> None:
-    """Import matplotlib and draw a small figure with log axes and text (loads the fonts and the
-    tick machinery), for a plot process that waits for its data."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(2, 2))
-    ax = fig.subplots()
-    ax.plot([1.0, 10.0], [1.0, 1e-3], label="x")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.minorticks_off()
-    ax.legend(fontsize=8)
-    ax.set_title("warm-up", fontsize=10)
-    fig.savefig(io.BytesIO(), format="png", dpi=30)
+    """Draw a figure like `draw`'s on made-up data into memory (imports matplotlib, loads the fonts,
+    exercises the log axes, legend and staircase), for a plot process that waits for its data."""
+    t = np.geomspace(1e-2, 1e4, 200)
+    excess = 0.1 / (1 + (t / 10) ** 2)
+    _figure_bytes(
+        dict(
+            steps=True,
+            flow=False,
+            x=t,
+            xs=np.array([10.0, 100.0]),
+            y=excess,
+            pictures=[],
+            loss_floor=math.nan,
+            exponent=1.0,
+            limit_t=np.array([10.0, 100.0]),
+            limit_excess=np.array([0.1, 0.05, 0.0]),
+            title="warm-up",
+        ),
+        "png",
+    )
 
 
 def draw(data: dict[str, Any], path) -> Path:
@@ -97,12 +104,16 @@ def draw(data: dict[str, Any], path) -> Path:
 
     **Raises:** `LvflowError` for a file type other than `.png`, `.pdf`, `.svg`.
     """
+    p = Path(path)
+    return atomic_write_bytes(p, _figure_bytes(data, check_plot_path(p)))
+
+
+def _figure_bytes(data: dict[str, Any], fmt: str) -> bytes:
+    """The figure of `draw`, encoded as `fmt`."""
     # matplotlib is imported here only (computing a prediction does not need it), and without
     # pyplot: a figure drawn straight onto an Agg canvas needs no GUI backend and imports less.
     from matplotlib.figure import Figure
 
-    p = Path(path)
-    fmt = check_plot_path(p)
     steps, flow, x, xs, y, pictures = (data[k] for k in ("steps", "flow", "x", "xs", "y", "pictures"))
     ylabel = "loss" if flow else "excess loss"
     # fixed margins: constrained layout measured every tick label again (~1 s of a 2 s plot)
@@ -181,4 +192,4 @@ def draw(data: dict[str, Any], path) -> Path:
     fig.suptitle(data["title"], fontsize=10)
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=120)
-    return atomic_write_bytes(p, buf.getvalue())
+    return buf.getvalue()
