@@ -71,6 +71,10 @@ class _DenseBackend:
         self._z, self._phi = self.z, self.phi
         self._updates = 0
 
+    def diagonal(self):
+        """`C_jj` for every mode."""
+        return np.diagonal(self.C).copy()
+
     def _rank_one(self, x, alpha, Cx):
         """`Q += α x xᵀ`, and the matching `z`, `φ`, `γ` updates (`Cx = C x`)."""
         if x.shape[0] >= _DGER_MIN_K:  # in place, one pass over Q (Q is symmetric, so C/F order agree)
@@ -185,6 +189,10 @@ class _LowRankBackend:
         self._updates = 0
         self.supp = np.zeros(K, bool)
         self.psi = r.copy()
+
+    def diagonal(self):
+        """`C_jj = d_j + Σ_i U_ji²` for every mode."""
+        return self.d + np.sum(self.U**2, axis=1)
 
     def add(self, k) -> bool:
         u = self.Us[k]

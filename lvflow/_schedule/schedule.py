@@ -43,7 +43,7 @@ from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .._validate import _is_concrete, as_array, check_in_open_interval, check_positive_int, check_psd
 from .active_set import _backend, _mode_tol, _repair
 from .orbit import transient
-from .window import diagonal_of, joint_window, levels
+from .window import joint_window, levels
 
 if TYPE_CHECKING:
     from .nqf_schedule import NQFPlateauSchedule
@@ -91,7 +91,7 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
     n, t = len(ext), 0.0
     dt = np.empty(K)
     orbits = {}  # mode -> its ignition from the current plateau (`_ignition`), with `cols`
-    level = levels(r, diagonal_of(be)) if cols is not None else None
+    level = levels(r, be.diagonal()) if cols is not None else None
     history = []  # with `cols`: the state before each one-mode ignition since the last window
     while True:
         sig = be.sigma()

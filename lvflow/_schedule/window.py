@@ -73,13 +73,6 @@ def levels(r, cdiag):
         return np.where(cdiag > 0, np.log(scale / np.where(cdiag > 0, cdiag, 1.0)) - _KAPPA, np.inf)
 
 
-def diagonal_of(be):
-    """`C_jj` of the backend's `C` (dense, or `d + Σ U²` for low rank)."""
-    if hasattr(be, "C"):
-        return np.diagonal(be.C).copy()
-    return be.d + np.sum(be.U**2, axis=1)
-
-
 class _Run(NamedTuple):
     add: set  # passive modes that came within κ e-folds of their level: integrate again with them
     t0: float

@@ -352,7 +352,7 @@ def _canon(name: str, v: Any) -> Any:
         return {"arrays": {str(k): _array_sha(x) for k, x in sorted(v.items())}}
     import jax
 
-    leaves = [x for x in jax.tree_util.tree_leaves(v) if hasattr(x, "shape")]
+    leaves = [x for x in jax.tree_util.tree_leaves(v) if isinstance(x, (np.ndarray, np.generic, jax.Array))]
     return {"object": type(v).__name__, "sha256": _sha("".join(_array_sha(x) for x in leaves).encode())}
 
 

@@ -69,7 +69,7 @@ class SweepResult(eqx.Module):
             elif k in CURVE:
                 out[k] = x[:T].tolist()
             else:
-                out[k] = x.item() if hasattr(x, "item") else x
+                out[k] = x.item() if isinstance(x, (np.ndarray, np.generic)) else x
         return out
 
     def summary(self) -> dict[str, Any]:
