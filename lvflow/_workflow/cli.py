@@ -10,6 +10,8 @@ import re
 import sys
 import warnings
 
+from . import plot_worker
+
 # Each subcommand lives in its own module exposing `add_arguments(parser)`, `run(args) -> int` and
 # `FLAGS` (the API names its errors may start with → the flags the user typed); they are imported
 # only when named, so `lvflow --help` stays fast. Errors are reported here, one line each.
@@ -60,17 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     sp.error = _one_line_error(sp.prog)  # one line, not usage + message
     args = sp.parse_args(_negative_values_attached(argv[1:]))
     if argv[0] in ("predict", "demo") and args.plot:
-        # matplotlib's import and first drawing overlap JAX's import and the solve (`plot_worker`)
-        from . import plot_worker
-
+        # matplotlib's import and first drawing overlap JAX's import and the solve
         plot_worker.start()
     try:
         if argv[0] != "bench":  # benchmarks time cold starts themselves
             _persistent_cache()
         return _run_reporting(f"lvflow {argv[0]}", mod, args)
     finally:
-        if "lvflow._workflow.plot_worker" in sys.modules:
-            sys.modules["lvflow._workflow.plot_worker"].stop()
+        plot_worker.stop()  # (if it was started and not used: an error came first)
 
 
 _OUTPUTS = (("save", ".json", ".npz"), ("plot", ".png", ".pdf", ".svg"))
