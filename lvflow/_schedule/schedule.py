@@ -576,19 +576,18 @@ def plateau_schedule(
     whose orbit does not come first — for systems of up to a few hundred modes. For diagonal `C` the orbit is the
     logistic and the closed form above is used.
 
-    *Overlapping ignitions* (a mode already past its orbit's threshold when the previous
-    ignition has settled: close growth rates at moderate ε), simultaneous ones, and ignitions
-    that change the support by more than the entering mode and the modes it drops are integrated
-    together (`window.py`): the one-mode ignitions back to where the modes involved were small are
-    undone, and the gLV restricted to `M` (the support plus those modes, and any other that comes
-    within `e^8` of its level `|r_j|/C_jj` meanwhile) is integrated in `ln z` from that plateau,
-    every mode at its actual log, until no mode of `M` is in transit. Each mode ignites where it
-    first reaches `½` of its level on the plateau reached (`solve_lv`'s switch-on); the others'
-    logs are read off and extrapolated back to the last ignition, with the linearised remainder
-    of the relaxation. One ODE of `2|M|` unknowns per window. An overlap is recognised only once the
-    next mode is past its orbit's threshold: one whose ignition comes before the previous one has
-    settled but after that threshold still gets its own orbit (measurements in
-    `docs/devdocs/schedule.md`).
+    *Overlapping ignitions* (a mode igniting before the previous ignition has settled: close growth
+    rates at moderate ε), simultaneous ones, and ignitions that change the support by more than the
+    entering mode and the modes it drops are integrated together (`window.py`): the one-mode
+    ignitions back to where the modes involved were small are undone, and the gLV restricted to `M`
+    (the support plus those modes, and any other that comes within `e^8` of its level `|r_j|/C_jj`
+    meanwhile) is integrated in `ln z` from that plateau, every mode at its actual log, until no
+    mode of `M` is in transit. Each mode ignites where it first reaches `½` of its level on the
+    plateau reached (`solve_lv`'s switch-on); the others' logs are read off and extrapolated back to
+    the last ignition, with the linearised remainder of the relaxation. One ODE of `2|M|` unknowns
+    per window. An ignition overlaps the previous one-mode ignition when it comes before that orbit
+    is within `e^-8` of its plateau (8 e-folds of the orbit's slowest rate after its ignition), not
+    only once it is past its own orbit's threshold (measurements in `docs/devdocs/schedule.md`).
 
     **Complexity:** diagonal `O(K log K)`; low rank `O(K q)` per event; dense `O(K²)` per event
     plus the `O(K³)` PSD check. Roughly one event per mode.
