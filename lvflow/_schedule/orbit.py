@@ -53,11 +53,14 @@ _KAPPA = 8.0
 
 class Transient(NamedTuple):
     """`theta`: the ignition threshold `θ_k` in `ln z_k`; `m`: `∫ (z − z_step) dt` on `M`;
-    `u_off`: for the modes leaving the support, their log extrapolated back to `t_c` (NaN elsewhere)."""
+    `u_off`: for the modes leaving the support, their log extrapolated back to `t_c` (NaN elsewhere);
+    `rate`: the slowest decay after `t_c` (the entering mode's `σ_k`, the new support's relaxation, a
+    leaving mode's `|σ_j|`): the orbit is within `e^-x` of `z_new` about `x / rate` after `t_c`."""
 
     theta: float
     m: Float[np.ndarray, " M"]
     u_off: Float[np.ndarray, " M"]
+    rate: float
 
 
 def transient(
@@ -135,4 +138,4 @@ def transient(
         z_j = math.exp(y_T[j])
         m += x * z_j / -sig_new[j]
         u_off[j] = y_T[j] - sig_new[j] * (T - t_c)
-    return Transient(theta=math.log(A) + sig_k * t_c, m=m, u_off=u_off)
+    return Transient(theta=math.log(A) + sig_k * t_c, m=m, u_off=u_off, rate=rate)

@@ -42,7 +42,7 @@ from .._form.nqf import NQF
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .._validate import _is_concrete, as_array, check_in_open_interval, check_positive_int, check_psd
 from .active_set import _backend, _mode_tol, _repair
-from .orbit import transient
+from .orbit import _KAPPA, transient
 from .window import joint_window, levels
 
 if TYPE_CHECKING:
@@ -93,6 +93,9 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
     orbits = {}  # mode -> its ignition from the current plateau (`_ignition`), with `cols`
     level = levels(r, be.diagonal()) if cols is not None else None
     history = []  # with `cols`: the state before each one-mode ignition since the last window
+    # with `cols`: when the one-mode ignitions since the last window have settled (their orbits within e^-κ
+    # of the plateau reached); an ignition before that overlaps them (`_window_modes`)
+    settled = -math.inf
     while True:
         sig = be.sigma()
         grow = sig > mtol(sig)
@@ -117,13 +120,14 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
         dmin = max(float(dt[k]), 0.0)
         if cols is not None:
             batch = (dt <= dmin + _TIME_RTOL * max(1.0, abs(t + dmin))).nonzero()[0]
-            W0 = _window_modes(orbits[k], k, batch, dt[k], t)
+            overlap = dt[k] < -_TIME_RTOL * max(1.0, abs(t)) or t + dt[k] < settled
+            W0 = _window_modes(orbits[k], k, batch, overlap)
             if W0 is not None:
                 required = batch.tolist()
-                if history and dt[k] < -_TIME_RTOL * max(1.0, abs(t)):
-                    # k is past its threshold before the last one-mode ignition has settled: undo
-                    # that ignition (and the ones before it while a mode of the window was already
-                    # in transit when they started) and integrate them together
+                if history and overlap:
+                    # k ignites before the last one-mode ignition has settled: undo that ignition
+                    # (and the ones before it while a mode of the window was already in transit
+                    # when they started) and integrate them together
                     while history:
                         be, pend, w, t, active, tstar, n_ev, n_drops, znow, n, k_last = history.pop()
                         W0, required = W0 | {k_last}, [k_last]
@@ -131,6 +135,7 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
                             break
                     del ev[n_ev:], drops[n_drops:]
                 history.clear()
+                settled = -math.inf
                 be = copy.deepcopy(be)  # the window's events are replayed on it in place
                 win = joint_window(be, pend, -w, t, required, W0, r, cols, tol, max_iter, level)
                 zprev = znow
@@ -176,6 +181,7 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
             history.append((be, set(pend), *prev, len(ev), len(drops), zprev, n, k))
             del history[:-_HISTORY]
             be, pend = orbits[k].be, orbits[k].pend  # already repaired onto the new plateau
+            settled = max(settled, t + orbits[k].settle)
         else:
             pend.update(batch.tolist())
             _repair(be, pend, tol, max_iter)
@@ -286,7 +292,8 @@ def plateau_excess_in_order(
 class _Ignition(NamedTuple):
     """Mode `k`'s ignition from the current plateau: its threshold `θ_k` in `ln z_k`, the backend
     and pending set repaired onto the next plateau, the shift `C m` of every passive log, and the
-    modes switched off with their extrapolated logs."""
+    modes switched off with their extrapolated logs; `settle`: how long after its ignition the orbit
+    is within `e^-κ` of the next plateau (`κ` over its slowest rate)."""
 
     theta: float
     be: object
@@ -294,6 +301,7 @@ class _Ignition(NamedTuple):
     Cm: np.ndarray
     leaving: np.ndarray
     u_off: np.ndarray
+    settle: float
 
 
 def _ignition(be, pend, k, r, cols, tol, max_iter) -> _Ignition | str:
@@ -315,15 +323,17 @@ def _ignition(be, pend, k, r, cols, tol, max_iter) -> _Ignition | str:
     CM = cols(M)
     o = transient(r[M], CM[M], z_old[M], z_new[M], int(np.searchsorted(M, k)))
     gone = ~np.isnan(o.u_off)
-    return _Ignition(o.theta, new, new_pend, CM @ o.m, M[gone], o.u_off[gone])
+    return _Ignition(o.theta, new, new_pend, CM @ o.m, M[gone], o.u_off[gone], _KAPPA / o.rate)
 
 
-def _window_modes(o, k, batch, dt_k, t):
+def _window_modes(o, k, batch, overlap):
     """The modes to integrate together (a set), or `None` where `k`'s one-mode orbit `o` applies: a
     joint window where `o` is a reason (a string: the support changes by more than `k` and the
-    modes it drops), several modes ignite at once, or `k` is already past its orbit's threshold
-    (its ignition overlaps the previous one)."""
-    if not isinstance(o, _Ignition) or batch.size > 1 or dt_k < -_TIME_RTOL * max(1.0, abs(t)):
+    modes it drops), several modes ignite at once, or `k`'s ignition overlaps the previous one
+    (`overlap`: `k` is past its orbit's threshold, or it ignites before the previous one-mode
+    ignition's orbit is within `e^-κ` of its plateau, `κ` e-folds of that orbit's slowest rate
+    after it; its orbit assumes every other inactive mode exponentially small meanwhile)."""
+    if not isinstance(o, _Ignition) or batch.size > 1 or overlap:
         return {int(j) for j in batch} | {k}
     return None
 
@@ -566,19 +576,18 @@ def plateau_schedule(
     whose orbit does not come first — for systems of up to a few hundred modes. For diagonal `C` the orbit is the
     logistic and the closed form above is used.
 
-    *Overlapping ignitions* (a mode already past its orbit's threshold when the previous
-    ignition has settled: close growth rates at moderate ε), simultaneous ones, and ignitions
-    that change the support by more than the entering mode and the modes it drops are integrated
-    together (`window.py`): the one-mode ignitions back to where the modes involved were small are
-    undone, and the gLV restricted to `M` (the support plus those modes, and any other that comes
-    within `e^8` of its level `|r_j|/C_jj` meanwhile) is integrated in `ln z` from that plateau,
-    every mode at its actual log, until no mode of `M` is in transit. Each mode ignites where it
-    first reaches `½` of its level on the plateau reached (`solve_lv`'s switch-on); the others'
-    logs are read off and extrapolated back to the last ignition, with the linearised remainder
-    of the relaxation. One ODE of `2|M|` unknowns per window. An overlap is recognised only once the
-    next mode is past its orbit's threshold: one whose ignition comes before the previous one has
-    settled but after that threshold still gets its own orbit (measurements in
-    `docs/devdocs/schedule.md`).
+    *Overlapping ignitions* (a mode igniting before the previous ignition has settled: close growth
+    rates at moderate ε), simultaneous ones, and ignitions that change the support by more than the
+    entering mode and the modes it drops are integrated together (`window.py`): the one-mode
+    ignitions back to where the modes involved were small are undone, and the gLV restricted to `M`
+    (the support plus those modes, and any other that comes within `e^8` of its level `|r_j|/C_jj`
+    meanwhile) is integrated in `ln z` from that plateau, every mode at its actual log, until no
+    mode of `M` is in transit. Each mode ignites where it first reaches `½` of its level on the
+    plateau reached (`solve_lv`'s switch-on); the others' logs are read off and extrapolated back to
+    the last ignition, with the linearised remainder of the relaxation. One ODE of `2|M|` unknowns
+    per window. An ignition overlaps the previous one-mode ignition when it comes before that orbit
+    is within `e^-8` of its plateau (8 e-folds of the orbit's slowest rate after its ignition), not
+    only once it is past its own orbit's threshold (measurements in `docs/devdocs/schedule.md`).
 
     **Complexity:** diagonal `O(K log K)`; low rank `O(K q)` per event; dense `O(K²)` per event
     plus the `O(K³)` PSD check. Roughly one event per mode.
