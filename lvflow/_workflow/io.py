@@ -13,6 +13,7 @@ import contextlib
 import csv
 import io
 import json
+import math
 import os
 import signal
 import tempfile
@@ -209,7 +210,7 @@ def check_writable(path, name: str = "output") -> Path:
 
 
 #: Signals that end a process politely; during a write they remove the temporary file first.
-_CLEANUP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+_CLEANUP_SIGNALS = tuple(signal.Signals[n] for n in ("SIGTERM", "SIGHUP") if n in signal.Signals.__members__)
 
 
 @contextlib.contextmanager
@@ -286,21 +287,16 @@ def _jsonable(x: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
-    if hasattr(x, "__array__") and not isinstance(x, (str, bytes)):
-        a = np.asarray(x)
-        if a.ndim == 0:
-            return _jsonable(a.item())
-        return [_jsonable(v) for v in a.tolist()]
-    if isinstance(x, float):
+    if isinstance(x, float):  # numpy's float64 included
         # JSON has no inf/NaN; `null` marks "does not apply / never happens".
-        return x if np.isfinite(x) else None
-    if isinstance(x, (np.floating,)):
-        return _jsonable(float(x))
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (np.bool_,)):
-        return bool(x)
-    return x
+        return float(x) if math.isfinite(x) else None
+    if isinstance(x, (str, bytes, bool, int, type(None))):
+        return x
+    # numpy and JAX arrays and scalars (this module does not import JAX): through numpy
+    a = np.asarray(x)
+    if a.dtype == object:
+        return x
+    return _jsonable(a.item()) if a.ndim == 0 else [_jsonable(v) for v in a.tolist()]
 
 
 def to_json(obj: Mapping[str, Any]) -> str:
