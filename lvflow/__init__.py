@@ -47,12 +47,12 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "architectures": ".architectures",
     "figures": ".figures",
-    "LvflowError": "._errors",
-    "NotCommutingError": "._errors",
-    "NotPSDError": "._errors",
-    "SolverError": "._errors",
-    "SymmetryError": "._errors",
-    "ZGZError": "._errors",
+    "LvflowError": "._core.errors",
+    "NotCommutingError": "._core.errors",
+    "NotPSDError": "._core.errors",
+    "SolverError": "._core.errors",
+    "SymmetryError": "._core.errors",
+    "ZGZError": "._core.errors",
     # The neural quadratic form (§1) and its dynamics on (M, μ) (§2).
     "Expansion": "._form.structure",
     "expand": "._form.structure",
@@ -94,15 +94,15 @@ _EXPORTS = {
     "NQFPlateauSchedule": "._schedule.nqf_schedule",
     "plateau_schedule": "._schedule.schedule",
     # Scaling laws (Thm 9–11, App. C).
-    "PowerLawFit": "._scaling",
-    "SpectrumExponents": "._scaling",
-    "StepResolution": "._scaling",
-    "effective_exponent": "._scaling",
-    "effective_exponent_time": "._scaling",
-    "fit_power_law": "._scaling",
-    "predicted_exponent": "._scaling",
-    "resolved_steps": "._scaling",
-    "spectrum_exponents": "._scaling",
+    "PowerLawFit": "._schedule.scaling",
+    "SpectrumExponents": "._schedule.scaling",
+    "StepResolution": "._schedule.scaling",
+    "effective_exponent": "._schedule.scaling",
+    "effective_exponent_time": "._schedule.scaling",
+    "fit_power_law": "._schedule.scaling",
+    "predicted_exponent": "._schedule.scaling",
+    "resolved_steps": "._schedule.scaling",
+    "spectrum_exponents": "._schedule.scaling",
     # Real networks beside their NQF twins (§5).
     "AbstractDataset": "._training.data",
     "Dataset": "._training.data",
@@ -146,7 +146,7 @@ __all__ = sorted(_EXPORTS)
 
 if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers (tests/test_exports.py)
     from . import architectures as architectures, figures as figures
-    from ._errors import (
+    from ._core.errors import (
         LvflowError as LvflowError,
         NotCommutingError as NotCommutingError,
         NotPSDError as NotPSDError,
@@ -190,7 +190,8 @@ if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers 
     from ._glv.solve import solve_lv as solve_lv
     from ._glv.switch_on import SwitchOnState as SwitchOnState, SwitchOnTracker as SwitchOnTracker
     from ._glv.term import LogLotkaVolterraTerm as LogLotkaVolterraTerm
-    from ._scaling import (
+    from ._schedule.nqf_schedule import NQFPlateauSchedule as NQFPlateauSchedule
+    from ._schedule.scaling import (
         PowerLawFit as PowerLawFit,
         SpectrumExponents as SpectrumExponents,
         StepResolution as StepResolution,
@@ -201,7 +202,6 @@ if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers 
         resolved_steps as resolved_steps,
         spectrum_exponents as spectrum_exponents,
     )
-    from ._schedule.nqf_schedule import NQFPlateauSchedule as NQFPlateauSchedule
     from ._schedule.schedule import PlateauSchedule as PlateauSchedule, plateau_schedule as plateau_schedule
     from ._sweep.result import SweepResult as SweepResult, load_sweep as load_sweep
     from ._sweep.sweep import sweep as sweep

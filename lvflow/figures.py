@@ -75,7 +75,7 @@ def make_all(out="figures", *, quick: bool = False, only=None) -> dict[str, dict
     names = list(FIGURES) if only is None else [n for n in FIGURES if n in set(only)]
     unknown = set(only or ()) - set(FIGURES)
     if unknown:
-        from ._errors import LvflowError
+        from ._core.errors import LvflowError
 
         raise LvflowError(f"only: unknown figure(s) {', '.join(sorted(unknown))}; choose from {', '.join(FIGURES)}")
     return {n: _make(n, out, quick) for n in names}

@@ -38,7 +38,7 @@ FIGURES: dict[str, str] = {
 
 def load(name: str):
     """The module of figure `name` (see `FIGURES`)."""
-    from .._errors import LvflowError
+    from .._core.errors import LvflowError
 
     if name not in FIGURES:
         raise LvflowError(f"figure: unknown name {name!r}; choose from {', '.join(FIGURES)}")

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 from .._training.twin import AbstractTwin, nqf_twin
 from ..architectures import AbstractLearnedMap
 from ._bundle import with_W

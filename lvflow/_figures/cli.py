@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def selected(only: str | None) -> list[str]:
     """Figure names from `--only` (validated), in registry order."""
-    from .._errors import LvflowError
+    from .._core.errors import LvflowError
 
     if only is None:
         return list(FIGURES)
@@ -40,7 +40,7 @@ def selected(only: str | None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .._errors import LvflowError
+    from .._core.errors import LvflowError
 
     try:
         names = selected(args.only)

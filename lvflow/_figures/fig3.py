@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import _scaling
 from .._form.nqf import NQF
 from .._glv.closed_forms import ignition_time, orthogonal_features
+from .._schedule import scaling as _scaling
 from . import _style
 from ._gd import gd_trajectory
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import _scaling
+from .._schedule import scaling as _scaling
 from . import _style
 
 TITLE = "Fourier MLP (θ = 0, ½, 1) vs its NQF: E ∝ t^−(2β−1)/(θ+β); a plain MLP has no power law"

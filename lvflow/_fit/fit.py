@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 from . import engine
 from .base import AbstractCurveModel
 from .log import MIN_POINTS, TrainingLog, check_log, read_log, rises

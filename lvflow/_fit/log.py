@@ -11,7 +11,7 @@ import equinox as eqx
 import numpy as np
 from jaxtyping import Float
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 from .._workflow.io import csv_lines
 
 #: Column names accepted for each quantity (case-insensitive).

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 from .base import AbstractCurveModel, sigmoid_log_sq
 
 #: `ℓ = r t* = ln(z(∞)/z(0) − 1) > ln 9`: every mode starts below a tenth of its plateau, the

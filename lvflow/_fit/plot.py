@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 from .._workflow.io import atomic_write_bytes
 
 _MAX_MARKS = 12

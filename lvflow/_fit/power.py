@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 from .base import AbstractCurveModel, sigmoid_log_sq
 
 #: Modes `k ≤ EXACT` are summed one by one; above, modes are grouped into bins of `ln k` no wider

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from .._validate import check_positive, check_positive_int
+from .._core.validate import check_positive, check_positive_int
 from .flow import check_state
 from .nqf import NQF
 

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from .._errors import LvflowError, SolverError
-from .._validate import check_in_open_interval, check_positive, check_positive_int
+from .._core.errors import LvflowError, SolverError
+from .._core.validate import check_in_open_interval, check_positive, check_positive_int
 from .flow import check_state
 from .nqf import NQF
 

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from .._errors import LvflowError, SolverError
-from .._validate import _is_concrete, as_array, check_positive, check_positive_int, check_psd
+from .._core.errors import LvflowError, SolverError
+from .._core.validate import _is_concrete, as_array, check_positive, check_positive_int, check_psd
 from .nqf import NQF
 
 

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from .._errors import LvflowError
-from .._validate import _is_concrete, as_array, check_symmetric
+from .._core.errors import LvflowError
+from .._core.validate import _is_concrete, as_array, check_symmetric
 
 
 class NQF(eqx.Module):

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._errors import LvflowError, SymmetryError, ZGZError
-from .._validate import _is_concrete, check_positive_int
+from .._core.errors import LvflowError, SymmetryError, ZGZError
+from .._core.validate import _is_concrete, check_positive_int
 
 
 def _scale(*arrays) -> float:

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from .._errors import LvflowError, SolverError
-from .._validate import _is_concrete, as_array, check_in_open_interval, check_positive, check_symmetric
+from .._core.errors import LvflowError, SolverError
+from .._core.validate import _is_concrete, as_array, check_in_open_interval, check_positive, check_symmetric
 
 
 def _phi(a, t):

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Bool, Float
 
-from .._errors import LvflowError, SolverError
-from .._validate import _is_concrete
+from .._core.errors import LvflowError, SolverError
+from .._core.validate import _is_concrete
 
 
 def interior_point(

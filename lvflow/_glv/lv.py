@@ -8,8 +8,8 @@ import numpy as np
 from equinox import AbstractVar
 from jaxtyping import Array, ArrayLike, Float
 
-from .._errors import LvflowError
-from .._validate import _is_concrete, as_array, check_psd
+from .._core.errors import LvflowError
+from .._core.validate import _is_concrete, as_array, check_psd
 from .equilibrium import saturated_equilibrium
 from .interaction import AbstractInteraction, DenseInteraction, DiagonalInteraction, LowRankInteraction, is_diagonal
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from .._errors import LvflowError, NotCommutingError
+from .._core.errors import LvflowError, NotCommutingError
 from .._form.nqf import NQF
 from .lv import LotkaVolterra
 

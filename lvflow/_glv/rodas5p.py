@@ -12,7 +12,7 @@ from diffrax._term import WrapTerm  # private: diffeqsolve wraps every term in i
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, PyTree
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 from .term import LogLotkaVolterraTerm
 
 # RODAS5P (Steinebach 2023; the coefficients of OrdinaryDiffEq.jl's Rodas5PTableau), in Hairer and

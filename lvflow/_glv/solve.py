@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from .._errors import LvflowError, SolverError
-from .._validate import _is_concrete, as_array, check_in_open_interval, check_positive
+from .._core.errors import LvflowError, SolverError
+from .._core.validate import _is_concrete, as_array, check_in_open_interval, check_positive
 from .equilibrium import saturated_equilibrium
 from .interaction import is_diagonal
 from .lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import optimistix as optx
 from jaxtyping import ArrayLike, Bool, Float
 
-from .._errors import LvflowError
-from .._validate import _is_concrete
+from .._core.errors import LvflowError
+from .._core.validate import _is_concrete
 from .interaction import DenseInteraction
 from .lv import AbstractLotkaVolterra
 from .rodas5p import Rodas5P

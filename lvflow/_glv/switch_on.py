@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Float, PyTree
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 
 _BISECTION_STEPS = 60  # halves [0, 1] down to 1e-18: below float64 resolution of any step
 

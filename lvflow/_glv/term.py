@@ -6,7 +6,7 @@ import diffrax as dfx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 from .interaction import AbstractInteraction, exp_clipped
 from .lv import AbstractLotkaVolterra
 

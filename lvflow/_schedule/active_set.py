@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._errors import LvflowError, NotPSDError, SolverError
+from .._core.errors import LvflowError, NotPSDError, SolverError
 from .._glv.lv import LowRankLotkaVolterra
 
 # From this size on, Q's rank-one update is BLAS's in-place dger (scipy, imported then: the CLI's

@@ -32,11 +32,11 @@ import scipy.linalg
 import scipy.optimize
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from .._errors import LvflowError, SolverError
+from .._core.errors import LvflowError, SolverError
+from .._core.validate import check_in_open_interval, check_positive_int
 from .._form.nqf import NQF
 from .._glv.reduce import _targets
 from .._glv.rodas5p import Rodas5P
-from .._validate import check_in_open_interval, check_positive_int
 
 # Overlaps (entries of an orthogonal matrix, after elimination) below this count as exact zeros.
 _OVERLAP_TOL = 1e-7

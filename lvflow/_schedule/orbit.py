@@ -38,7 +38,7 @@ from typing import NamedTuple
 import numpy as np
 from jaxtyping import Float
 
-from .._errors import SolverError
+from .._core.errors import SolverError
 
 # z_k at the start, relative to the target ρ z_new,k: small enough that the linearisation's
 # O(A²) and the logistic's O(A) error stay below the integration tolerance.

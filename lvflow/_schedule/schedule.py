@@ -37,10 +37,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from .._errors import LvflowError, SolverError
+from .._core.errors import LvflowError, SolverError
+from .._core.validate import _is_concrete, as_array, check_in_open_interval, check_positive_int, check_psd
 from .._form.nqf import NQF
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
-from .._validate import _is_concrete, as_array, check_in_open_interval, check_positive_int, check_psd
 from .active_set import _backend, _mode_tol, _repair
 from .orbit import _KAPPA, transient
 from .window import joint_window, levels

@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._errors import LvflowError, SolverError
+from .._core.errors import LvflowError, SolverError
 from .active_set import _mode_tol, _repair
 from .orbit import _ATOL, _KAPPA, _RTOL
 

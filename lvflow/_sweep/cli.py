@@ -78,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `lvflow sweep`; returns the exit code (errors are reported by `lvflow`'s `main`)."""
-    from .._errors import LvflowError
+    from .._core.errors import LvflowError
 
     if args.cpu_devices is not None:
         if args.cpu_devices < 1:

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import jax.numpy as jnp
 import numpy as np
 
-from .._errors import LvflowError, NotCommutingError
+from .._core.errors import LvflowError, NotCommutingError
 from .._glv.equilibrium import saturated_equilibrium
 from .._glv.interaction import is_diagonal
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
@@ -238,7 +238,7 @@ class Resolved:
 
 
 def _load_vector(name: str, v: Any, label: str) -> np.ndarray:
-    from .._validate import as_array
+    from .._core.validate import as_array
     from .._workflow.io import load_array
 
     a = load_array(v, name=label) if isinstance(v, str) else as_array(label, v)

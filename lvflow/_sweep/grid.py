@@ -21,7 +21,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 
 
 class Param(NamedTuple):

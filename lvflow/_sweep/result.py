@@ -9,7 +9,7 @@ from typing import Any
 import equinox as eqx
 import numpy as np
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 from .grid import Chunk
 from .run import CURVE, PER_MODE, chunk_path, exists, read_chunk, read_manifest
 

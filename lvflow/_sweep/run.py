@@ -34,7 +34,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 from .._workflow.io import atomic_write, atomic_write_text
 from .evaluate import batched, derived, make_member
 from .families import Group, Resolved, c_matrix

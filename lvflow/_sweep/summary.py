@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 from .._workflow.io import atomic_write_bytes
 
 _ROWS_IN_JSON = 10_000  # per-configuration rows in summary.json up to this many configurations

@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 from .families import resolve
 from .grid import PARAMETERS, expand, make_chunks, spec_hash
 from .result import Assembler, SweepResult, load_sweep

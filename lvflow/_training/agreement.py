@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 
 
 def recovered_singular_values(teacher, source) -> Float[Array, "*n r"]:

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from .._errors import LvflowError
-from .._validate import as_array, check_positive
+from .._core.errors import LvflowError
+from .._core.validate import as_array, check_positive
 from ..architectures import MLP, AbstractArchitecture, AbstractLearnedMap, AbstractSeparableMap
 from .deep import AbstractDeepModel
 

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 from ..architectures import MLP, AbstractArchitecture, MultiHeadAttention
 
 

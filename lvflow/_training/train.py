@@ -18,8 +18,8 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .._errors import LvflowError, SolverError
-from .._validate import as_array
+from .._core.errors import LvflowError, SolverError
+from .._core.validate import as_array
 from .data import AbstractDataset
 
 _MAX_GROUPS = 25  # progress-bar updates per run

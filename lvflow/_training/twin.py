@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
+from .._core.validate import as_array
 from .._form.nqf import NQF
 from .._form.structure import structure_matrix
-from .._validate import as_array
 from ..architectures import AbstractArchitecture, AbstractLearnedMap, AbstractSumForm
 from .data import gaussian_inputs
 from .deep import AbstractDeepModel, DeepNQF

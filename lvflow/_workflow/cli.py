@@ -81,7 +81,7 @@ def check_output_names(args: argparse.Namespace) -> None:
 
     **Raises:** `LvflowError` naming the flag and the path.
     """
-    from .._errors import LvflowError
+    from .._core.errors import LvflowError
     from .io import check_writable
 
     for flag, *ok in _OUTPUTS:
@@ -99,7 +99,7 @@ def write_outputs(result, args: argparse.Namespace) -> None:
 
     **Raises:** `LvflowError` naming the flag and the user's path when a write fails (a full disk).
     """
-    from .._errors import LvflowError
+    from .._core.errors import LvflowError
 
     if args.json:
         sys.stdout.write(result.to_json())
@@ -150,7 +150,7 @@ def _run_reporting(prog: str, mod, args: argparse.Namespace) -> int:
     except Exception as e:  # noqa: BLE001 — one line per failure, the traceback only on request
         if getattr(args, "debug", False):
             raise
-        from .._errors import LvflowError, SolverError
+        from .._core.errors import LvflowError, SolverError
 
         msg = " ".join(str(e).split()) or type(e).__name__
         if isinstance(e, LvflowError):

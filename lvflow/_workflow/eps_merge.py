@@ -15,7 +15,7 @@ def eps_merge(zeta, *, C, c, rho: float = 0.5) -> Float[np.ndarray, " Km1"]:
     """For consecutive modes in ignition order (`ζ` decreasing), the initial scale `ε` at which
     their two drops merge: the gap between switch-on times (Eq. 158, `z_k0 = c_k ε`) equals the
     mean 10–90 % rise time `½(w_k + w_{k+1})`, `w_k = ln 81/ζ_k` — the criterion of
-    `lvflow._scaling.resolved_steps`. For smaller ε the steps are resolved.
+    `lvflow._schedule.scaling.resolved_steps`. For smaller ε the steps are resolved.
 
     To leading order `ln(1/ε_merge) = ln 9 · (1/ζ_k + 1/ζ_{k+1}) / (1/ζ_{k+1} − 1/ζ_k)`; the
     O(1) terms of Eq. 158 (`lvflow._glv.closed_forms.ignition_time`) are included by bisection in

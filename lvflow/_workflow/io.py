@@ -24,7 +24,7 @@ from typing import Any, BinaryIO, Callable, Mapping
 
 import numpy as np
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 
 #: File suffixes `load_arrays` understands.
 SUFFIXES = (".npz", ".npy", ".csv")

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 
 _worker: _Worker | None = None
 

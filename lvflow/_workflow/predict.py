@@ -25,14 +25,14 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from .._errors import LvflowError, NotCommutingError
+from .._core.errors import LvflowError, NotCommutingError
+from .._core.validate import check_in_open_interval, check_positive
 from .._form.nqf import NQF
 from .._glv.lv import AbstractLotkaVolterra
 from .._glv.reduce import reduce_to_lv
 from .._glv.solve import solve_lv
-from .._scaling import predicted_exponent
+from .._schedule.scaling import predicted_exponent
 from .._schedule.schedule import plateau_excess_in_order, plateau_schedule
-from .._validate import check_in_open_interval, check_positive
 from .eps_merge import eps_merge
 from .predict_inputs import initial_scale
 from .prediction import Prediction

@@ -109,10 +109,10 @@ def _build(args):
     """The system and the keyword arguments of `predict` from the parsed flags."""
     import numpy as np
 
-    from .._errors import LvflowError, NotCommutingError
+    from .._core.errors import LvflowError, NotCommutingError
+    from .._core.validate import as_array
     from .._glv.lv import AbstractLotkaVolterra
     from .._glv.reduce import reduce_to_lv
-    from .._validate import as_array
     from .io import load_array, load_arrays
     from .predict_data import input_side_shape, nqf_from_data
     from .predict_inputs import check_below_plateau, lv_from_arrays, power_law_lv
@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
         width = max(map(len, shapes))
         print("\n".join(f"{name.ljust(width)}  {s}" for name, s in shapes.items()))
         return 0
-    from .._errors import NotCommutingError
+    from .._core.errors import NotCommutingError
     from .predict import predict
 
     check_output_names(args)

@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import architectures
-from .._errors import LvflowError
+from .._core.errors import LvflowError
+from .._core.validate import as_array, check_positive_int
 from .._form.nqf import NQF
-from .._validate import as_array, check_positive_int
 
 
 def _key():

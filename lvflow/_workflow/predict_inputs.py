@@ -8,9 +8,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .._errors import LvflowError, NotPSDError, SymmetryError
+from .._core.errors import LvflowError, NotPSDError, SymmetryError
+from .._core.validate import as_array, check_in_open_interval, check_positive, check_positive_int, check_psd
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
-from .._validate import as_array, check_in_open_interval, check_positive, check_positive_int, check_psd
 
 _positive_int = check_positive_int
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 from .io import save_json, save_npz, to_json
 
 if TYPE_CHECKING:
@@ -266,7 +266,7 @@ class Prediction(eqx.Module):
     def merged_pairs(self) -> np.ndarray:
         """For consecutive rows that both switch on: whether their drops merge at this ε, measured
         on the switch-on times — the gap `t*_{i+1} − t*_i` is within the mean 10–90 % rise time
-        `½(w_i + w_{i+1})`, `w = ln 81/r` (the criterion of `lvflow._scaling.resolved_steps`).
+        `½(w_i + w_{i+1})`, `w = ln 81/r` (the criterion of `lvflow._schedule.scaling.resolved_steps`).
         Pairs with a mode that never switches on, or with `r ≤ 0` (no rise time to compare), are
         left out: the result has one entry per pair of consecutive switch-ons measured."""
         t, r = np.asarray(self.t_star), np.asarray(self.r)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 from .io import atomic_write_bytes
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from .._errors import LvflowError
-from .._validate import as_array
+from .._core.errors import LvflowError
+from .._core.validate import as_array
 from ._base import (
     AbstractArchitecture,
     AbstractLearnedMap,

@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from .._errors import LvflowError, ZGZError
-from .._validate import _is_concrete, as_array, check_positive, check_positive_int
+from .._core.errors import LvflowError, ZGZError
+from .._core.validate import _is_concrete, as_array, check_positive, check_positive_int
 
 
 class AbstractSumForm(eqx.Module):

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from .._errors import LvflowError
+from .._core.errors import LvflowError
 from ._base import (
     AbstractPooledPerceptron,
     AbstractVectorOutput,

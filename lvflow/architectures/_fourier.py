@@ -8,7 +8,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from .._validate import as_array
+from .._core.validate import as_array
 from ._base import AbstractArchitecture, bilinear, check_input, check_size, init_W, unpack
 
 

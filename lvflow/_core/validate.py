@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from ._errors import LvflowError, NotPSDError, SymmetryError
+from .errors import LvflowError, NotPSDError, SymmetryError
 
 
 def _is_concrete(x) -> bool:

@@ -15,8 +15,8 @@ import equinox as eqx
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
-from ._errors import LvflowError
-from ._validate import as_array, check_in_open_interval, check_positive
+from .._core.errors import LvflowError
+from .._core.validate import as_array, check_in_open_interval, check_positive
 
 __all__ = [
     "PowerLawFit",
@@ -433,7 +433,7 @@ def resolved_steps(
         room = zs - Ck * ck * eps
         if np.any(room <= 0):
             raise LvflowError("eps: too large, some mode starts at or above its plateau (ζ_k ≤ C_k c_k ε)")
-        from ._glv.closed_forms import ignition_time
+        from .._glv.closed_forms import ignition_time
 
         t_star = np.asarray(ignition_time(zs, Ck, ck, eps, a=a, rho=rho))
     w = _WIDTH / (a * zs)

@@ -1,0 +1,1 @@
+"""What every part of lvflow shares: its exceptions (`errors`) and its input checks (`validate`)."""
