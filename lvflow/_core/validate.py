@@ -58,7 +58,7 @@ def check_psd(name: str, a, *, rtol: float = 1e-8) -> None:
     """`a` symmetric positive semi-definite, up to `rtol` of its largest eigenvalue."""
     if not _is_concrete(a):
         return
-    from ._glv.interaction import is_diagonal
+    from .._glv.interaction import is_diagonal
 
     a = np.asarray(a, dtype=float)
     # O(K): a diagonal matrix is PSD iff its diagonal is ≥ 0 (no O(K³) eigenvalues)
