@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import struct
 import sys
 from pathlib import Path
@@ -51,15 +52,18 @@ class _Worker:
             raise LvflowError(message)
         raise RuntimeError(f"the plot process failed: {message}")
 
-    def close(self) -> None:
+    def close(self, *, kill: bool = False) -> None:
+        """Close the pipes and reap the child; `kill`: end it first (it has nothing to write)."""
         for fd in (self._to_child, self._from_child):
             try:
                 os.close(fd)
             except OSError:
                 pass
         try:
+            if kill:
+                os.kill(self.pid, signal.SIGKILL)
             os.waitpid(self.pid, 0)
-        except ChildProcessError:
+        except (ChildProcessError, ProcessLookupError):
             pass
 
 
@@ -75,7 +79,7 @@ def stop() -> None:
     """End the plot process if it was started and not used (an error before the plot)."""
     global _worker
     if _worker is not None:
-        _worker.close()
+        _worker.close(kill=True)  # still warming up, or waiting for data that will not come
         _worker = None
 
 
