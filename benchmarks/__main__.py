@@ -36,6 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}",
     )
+    parser.add_argument(
+        "--case",
+        action="append",
+        default=None,
+        metavar="TEXT",
+        help="realdata: run only the cases whose name contains TEXT (repeatable; e.g. 'QK', 'one-hot')",
+    )
     parser.add_argument("--out", default=None, help="write the rows and the environment as JSON to this file")
     parser.add_argument("--repeats", type=int, default=3, help="warm timings: best of this many runs (default 3)")
     parser.add_argument(
@@ -58,7 +65,14 @@ def run(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         print("benchmarks: --repeats must be ≥ 1", file=sys.stderr)
         return 2
-    cfg = Config(smoke=args.smoke, repeats=args.repeats, rtol=args.rtol, atol=args.atol, cold=args.cold)
+    cfg = Config(
+        smoke=args.smoke,
+        repeats=args.repeats,
+        rtol=args.rtol,
+        atol=args.atol,
+        cold=args.cold,
+        cases=tuple(args.case or ()),
+    )
     names = args.only or list(BENCHMARKS)
     limiter = None
     if args.blas_threads > 0:

@@ -13,6 +13,8 @@ class Config:
     - `repeats`: warm timings take the best of this many runs.
     - `rtol`, `atol`: tolerances on `u = ln z`, the same for lvflow and scipy.
     - `cold`: also time a first call with JAX's compilation caches emptied.
+    - `cases`: realdata runs only the cases whose name contains one of these (all if empty; the
+      fresh-process row only then).
     """
 
     smoke: bool = False
@@ -20,6 +22,7 @@ class Config:
     rtol: float = 1e-8
     atol: float = 1e-10
     cold: bool = True
+    cases: tuple[str, ...] = ()
 
     def size(self, full, smoke):
         return smoke if self.smoke else full

@@ -421,12 +421,14 @@ def cold_cli(cfg: Config) -> Row:
 def run(cfg: Config) -> list[Row]:
     rows = []
     todo = cases(smoke=cfg.smoke)
-    if cfg.smoke:  # one scalar-output and one vector-output case: the smoke run checks the code paths
+    if cfg.cases:
+        todo = [c for c in todo if any(text in c.name for text in cfg.cases)]
+    elif cfg.smoke:  # one scalar-output and one vector-output case: the smoke run checks the code paths
         todo = [todo[0], todo[-1]]
     for case in todo:
         row = run_case(case, cfg)
         print(f"  {row.case}: {row.note}", flush=True)
         rows.append(row)
-    if cfg.cold and not cfg.smoke:
+    if cfg.cold and not cfg.smoke and not cfg.cases:
         rows.append(cold_cli(cfg))
     return rows
