@@ -51,16 +51,18 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if argv[0] != "bench" and "--debug" not in argv and "equinox" not in sys.modules:
-        # equinox's runtime checks inside compiled programs (diffrax's checks of its own save
-        # times, lineax's of its outputs) give NaN, which lvflow reports as a failed solve, instead
-        # of a host callback: a program with a callback is never kept in the persistent cache.
-        os.environ.setdefault("EQX_ON_ERROR", "nan")
     mod = importlib.import_module(_COMMANDS[argv[0]][0])
     sp = argparse.ArgumentParser(prog=f"lvflow {argv[0]}", description=_COMMANDS[argv[0]][1])
     mod.add_arguments(sp)
     sp.error = _one_line_error(sp.prog)  # one line, not usage + message
     args = sp.parse_args(_negative_values_attached(argv[1:]))
+    if argv[0] != "bench" and not getattr(args, "debug", False) and "equinox" not in sys.modules:
+        # equinox's runtime checks inside compiled programs (diffrax's checks of its own save
+        # times, lineax's of its outputs) give NaN, which lvflow reports as a failed solve, instead
+        # of a host callback: a program with a callback is never kept in the persistent cache. (The
+        # command modules import no equinox, so it is not loaded yet; `--debug` as parsed, any
+        # abbreviation argparse accepts included, keeps equinox's default.)
+        os.environ.setdefault("EQX_ON_ERROR", "nan")
     if argv[0] in ("predict", "demo") and args.plot:
         # matplotlib's import and first drawing overlap JAX's import and the solve
         plot_worker.start()

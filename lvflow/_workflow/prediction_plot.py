@@ -32,7 +32,6 @@ def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path
     """
     from . import plot_worker
 
-    check_plot_path(path)
     return plot_worker.render(plot_data(pred, title=title), path)
 
 
