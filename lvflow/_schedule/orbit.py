@@ -63,6 +63,25 @@ class Transient(NamedTuple):
     rate: float
 
 
+def log_glv(r: Float[np.ndarray, " M"], C: Float[np.ndarray, "M M"]):
+    """The restricted gLV (Eq. 32) in `y = (u, I)`, `u = ln z`, `I = ∫ z dt`: `u̇ = r − C e^u`,
+    `İ = e^u`, as scipy's `solve_ivp` takes it. Returns `(f, jac)`, the field and its Jacobian."""
+    n = r.shape[0]
+
+    def f(t, y):
+        z = np.exp(y[:n])
+        return np.concatenate([r - C @ z, z])
+
+    def jac(t, y):
+        z = np.exp(y[:n])
+        J = np.zeros((2 * n, 2 * n))
+        J[:n, :n] = -C * z[None, :]
+        J[n:, :n] = np.diag(z)
+        return J
+
+    return f, jac
+
+
 def transient(
     r: Float[np.ndarray, " M"],
     C: Float[np.ndarray, "M M"],
@@ -97,16 +116,7 @@ def transient(
     rates = np.linalg.eigvalsh(Dn[:, None] * C[np.ix_(Sn, Sn)] * Dn[None, :])
     rate = min([sig_k, float(rates[0])] + [-float(sig_new[j]) for j in leaving])
 
-    def f(t, y):
-        z = np.exp(y[:n])
-        return np.concatenate([r - C @ z, z])
-
-    def jac(t, y):
-        z = np.exp(y[:n])
-        J = np.zeros((2 * n, 2 * n))
-        J[:n, :n] = -C * z[None, :]
-        J[n:, :n] = np.diag(z)
-        return J
+    f, jac = log_glv(r, C)
 
     def hit(t, y):
         return y[k] - math.log(target)

@@ -41,7 +41,7 @@ import numpy as np
 
 from .._core.errors import LvflowError, SolverError
 from .active_set import _mode_tol, _repair
-from .orbit import _ATOL, _KAPPA, _RTOL
+from .orbit import _ATOL, _KAPPA, _RTOL, log_glv
 
 _RHO = 0.5
 # chunks of the joint integration: the first one `1/max|rate|` long, each next one `_GROW` times longer
@@ -144,17 +144,7 @@ def _integrate(be, S, z_old, sig_old, u_t, t, M, CM, required, r, level, tol, ma
         if np.all(np.abs(dz) < 0.5 * D):  # the linearisation holds (else the modes are not small: start as is)
             z0[inS] += dz
     rM = r[M]
-
-    def f(_, y):
-        z = np.exp(y[:n])
-        return np.concatenate([rM - CMM @ z, z])
-
-    def jac(_, y):
-        z = np.exp(y[:n])
-        J = np.zeros((2 * n, 2 * n))
-        J[:n, :n] = -CMM * z[None, :]
-        J[n:, :n] = np.diag(z)
-        return J
+    f, jac = log_glv(rM, CMM)
 
     from scipy.integrate import solve_ivp  # here, not at import: only `transients=True` needs it
 
