@@ -155,10 +155,11 @@ def cases(*, smoke: bool = False) -> list[Case]:
             )
         )
     teacher_model = A.MLP(20, width, 8, key=jax.random.PRNGKey(0), init_scale=SIGMA)
-    t = lvflow.low_rank_teacher(teacher_model, 200 if smoke else 600, s=(1.0, 0.5, 0.25, 0.125), seed=0)
+    n_teacher = 200 if smoke else 600
+    t = lvflow.low_rank_teacher(teacher_model, n_teacher, s=(1.0, 0.5, 0.25, 0.125), seed=0)
     out.append(
         Case(
-            f"MLP 20→{width}→8, rank-4 teacher s = (1, ½, ¼, ⅛), 600 Gaussian inputs",
+            f"MLP 20→{width}→8, rank-4 teacher s = (1, ½, ¼, ⅛), {n_teacher} Gaussian inputs",
             lambda key: A.MLP(20, width, 8, key=key, init_scale=SIGMA),
             np.asarray(t.X),
             np.asarray(t.y),
