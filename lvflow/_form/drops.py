@@ -1,5 +1,6 @@
-"""The drops of the M-flow on any data: the gradient flow (Eq. 28) run to convergence, and the
-directions of `M` that switch on, when, and what each removes from the loss."""
+"""The drops of `M` on any data: the gradient flow (Eq. 28), or gradient descent's exact map of `M`
+(Thm 2), run to convergence, and the directions of `M` that switch on, when, and what each removes
+from the loss."""
 
 from __future__ import annotations
 
@@ -16,13 +17,16 @@ from .._core.errors import LvflowError, SolverError
 from .._core.validate import check_in_open_interval, check_positive, check_positive_int
 from .flow import check_state
 from .nqf import NQF
+from .recursion import _gd_step
 
 # Directions whose strengths and switch-on times agree to this (relative) are one drop.
 _SAME = 1e-6
 
 
 class MatrixDrops(eqx.Module):
-    """The drops of the M-flow `Ṁ = −(HM + MH)` (Eq. 28) from `M0`, integrated until it converges.
+    """The drops of the M-flow `Ṁ = −(HM + MH)` (Eq. 28) from `M0`, integrated until it converges,
+    or of gradient descent's exact map `M_{n+1} = (I − ηH) M_n (I − ηH)` (Thm 2) at learning rate
+    `η`, iterated until it converges (then `t = η n` at step `n`).
 
     A *direction* is an eigenvector `u_i` of the final `M(t_end)` whose eigenvalue `λ_i` grew at
     least 100-fold from `M0`; its *strength* is `s_i(t) = u_iᵀ M(t) u_i` (for commuting data, the
@@ -47,8 +51,9 @@ class MatrixDrops(eqx.Module):
       bound of the loss over PSD `M`, equal to it for learned-map architectures), or NaN when
       `A` is not factored.
     - `converged`: whether the stopping criterion held at `t_end` (below); `t_end`.
+    - `learning_rate`: `η` of the GD map, or `None` for the flow.
 
-    The flow stops when the loss is within `tol` of its floor, `L − L_floor ≤ tol (L(0) −
+    The dynamics stop when the loss is within `tol` of its floor, `L − L_floor ≤ tol (L(0) −
     L_floor)`, or when `M` satisfies the optimality conditions of `min_{M ⪰ 0} L(M)`
     (`H ⪰ 0`, `HM = 0`) to `tol` relative to the fastest rate — a steady-state event.
     """
@@ -65,6 +70,7 @@ class MatrixDrops(eqx.Module):
     loss_floor: float = eqx.field(static=True)
     converged: bool = eqx.field(static=True)
     t_end: float = eqx.field(static=True)
+    learning_rate: float | None = eqx.field(static=True, default=None)
 
 
 def _loss_floor(nqf: NQF) -> float:
@@ -117,10 +123,31 @@ def _chunk(nqf, M0, ts, floor, gap0, tol, rate, rtol, atol, max_steps):
     return sol.ys, sol.result, sol.t1
 
 
+@eqx.filter_jit
+def _gd_chunk(nqf, M0, n0, steps, lr, floor, gap0, tol, rate):
+    """GD's map of `M` from step `n0` (`M0`), recorded at the non-decreasing `steps`; once the
+    steady-state event (or a non-finite `M`) holds at a record, no further steps are taken."""
+    mu, one, zero = jnp.zeros(nqf.p, dtype=M0.dtype), jnp.ones((), M0.dtype), jnp.zeros((), M0.dtype)
+    step = lambda _, M: _gd_step(nqf, M, mu, one, lr, zero)[0]  # noqa: E731  (ZGZ: M' = (I − ηH) M (I − ηH))
+
+    def record(carry, n_next):
+        M, n, done = carry
+        M = jax.lax.fori_loop(0, jnp.where(done, 0, n_next - n), step, M)
+        n = jnp.where(done, n, n_next)
+        # the loss (quartic in W) overflows first; past that, the event's norms are meaningless
+        diverged = ~jnp.isfinite(nqf.loss(M))
+        stop = done | diverged | _converged(None, M, (nqf, floor, gap0, tol, rate))
+        return (M, n, stop), (M, n, stop, diverged)
+
+    _, (Ms, ns, stops, diverged) = jax.lax.scan(record, (M0, n0, jnp.zeros((), bool)), steps)
+    return Ms, ns, stops, diverged
+
+
 def matrix_drops(
     nqf: NQF,
     M0: Float[ArrayLike, "p p"],
     *,
+    learning_rate: float | None = None,
     rho: float = 0.5,
     t1: float | None = None,
     tol: float = 1e-3,
@@ -129,30 +156,43 @@ def matrix_drops(
     max_chunks: int = 12,
     max_steps: int = 100_000,
 ) -> MatrixDrops:
-    """Run the M-flow (Eq. 28) of a ZGZ `nqf` from `M0` until it converges, and find its drops.
+    """Run the M-flow (Eq. 28) of a ZGZ `nqf` from `M0`, or gradient descent's exact map of `M`
+    (Thm 2), until it converges, and find its drops.
 
     The flow `Ṁ = −(HM + MH)`, `H = (4/m) Σ_μ Δ_μ A_μ` (Eq. 27), is integrated with diffrax's
     `Tsit5` in chunks `[0, T], [T, 4T], …` until the steady-state event of `MatrixDrops` fires
     (or up to `t1` when given, without the event); `T` is 1.5 `ln(1/ε)/r + 10/r` for the
     fastest rate `r = 2 λ_max(Y)` and `ε` the smallest eigenvalue of `M0`.
 
+    With a `learning_rate` η, GD's step `W' = (I − ηH) W` is iterated exactly on `M = W Wᵀ`,
+
+    `M_{n+1} = (I − ηH(M_n)) M_n (I − ηH(M_n))`   (Thm 2, ZGZ),
+
+    the discrete dynamics of every network with this NQF, whatever its width, in chunks of
+    `T/η, 3T/η, …` steps with the same stopping event; times are `t = η n`, so the drops'
+    `t*/η` are GD's own step counts (the flow is GD's `η → 0` limit: at `ηλ` not small GD grows a
+    direction by `1 + ηλ` per step, not `e^{ηλ}`).
+
     **Arguments:**
 
     - `nqf`: a ZGZ `lvflow.NQF` (dense or factored).
     - `M0`: the initial `M = W Wᵀ`, symmetric PSD (e.g. `ε I`, or `d σ² I` for `d` neurons
       drawn with standard deviation σ).
+    - `learning_rate`: GD's `η > 0` for the exact map; `None` (default) for the flow.
     - `rho`: the switch-on fraction `ρ ∈ (0, 1)`.
     - `t1`: a fixed horizon instead of the convergence event.
     - `tol`: the convergence tolerance (see `MatrixDrops`).
     - `num_points`: samples of the loss curve per chunk.
-    - `rtol`: the step-size controller's relative tolerance (`atol` is `rtol` × the smallest
-      eigenvalue of `M0` × 1e-3).
-    - `max_chunks`, `max_steps`: bounds on the horizon (`4^max_chunks T`) and on the steps per chunk.
+    - `rtol`: the flow's step-size controller's relative tolerance (`atol` is `rtol` × the
+      smallest eigenvalue of `M0` × 1e-3); unused by the GD map, which is exact.
+    - `max_chunks`, `max_steps`: bounds on the horizon (`4^max_chunks T`) and on the solver's (or
+      GD's) steps per chunk.
 
     **Returns:** a `MatrixDrops`.
 
     **Raises:** `LvflowError` for bad input or data with nothing to learn (`Y` has no positive
-    eigenvalue); `SolverError` if the solve fails.
+    eigenvalue); `SolverError` if the solve fails, or if GD diverges (`η` too large: GD on a
+    quadratic needs `η λ_max < 2` for the loss's curvature `λ_max`).
     """
     if not isinstance(nqf, NQF):
         raise LvflowError(f"nqf: expected an lvflow.NQF, got {type(nqf).__name__}")
@@ -168,6 +208,7 @@ def matrix_drops(
     check_positive_int("max_steps", max_steps)
     if t1 is not None:
         t1 = check_positive("t1", t1)
+    lr = None if learning_rate is None else check_positive("learning_rate", learning_rate)
     lam0 = np.linalg.eigvalsh(M0)
     if lam0[0] <= 0:
         raise LvflowError("M0: must be positive definite (every direction needs a seed to grow from)")
@@ -183,6 +224,10 @@ def matrix_drops(
     f = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
     # with a fixed t1 the event is switched off by an unreachable tolerance
     args = (f(floor if t1 is None else math.nan), f(gap0), f(tol if t1 is None else -1.0), f(rate))
+    if lr is not None:
+        ts, Ms, converged = _gd_chunks(nqf, f(M0), lr, T, t1, args, n, max_chunks, max_steps)
+        loss = np.asarray(jax.vmap(nqf.loss)(f(Ms)))
+        return _drops(ts, Ms, loss, lam0[0], rho, floor, converged, lr)
     t_lo, M = 0.0, f(M0)
     t_parts, M_parts = [], []
     converged = False
@@ -208,7 +253,43 @@ def matrix_drops(
     _, first = np.unique(ts, return_index=True)
     ts, Ms = ts[first], Ms[first]
     loss = np.asarray(jax.vmap(nqf.loss)(f(Ms)))
-    return _drops(ts, Ms, loss, lam0[0], rho, floor, converged)
+    return _drops(ts, Ms, loss, lam0[0], rho, floor, converged, None)
+
+
+def _gd_chunks(nqf, M0, lr, T, t1, args, n, max_chunks, max_steps):
+    """`matrix_drops`' GD map: chunks of steps `[0, N], [N, 4N], …` (`N = ⌈T/η⌉`, at most
+    `max_steps` a chunk) until the event, or `⌈t1/η⌉` steps; returns times `η n`, the `M`s and
+    whether the event held."""
+    f = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
+    n_lo, M = 0, M0
+    step_parts, M_parts = [], []
+    converged = False
+    for i in range(max_chunks if t1 is None else 1):
+        if t1 is not None:
+            n_hi = max(1, math.ceil(t1 / lr))
+        else:
+            n_hi = max(1, math.ceil(T / lr)) if i == 0 else 4 * n_lo
+            n_hi = min(n_hi, n_lo + max_steps)
+        steps = np.round(_grid(n_lo, n_hi, n)).astype(np.int64)
+        out = _gd_chunk(nqf, M, jnp.asarray(n_lo, jnp.int64), jnp.asarray(steps), f(lr), *args)
+        Ms, ns, stops, diverged = (np.asarray(v) for v in out)
+        if diverged.any():
+            bad = int(ns[int(np.argmax(diverged))])
+            raise SolverError(
+                f"matrix_drops: gradient descent diverged (the loss overflowed by step {bad}); learning_rate={lr:g} is "
+                "too large (GD needs learning_rate × the loss's largest curvature < 2)"
+            )
+        last = int(np.argmax(stops)) if stops.any() else len(ns) - 1
+        step_parts.append(ns[: last + 1])
+        M_parts.append(Ms[: last + 1])
+        if stops.any() or t1 is not None:
+            converged = bool(stops.any())
+            break
+        n_lo, M = n_hi, f(Ms[-1])
+    steps = np.concatenate(step_parts)
+    Ms = np.concatenate(M_parts)
+    _, first = np.unique(steps, return_index=True)
+    return lr * steps[first].astype(np.float64), Ms[first], converged
 
 
 def _grid(t0: float, t1: float, n: int) -> np.ndarray:
@@ -234,7 +315,7 @@ def _crossing(ts, s, level, final) -> float:
     return float(ts[j - 1] + w * (ts[j] - ts[j - 1]))
 
 
-def _drops(ts, Ms, loss, eps, rho, floor, converged) -> MatrixDrops:
+def _drops(ts, Ms, loss, eps, rho, floor, converged, lr) -> MatrixDrops:
     lam, U = np.linalg.eigh(Ms[-1])
     grew: Bool[np.ndarray, " p"] = lam >= 100 * eps
     lam, U = lam[grew], U[:, grew]
@@ -274,4 +355,5 @@ def _drops(ts, Ms, loss, eps, rho, floor, converged) -> MatrixDrops:
         loss_floor=float(floor),
         converged=converged,
         t_end=float(ts[-1]),
+        learning_rate=lr,
     )

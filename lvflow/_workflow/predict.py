@@ -78,7 +78,9 @@ def predict(
     - `eps`, `c`, `z0`, `init_std`, `width`: the initial scale, one of: `eps` with `c`
       (`z_k0 = ε c_k`, default `c_k = 1`); `z0` (then `ε = max z0`); `init_std` σ with `width`
       d (`z_k0 ≈ d σ²`: `E[W Wᵀ] = d σ² I` for i.i.d. `N(0, σ²)` weights). Need `0 < ε < 1`.
-    - `learning_rate`: GD's `η`; gradient-flow time `t` is `η ×` steps, so steps = `t/η`.
+    - `learning_rate`: GD's `η`; gradient-flow time `t` is `η ×` steps, so steps = `t/η`. For the
+      M-flow it also selects GD's exact map of `M` (Thm 2) in place of the flow, so the drop
+      table's steps are GD's own at this `η` (`matrix_drops`).
     - `rho`: the switch-on fraction `ρ ∈ (0, 1)`.
     - `t1`: the horizon (default: 1.2× the last expected switch-on plus 8 e-folding times of the
       slowest mode; for the M-flow, until the flow converges, see `matrix_drops`).
@@ -343,18 +345,21 @@ def _schedule_per_mode(sched, lv: AbstractLotkaVolterra) -> tuple[np.ndarray, np
 def _predict_matrix_flow(
     nqf: NQF, *, eps, c, z0, init_std, width, lr, rho, t1, num_points, exponent, source, reason, input_shape
 ):
-    """When the `A_μ` share no eigenbasis: the full M-flow (Eq. 28) from `M0 = ε I`, run until it
-    converges, and its drops (`matrix_drops`)."""
+    """When the `A_μ` share no eigenbasis: the full M-flow (Eq. 28) from `M0 = ε I`, or with a
+    learning rate GD's exact map of `M` (Thm 2), run until it converges, and its drops
+    (`matrix_drops`)."""
     if z0 is not None or (c is not None and np.ndim(c) > 0):
         raise LvflowError("z0/c: per-mode initial values need commuting structure matrices; give eps or init_std")
     from .._form.drops import matrix_drops  # diffrax's import is paid only on this path
 
     eps, cvec = initial_scale(1, eps=eps, c=c, init_std=init_std, width=width)
-    drops = matrix_drops(nqf, eps * float(cvec[0]) * np.eye(nqf.p), rho=rho, t1=t1, num_points=num_points)
+    M0 = eps * float(cvec[0]) * np.eye(nqf.p)
+    drops = matrix_drops(nqf, M0, learning_rate=lr, rho=rho, t1=t1, num_points=num_points)
     loss = np.asarray(drops.loss)
     floor = drops.loss_floor if math.isfinite(drops.loss_floor) else float(loss[-1])
+    dynamics = "the full M-flow (Eq. 28)" if lr is None else f"gradient descent's exact map of M (Thm 2) at lr {lr:g}"
     notes = [
-        f"structure matrices do not commute ({reason}); used the full M-flow (Eq. 28) from M0 = eps·I: "
+        f"structure matrices do not commute ({reason}); used {dynamics} from M0 = eps·I: "
         "a drop is a direction of M (an eigenvector of M(t_end)) switching on"
     ]
     grown = int(np.sum(np.asarray(drops.multiplicity)))
@@ -365,10 +370,10 @@ def _predict_matrix_flow(
             f"{grown}"
         )
     if t1 is None and not drops.converged:
-        notes.append(f"the flow had not converged by t = {drops.t_end:.4g} (the longest horizon tried)")
+        notes.append(f"the dynamics had not converged by t = {drops.t_end:.4g} (the longest horizon tried)")
     empty = jnp.zeros((0,))
     return Prediction(
-        method="matrix_flow",
+        method="matrix_flow" if lr is None else "matrix_gd",
         **_header(source, eps, rho, lr, drops.t_end, exponent),
         notes=tuple(notes),
         c=jnp.asarray(cvec),

@@ -84,7 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--learning-rate",
         dest="learning_rate",
         type=float,
-        help="GD learning rate eta: report steps = t/eta as well as time t",
+        help="GD learning rate eta: report steps = t/eta as well as time t (on non-commuting data, "
+        "iterate GD's exact map of M at this eta instead of the flow)",
     )
     run.add_argument(
         "--rho", type=float, default=0.5, help="switch-on fraction: t*_k is when z_k = rho z_k(inf) (default 0.5)"

@@ -31,8 +31,9 @@ class Prediction(eqx.Module):
 
     **Fields:**
 
-    - `method`: `"lv"` (reduced to the gLV, Eq. 32) or `"matrix_flow"` (the full M-flow, Eq. 28,
-      used when the structure matrices do not commute; no per-mode table then).
+    - `method`: `"lv"` (reduced to the gLV, Eq. 32), `"matrix_flow"` (the full M-flow, Eq. 28,
+      used when the structure matrices do not commute; no per-mode table then) or `"matrix_gd"`
+      (the same with a learning rate: GD's exact map of `M`, Thm 2, so steps are GD's own).
     - `eps`, `c`, `rho`, `learning_rate`, `t1`: the initial scale `z_k0 = ε c_k`, the switch-on
       fraction `ρ`, the learning rate `η` (steps = t/η; `None` if not given), and the horizon
       (`c` in input order; one entry, `M0 = ε c I`, for the matrix flow).
@@ -174,7 +175,8 @@ class Prediction(eqx.Module):
             fields = [f.name for f in dataclasses.fields(self) if f.name not in skip]
             arrays = {n: getattr(self, n) for n in fields if getattr(self, n) is not None}
             if self.drops is not None:
-                arrays.update({f"drops_{f.name}": getattr(self.drops, f.name) for f in dataclasses.fields(self.drops)})
+                names = [f.name for f in dataclasses.fields(self.drops) if f.name != "learning_rate"]  # = this one's
+                arrays.update({f"drops_{n}": getattr(self.drops, n) for n in names})
             arrays["notes"] = np.asarray(list(self.notes) or [""])
             arrays["learning_rate"] = np.nan if self.learning_rate is None else self.learning_rate
             arrays["steps_star"] = self.steps_star
@@ -252,7 +254,7 @@ class Prediction(eqx.Module):
             keys = ("t_star", "steps_star", "t_half", "steps_half", "loss_before", "loss_after", "strength")
             body.append([str(d["rank"])] + [fmt(d[k]) for k in keys] + [str(d["multiplicity"]), desc])
         if not body:
-            return "no direction of M switched on (grew 100-fold) before the flow stopped"
+            return "no direction of M switched on (grew 100-fold) before the dynamics stopped"
         w = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
         line = lambda cells: "  ".join(c.rjust(w[i]) for i, c in enumerate(cells))  # noqa: E731
         cut = body if max_rows is None else body[:max_rows]

@@ -50,7 +50,7 @@ def check_plot_path(path) -> str:
 def plot_data(pred: Prediction, *, title: str | None = None) -> dict[str, Any]:
     """What `draw` needs from a `Prediction`, as numpy arrays and Python scalars (picklable without JAX)."""
     steps = pred.learning_rate is not None
-    flow = pred.method == "matrix_flow"
+    flow = pred.method in ("matrix_flow", "matrix_gd")  # the loss of M, not the gLV's excess
     xs = np.asarray(pred.steps_star if steps else pred.t_star)
     pictures, floor = [], math.nan
     if flow and pred.drops is not None:
