@@ -47,6 +47,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "architectures": ".architectures",
     "figures": ".figures",
+    "DivergenceError": "._core.errors",
     "LvflowError": "._core.errors",
     "NotCommutingError": "._core.errors",
     "NotPSDError": "._core.errors",
@@ -147,6 +148,7 @@ __all__ = sorted(_EXPORTS)
 if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers (tests/test_exports.py)
     from . import architectures as architectures, figures as figures
     from ._core.errors import (
+        DivergenceError as DivergenceError,
         LvflowError as LvflowError,
         NotCommutingError as NotCommutingError,
         NotPSDError as NotPSDError,

@@ -228,8 +228,15 @@ def test_gd_map_fixed_horizon_and_divergence():
     d = lvflow.matrix_drops(nqf, 1e-3 * np.eye(3), learning_rate=0.01, t1=0.5)
     assert float(d.ts[-1]) == pytest.approx(0.5) and not d.converged
     lam = np.max(np.linalg.eigvalsh(np.asarray(nqf.Y)))
-    with pytest.raises(lvflow.SolverError, match="diverged.*learning_rate=.* is too large"):
+    with pytest.raises(lvflow.DivergenceError, match="diverged.*learning_rate=.* is too large") as err:
         lvflow.matrix_drops(nqf, 1e-3 * np.eye(3), learning_rate=50.0 / lam)
+    assert err.value.step > 0
+    # predict says so and falls back to the flow (GD's η → 0 limit), in steps t/η
+    pred = lvflow.predict(nqf, eps=1e-3, learning_rate=50.0 / lam)
+    flow = lvflow.matrix_drops(nqf, 1e-3 * np.eye(3))
+    assert pred.method == "matrix_flow" and any(f"by step {err.value.step})" in n for n in pred.notes)
+    np.testing.assert_allclose(pred.drops.t_star, flow.t_star, rtol=1e-12)
+    assert "gradient descent's exact map" in lvflow.predict(nqf, eps=1e-3, learning_rate=0.01).notes[0]
     with pytest.raises(lvflow.LvflowError, match="learning_rate"):
         lvflow.matrix_drops(nqf, 1e-3 * np.eye(3), learning_rate=-1.0)
 

@@ -26,3 +26,12 @@ class SymmetryError(LvflowError):
 
 class SolverError(RuntimeError):
     """An ODE solve failed (step-size collapse, too many steps, or non-finite state)."""
+
+
+class DivergenceError(SolverError):
+    """Gradient descent's iterates overflowed: the learning rate `η` is too large for the loss's
+    curvature (GD on a quadratic needs `η λ_max < 2`). `step`: the first step seen overflowed."""
+
+    def __init__(self, message: str, step: int | None = None):
+        super().__init__(message)
+        self.step = step

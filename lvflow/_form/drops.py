@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from .._core.errors import LvflowError, SolverError
+from .._core.errors import DivergenceError, LvflowError, SolverError
 from .._core.validate import check_in_open_interval, check_positive, check_positive_int
 from .flow import check_state
 from .nqf import NQF
@@ -191,8 +191,9 @@ def matrix_drops(
     **Returns:** a `MatrixDrops`.
 
     **Raises:** `LvflowError` for bad input or data with nothing to learn (`Y` has no positive
-    eigenvalue); `SolverError` if the solve fails, or if GD diverges (`η` too large: GD on a
-    quadratic needs `η λ_max < 2` for the loss's curvature `λ_max`).
+    eigenvalue); `SolverError` if the solve fails; `DivergenceError` (a `SolverError`) if GD
+    diverges (`η` too large: GD on a quadratic needs `η λ_max < 2` for the loss's curvature
+    `λ_max`).
     """
     if not isinstance(nqf, NQF):
         raise LvflowError(f"nqf: expected an lvflow.NQF, got {type(nqf).__name__}")
@@ -275,9 +276,10 @@ def _gd_chunks(nqf, M0, lr, T, t1, args, n, max_chunks, max_steps):
         Ms, ns, stops, diverged = (np.asarray(v) for v in out)
         if diverged.any():
             bad = int(ns[int(np.argmax(diverged))])
-            raise SolverError(
+            raise DivergenceError(
                 f"matrix_drops: gradient descent diverged (the loss overflowed by step {bad}); learning_rate={lr:g} is "
-                "too large (GD needs learning_rate × the loss's largest curvature < 2)"
+                "too large (GD needs learning_rate × the loss's largest curvature < 2)",
+                step=bad,
             )
         last = int(np.argmax(stops)) if stops.any() else len(ns) - 1
         step_parts.append(ns[: last + 1])

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from .._core.errors import LvflowError, SolverError
+from .._core.errors import DivergenceError, LvflowError
 from .._core.validate import check_in_open_interval, check_positive, check_positive_int
 from .flow import check_state, gradient_terms
 from .nqf import NQF
@@ -148,6 +148,9 @@ def gd_recursion(
     - `record_every`: record every this many steps; must divide `steps`.
 
     **Returns:** a `RecursionResult` at steps `0, record_every, …, steps`.
+
+    **Raises:** `LvflowError` for bad input; `DivergenceError` if the iterates overflow (`lr` too
+    large).
     """
     M0, mu0, d = check_state(nqf, M0, mu0, d)
     check_positive_int("steps", steps)
@@ -185,7 +188,8 @@ def gd_recursion(
     )
     if not bool(jnp.all(jnp.isfinite(M))):
         bad = int(np.argmin(np.all(np.isfinite(np.asarray(M)), axis=(1, 2))))
-        raise SolverError(
-            f"gd_recursion: the iterates diverged (non-finite M by step {bad * record_every}); lr={lr:g} is too large"
+        raise DivergenceError(
+            f"gd_recursion: the iterates diverged (non-finite M by step {bad * record_every}); lr={lr:g} is too large",
+            step=bad * record_every,
         )
     return RecursionResult(steps=jnp.arange(0, steps + 1, record_every), M=M, mu=None if mu0 is None else mu, loss=loss)

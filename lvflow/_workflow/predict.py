@@ -25,7 +25,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from .._core.errors import LvflowError, NotCommutingError
+from .._core.errors import DivergenceError, LvflowError, NotCommutingError
 from .._core.validate import check_in_open_interval, check_positive
 from .._form.nqf import NQF
 from .._glv.lv import AbstractLotkaVolterra
@@ -354,14 +354,27 @@ def _predict_matrix_flow(
 
     eps, cvec = initial_scale(1, eps=eps, c=c, init_std=init_std, width=width)
     M0 = eps * float(cvec[0]) * np.eye(nqf.p)
-    drops = matrix_drops(nqf, M0, learning_rate=lr, rho=rho, t1=t1, num_points=num_points)
+    notes = []
+    try:
+        drops = matrix_drops(nqf, M0, learning_rate=lr, rho=rho, t1=t1, num_points=num_points)
+    except DivergenceError as e:
+        # The quadratic form's curvature grows with M without bound; a real network's saturating
+        # units need not follow it past 2/η, so the flow (GD's η → 0 limit) is the prediction left.
+        notes.append(
+            f"gradient descent on the quadratic form diverges at lr {lr:g} (its loss overflows by step {e.step}): its "
+            "curvature passes 2/lr, which a network with saturating units may avoid; shown instead: the gradient "
+            "flow, in steps t/lr"
+        )
+        drops = matrix_drops(nqf, M0, rho=rho, t1=t1, num_points=num_points)
     loss = np.asarray(drops.loss)
     floor = drops.loss_floor if math.isfinite(drops.loss_floor) else float(loss[-1])
-    dynamics = "the full M-flow (Eq. 28)" if lr is None else f"gradient descent's exact map of M (Thm 2) at lr {lr:g}"
-    notes = [
+    gd = drops.learning_rate is not None
+    dynamics = f"gradient descent's exact map of M (Thm 2) at lr {lr:g}" if gd else "the full M-flow (Eq. 28)"
+    notes.insert(
+        0,
         f"structure matrices do not commute ({reason}); used {dynamics} from M0 = eps·I: "
-        "a drop is a direction of M (an eigenvector of M(t_end)) switching on"
-    ]
+        "a drop is a direction of M (an eigenvector of M(t_end)) switching on",
+    )
     grown = int(np.sum(np.asarray(drops.multiplicity)))
     if width is not None and grown > width:
         notes.append(
@@ -373,7 +386,7 @@ def _predict_matrix_flow(
         notes.append(f"the dynamics had not converged by t = {drops.t_end:.4g} (the longest horizon tried)")
     empty = jnp.zeros((0,))
     return Prediction(
-        method="matrix_flow" if lr is None else "matrix_gd",
+        method="matrix_gd" if gd else "matrix_flow",
         **_header(source, eps, rho, lr, drops.t_end, exponent),
         notes=tuple(notes),
         c=jnp.asarray(cvec),
