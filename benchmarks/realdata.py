@@ -5,8 +5,9 @@ For each architecture (MLP, CNN, multi-head attention, query–key attention) on
 low-rank teacher, at init σ = 1e-3 and learning rate η = 0.01:
 
 - the NQF is the architecture's factored form on the data (`model.factors(X)`, Eq. 17) and the
-  prediction is `lvflow.predict(nqf, init_std=σ, width=d, learning_rate=η)` — the M-flow (Eq. 28)
-  from `M0 = d σ² I` to convergence and its drop table (`matrix_drops`);
+  prediction is `lvflow.predict(nqf, init_std=σ, width=d, learning_rate=η)` — GD's exact map of
+  `M` (Thm 2) from `M0 = d σ² I` to convergence and its drop table (`matrix_drops`), or the M-flow
+  (Eq. 28) where GD on the quadratic form diverges (the row's `method` says which);
 - the real network (tanh MLP / CNN, softmax attention: nonlinear) is trained by full-batch GD on
   the paper's loss `(1/m) Σ_μ |f(x_μ) − y_μ|²` (Eq. 26), `W ~ N(0, σ²)`, 5 seeds, for the
   number of steps the prediction covers (`t_end/η`), in one `jax.lax.scan` written here;
@@ -339,8 +340,9 @@ def run_case(case: Case, cfg: Config) -> Row:
     # departure from the quadratic form)
     span = min(horizon, int(math.ceil(1.5 * float(np.max(pred_drops, initial=first_pred)))))
     gap_drops = float(np.max(diff[: span + 1]))
-    # GD's lag behind the flow on the fastest direction: W grows by (1 + ηλ) per step against
-    # e^{ηλ}, λ = λ_max(Y) (Ẇ = Y W at small W), so GD's t* is ηλ/ln(1 + ηλ) times the flow's
+    # GD's lag behind the flow on the fastest direction (what the GD map accounts for, and what a
+    # flow prediction misses): W grows by (1 + ηλ) per step against e^{ηλ}, λ = λ_max(Y) (Ẇ = Y W
+    # at small W), so GD's t* is ηλ/ln(1 + ηλ) times the flow's
     lam = float(np.max(np.linalg.eigvalsh(np.asarray(nqf.Y))))
     gd_lag = 100.0 * (LR * lam / math.log1p(LR * lam) - 1.0)
     gaps = (np.max(np.abs(L_pred[None, :] - losses), axis=1) / losses[:, 0]).tolist()
@@ -351,6 +353,7 @@ def run_case(case: Case, cfg: Config) -> Row:
         "eps": eps,
         "horizon_steps": horizon,
         "converged": bool(d.converged),
+        "method": p.method,
         "nqf_build_s": t_nqf,
         "predict_first_call_s": t_first,
         "predict_s_all": all_pred,
@@ -383,7 +386,7 @@ def run_case(case: Case, cfg: Config) -> Row:
         e_at = ", ".join(f"{e:+.0f}" for e in drops_at["err_pct"])
         note += f"; drops {pred_drops.size} vs {n_own}, own (%) {e_own}; at predicted level (%) {e_at}"
     note += f"; curve gap {gap:.3f} L(0) (at step {gap_at}), {gap_drops:.3f} to step {span}"
-    note += f"; GD lag on the fastest direction +{gd_lag:.1f}%; {horizon} steps"
+    note += f"; {p.method} (GD's lag behind the flow on the fastest direction +{gd_lag:.1f}%); {horizon} steps"
     return Row(NAME, case.name, t_pred, f"GD, {horizon} steps", t_train, t_train / t_pred, 1.0, note, data)
 
 

@@ -126,7 +126,7 @@ def _chunk(nqf, M0, ts, floor, gap0, tol, rate, rtol, atol, max_steps):
 @eqx.filter_jit
 def _gd_chunk(nqf, M0, n0, steps, lr, floor, gap0, tol, rate):
     """GD's map of `M` from step `n0` (`M0`), recorded at the non-decreasing `steps`; once the
-    steady-state event (or a non-finite `M`) holds at a record, no further steps are taken."""
+    steady-state event holds (or the loss overflows) at a record, no further steps are taken."""
     mu, one, zero = jnp.zeros(nqf.p, dtype=M0.dtype), jnp.ones((), M0.dtype), jnp.zeros((), M0.dtype)
     step = lambda _, M: _gd_step(nqf, M, mu, one, lr, zero)[0]  # noqa: E731  (ZGZ: M' = (I − ηH) M (I − ηH))
 
@@ -169,7 +169,7 @@ def matrix_drops(
     `M_{n+1} = (I − ηH(M_n)) M_n (I − ηH(M_n))`   (Thm 2, ZGZ),
 
     the discrete dynamics of every network with this NQF, whatever its width, in chunks of
-    `T/η, 3T/η, …` steps with the same stopping event; times are `t = η n`, so the drops'
+    steps `[0, N], [N, 4N], …` (`N = ⌈T/η⌉`) with the same stopping event; times are `t = η n`, so the drops'
     `t*/η` are GD's own step counts (the flow is GD's `η → 0` limit: at `ηλ` not small GD grows a
     direction by `1 + ηλ` per step, not `e^{ηλ}`).
 
