@@ -5,8 +5,10 @@ written atomically beside a manifest; resumption; the share of each process.
 padding is dropped afterwards) to a multiple of the number of local devices and placed with
 `NamedSharding(Mesh(devices, ("batch",)), PartitionSpec("batch"))`; the compiled function is a
 `shard_map` of the vmapped evaluation, so each device runs its own slice (its own ODE loop, with no
-cross-device synchronisation per step), and its result keeps that sharding. A configuration's
-numbers do not depend on the device count or on its neighbours in the batch.
+cross-device synchronisation per step), and its result keeps that sharding. On a CPU an ODE
+group's calls run side by side in threads, one per core the devices leave (`concurrent_calls`). A
+configuration's numbers do not depend on the device count, the threads or its neighbours in the
+batch.
 
 **Files.** `out/manifest.json` (the spec, its hash, the chunks) is written first; each chunk
 `out/chunk-NNNNNN.npz` holds its configurations (the parameters, and `index`, the configuration's
