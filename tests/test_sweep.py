@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -177,7 +178,7 @@ def test_coupled_calls_side_by_side_against_scipy(mixed, monkeypatch):
     device_outputs = R.Runner.device_outputs
 
     def recording(self, g, x):
-        threads.add(__import__("threading").get_ident())
+        threads.add(threading.get_ident())
         return device_outputs(self, g, x)
 
     monkeypatch.setattr(R.Runner, "device_outputs", recording)
