@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -163,6 +164,38 @@ def test_coupled_rows_against_scipy_and_the_schedule(mixed):
             assert res["t1"][i] == pytest.approx(t1, rel=1e-12)
     assert np.all(res["num_steps"][6:] > 0) and np.all(res["success"])
     assert np.all(np.isnan(res["t_star"][6:, K_ODE:]))  # narrower systems are NaN-padded
+
+
+def test_coupled_calls_side_by_side_against_scipy(mixed, monkeypatch):
+    """On a CPU with several cores the ODE group's device calls run in threads side by side: the
+    switch-on times agree with scipy and equal those of one call at a time, bit for bit."""
+    from lvflow._sweep import run as R
+
+    files = mixed[0][:3]
+    systems = [lvflow.LowRankLotkaVolterra(z["r"], z["d"], z["U"]) for z in map(np.load, files)]
+    configs = [{"system": lv, "eps": eps} for lv in systems for eps in (1e-5, 1e-7)]
+    threads = set()
+    device_outputs = R.Runner.device_outputs
+
+    def recording(self, g, x):
+        threads.add(threading.get_ident())
+        return device_outputs(self, g, x)
+
+    monkeypatch.setattr(R.Runner, "device_outputs", recording)
+    res = lvflow.sweep(configs=configs, schedule="none", batch_size=1, progress=False)  # 6 calls
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert len(threads) >= min(cores, 2)
+    monkeypatch.setattr(R.Runner, "concurrent_calls", lambda self, g: 1)
+    threads.clear()
+    one = lvflow.sweep(configs=configs, schedule="none", batch_size=1, progress=False)
+    assert len(threads) == 1
+    for k, v in res.columns.items():
+        assert np.array_equal(v, one[k], equal_nan=v.dtype.kind == "f"), k
+    for i, cfg in enumerate(configs):
+        lv = cfg["system"]
+        r, C = np.asarray(lv.r), np.asarray(lv.C)
+        t = _scipy_switch_on(r, C, np.full(K_ODE, cfg["eps"]), res["z_inf"][i], res["t1"][i])
+        np.testing.assert_allclose(res["t_star"][i], t, rtol=1e-7)
 
 
 def test_power_law_row_equals_predict(mixed):

@@ -29,8 +29,9 @@ _UNROLL_Q = 8  # up to this rank the Woodbury solve's small products and factori
 
 
 def _vecmat(x: Float[ArrayLike, " K"], AT: Float[ArrayLike, "q K"]) -> Float[Array, " q"]:
-    """`Aᵀ x` from `Aᵀ` (rows of length `K`): one multiply-and-reduce along the contiguous axis."""
-    return jnp.sum(AT * x[None, :], axis=1)
+    """`Aᵀ x` from `Aᵀ` (rows of length `K`): a matrix-vector product contracting the contiguous
+    axis (under `vmap` one batched product, not a multiply followed by a reduction)."""
+    return AT @ x
 
 
 def _matvec(AT: Float[ArrayLike, "q K"], y: Float[ArrayLike, " q"]) -> Float[Array, " K"]:
@@ -129,7 +130,10 @@ class LowRankInteraction(AbstractInteraction):
         ZUT = UT * z[None, :]
         q = UT.shape[0]
         WT = UT * inv[None, :]
-        S = jnp.eye(q, dtype=z.dtype) + jnp.sum(ZUT[:, None, :] * WT[None, :, :], axis=-1)
+        # S's columns as q matrix-vector products (under vmap a batched product of q × q blocks
+        # is much slower on a CPU than q batched matrix-vector products)
+        ZUW = jnp.stack([ZUT @ WT[p] for p in range(q)], axis=1) if 0 < q <= _UNROLL_Q else ZUT @ WT.T
+        S = jnp.eye(q, dtype=z.dtype) + ZUW
         S_inv = _spd_inverse(S)
         # (W S⁻¹)ᵀ = S⁻¹ Wᵀ (S symmetric), row by row for a small rank
         WST = jnp.stack([_matvec(WT, S_inv[p]) for p in range(q)]) if q <= _UNROLL_Q else S_inv @ WT

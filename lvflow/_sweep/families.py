@@ -189,14 +189,18 @@ def _system_from_data(architecture: str, data: Any, kernel: str, label: str) -> 
 def system_info(lv: AbstractLotkaVolterra, label: str) -> SystemInfo:
     """The host-side facts about `lv` a sweep needs (arrays, structure, `z(∞)`)."""
     r = np.asarray(lv.r, dtype=float)
-    Ckk = np.asarray(lv.C_diagonal, dtype=float)
     y2 = float(np.asarray(lv.y2))
-    if isinstance(lv, LowRankLotkaVolterra):
-        U = np.asarray(lv.U)
+    if isinstance(lv, LowRankLotkaVolterra):  # on the host: no device dispatch per system
+        d, U = np.asarray(lv.d, dtype=float), np.asarray(lv.U, dtype=float)
+        Ckk = d + np.sum(U**2, axis=-1)
         structure = "diagonal" if U.shape[1] == 0 or not np.any(U) else "lowrank"
+        factors = {"d": d, "U": U}
     else:
-        structure = "diagonal" if is_diagonal(np.asarray(lv.C)) else "dense"
-    z_inf, unique = saturated_equilibrium(r, **({"d": Ckk} if structure == "diagonal" else lv._factors()))
+        C = np.asarray(lv.C, dtype=float)
+        Ckk = np.diagonal(C).copy()
+        structure = "diagonal" if is_diagonal(C) else "dense"
+        factors = {"C": C}
+    z_inf, unique = saturated_equilibrium(r, **({"d": Ckk} if structure == "diagonal" else factors))
     unique = bool(unique) and bool(np.all(np.isfinite(z_inf)))
     return SystemInfo(lv, label, structure, r, Ckk, np.asarray(z_inf, dtype=float), unique, y2)
 

@@ -236,19 +236,23 @@ def _label(name: str, i: int, v: Any) -> str:
     return v if isinstance(v, str) else f"{name}[{i}]"
 
 
-def _intern(objects: dict[str, list], name: str, v: Any) -> int:
+def _intern(objects: dict[str, list], index: dict[tuple, int], name: str, v: Any) -> int:
+    """`v`'s number among the objects of parameter `name`, appending it if new: a string is the
+    same value as an equal string, anything else only itself (`is`). `index` maps `(name, key)`
+    to the number, so that interning `n` values costs `O(n)`, not `O(n²)`."""
     lst = objects.setdefault(name, [])
-    for i, w in enumerate(lst):
-        if w is v or (isinstance(v, str) and isinstance(w, str) and w == v):
-            return i
-    lst.append(v)
-    return len(lst) - 1
+    key = (name, "str", v) if type(v) is str else (name, "id", id(v))  # lst keeps v alive: ids stay unique
+    i = index.get(key)
+    if i is None:
+        lst.append(v)
+        i = index[key] = len(lst) - 1
+    return i
 
 
-def _typed(name: str, values: list, objects: dict[str, list]) -> np.ndarray:
+def _typed(name: str, values: list, objects: dict[str, list], index: dict[tuple, int]) -> np.ndarray:
     kind = PARAMETERS[name].kind
     if kind == "object":
-        return np.array([_intern(objects, name, v) for v in values], dtype=np.int64)
+        return np.array([_intern(objects, index, name, v) for v in values], dtype=np.int64)
     return np.array(values, dtype=_dtype(kind))
 
 
@@ -260,6 +264,7 @@ def expand(grids: Sequence[Mapping[str, Any]] = (), configs: Sequence[Mapping[st
     **Raises:** `LvflowError` for an unknown parameter, a value of the wrong kind, or an empty spec.
     """
     objects: dict[str, list] = {}
+    index: dict[tuple, int] = {}
     blocks: list[tuple[int, dict[str, np.ndarray]]] = []
     definition: dict[str, Any] = {"grids": [], "configs": []}
     for g in grids:
@@ -280,7 +285,7 @@ def expand(grids: Sequence[Mapping[str, Any]] = (), configs: Sequence[Mapping[st
         for (name, vals), s in zip(axes, sizes):
             stride //= s
             idx = (np.arange(n, dtype=np.int64) // stride) % s
-            cols[name] = _typed(name, vals, objects)[idx]
+            cols[name] = _typed(name, vals, objects, index)[idx]
         blocks.append((n, cols))
         definition["grids"].append([[name, [_canon(name, v) for v in vals]] for name, vals in axes])
     if configs:
@@ -301,7 +306,7 @@ def expand(grids: Sequence[Mapping[str, Any]] = (), configs: Sequence[Mapping[st
         for name in names:
             kind = PARAMETERS[name].kind
             if kind == "object":
-                vals = [_intern(objects, name, row[name]) if name in row else -1 for row in rows]
+                vals = [_intern(objects, index, name, row[name]) if name in row else -1 for row in rows]
             else:
                 vals = [row.get(name, _MISSING[kind]) for row in rows]
             cols[name] = np.array(vals, dtype=_dtype(kind))

@@ -5,8 +5,10 @@ written atomically beside a manifest; resumption; the share of each process.
 padding is dropped afterwards) to a multiple of the number of local devices and placed with
 `NamedSharding(Mesh(devices, ("batch",)), PartitionSpec("batch"))`; the compiled function is a
 `shard_map` of the vmapped evaluation, so each device runs its own slice (its own ODE loop, with no
-cross-device synchronisation per step), and its result keeps that sharding. A configuration's
-numbers do not depend on the device count or on its neighbours in the batch.
+cross-device synchronisation per step), and its result keeps that sharding. On a CPU an ODE
+group's calls run side by side in threads, one per core the devices leave (`concurrent_calls`). A
+configuration's numbers do not depend on the device count, the threads or its neighbours in the
+batch.
 
 **Files.** `out/manifest.json` (the spec, its hash, the chunks) is written first; each chunk
 `out/chunk-NNNNNN.npz` holds its configurations (the parameters, and `index`, the configuration's
@@ -27,6 +29,7 @@ import math
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -42,6 +45,7 @@ from .grid import PARAMETERS, Chunk
 
 MANIFEST = "manifest.json"
 _FUNCTIONS: dict[tuple, Callable] = {}
+_CALLED: set[tuple] = set()  # keys of `_FUNCTIONS` called (compiled) at least once
 FORMAT = "lvflow-sweep/1"
 
 #: Columns with one entry per mode (shape `(n, K)`) and per curve time (shape `(n, T)`).
@@ -113,13 +117,34 @@ class Runner:
         largest = min(self.chunk_size, int(np.count_nonzero(self.res.group_of == g)))
         return int(min(base, 1 << max(0, math.ceil(math.log2(max(largest, 1))))))
 
+    def concurrent_calls(self, g: int) -> int:
+        """Device calls in flight at once for group `g`: on a CPU, for a vmapped ODE group, one per
+        core the mesh's devices leave (`cores // devices`, at least 1); otherwise 1.
+
+        A vmapped RODAS5P step is a few hundred small kernels over `(b, K)` arrays, which XLA runs
+        on one core at a time; calls from several threads run side by side (each call is the
+        same program on its own rows, so the numbers do not change). The closed form's large
+        kernels already use every core, and a `lax.map` group (batched LAPACK, `per_member`)
+        keeps one call."""
+        group = self.res.groups[g]
+        if self.platform != "cpu" or group.family.structure == "diagonal" or self.per_member(group):
+            return 1
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return max(1, cores // self.n_dev)
+
+    def function_key(self, g: int) -> tuple:
+        """What `function(g)` is compiled for: the group's shapes and options, the mesh's devices."""
+        group = self.res.groups[g]
+        devices = tuple(d.id for d in self.mesh.devices.flat)
+        return (group.key, self.schedule, self.host_schedule(group), self.max_steps, self.per_member(group), devices)
+
     def function(self, g: int) -> Callable:
         """The compiled, sharded evaluation of group `g` (shared by every sweep in this process whose
         group has the same shapes and options: a notebook's second sweep does not recompile)."""
         group = self.res.groups[g]
         host = self.host_schedule(group)
         per_member = self.per_member(group)
-        key = (group.key, self.schedule, host, self.max_steps, per_member, tuple(d.id for d in self.mesh.devices.flat))
+        key = self.function_key(g)
         if key not in _FUNCTIONS:
             member = make_member(group, schedule=self.schedule, host_schedule=host, max_steps=self.max_steps)
             spec = PartitionSpec("batch")
@@ -195,13 +220,30 @@ class Runner:
         x = self.inputs(g, rows)
         b, n = self.slice_rows(g), rows.size
         n_slices = -(-n // b)
-        parts = []
+        calls = []
         for s0 in range(0, n_slices, self.n_dev):
             real = min(self.n_dev, n_slices - s0)
             slices = np.minimum(np.arange(s0, s0 + self.n_dev), s0 + real - 1)
-            idx = np.minimum((slices[:, None] * b + np.arange(b)).reshape(-1), n - 1)
+            calls.append((real, np.minimum((slices[:, None] * b + np.arange(b)).reshape(-1), n - 1)))
+
+        def call(c: tuple[int, np.ndarray]) -> dict[str, np.ndarray]:
+            real, idx = c
             y = self.device_outputs(g, {k: v[idx] for k, v in x.items()})
-            parts.append({k: np.asarray(v)[: real * b] for k, v in y.items()})
+            return {k: np.asarray(v)[: real * b] for k, v in y.items()}
+
+        workers = min(self.concurrent_calls(g), len(calls))
+        key = self.function_key(g)
+        self.function(g)
+        parts = []
+        if key not in _CALLED:  # the first call compiles: alone, so that no thread compiles it again
+            parts.append(call(calls[0]))
+            _CALLED.add(key)
+        rest = calls[len(parts) :]
+        if workers > 1 and len(rest) > 1:
+            with ThreadPoolExecutor(workers) as pool:
+                parts += list(pool.map(call, rest))
+        else:
+            parts += [call(c) for c in rest]
         out = {k: np.concatenate([p[k] for p in parts])[:n] for k in parts[0]}
         self.evaluated_rows += n
         bad = ~out.pop("valid")

@@ -192,8 +192,9 @@ def sweep(
     **How.** Configurations of equal shapes (the same `K`, structure of `C`, `c` given or not,
     curve length and tolerances) form a group; each group is evaluated in batches by one compiled,
     vmapped function, each batch sharded over the local devices along a 1-D mesh axis `"batch"`
-    (padded to a multiple of the device count within its group; the padding is dropped). A
-    diagonal `C` is the closed form (Thm 6), a coupled one `solve_lv`; a coupled system's ε → 0
+    (padded to a multiple of the device count within its group; the padding is dropped); on a
+    CPU the batches of an ODE group run side by side in threads, one per core the devices leave.
+    A diagonal `C` is the closed form (Thm 6), a coupled one `solve_lv`; a coupled system's ε → 0
     schedule is computed once on the host (it does not depend on ε).
 
     **Files** (with `out`): `manifest.json`, then `chunk-NNNNNN.npz` of `chunk_size`
