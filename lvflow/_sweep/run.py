@@ -129,7 +129,10 @@ class Runner:
         group = self.res.groups[g]
         if self.platform != "cpu" or group.family.structure == "diagonal" or self.per_member(group):
             return 1
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        try:
+            cores = len(os.sched_getaffinity(0))  # the cores this process may use (Linux)
+        except AttributeError:  # macOS, Windows
+            cores = os.cpu_count() or 1
         return max(1, cores // self.n_dev)
 
     def function_key(self, g: int) -> tuple:
