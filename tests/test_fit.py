@@ -200,6 +200,17 @@ def test_a_floor_or_a_drop_to_come_two_scenarios(three_modes):
     assert zero.alternative is None and zero.future_drops["step"].size == 1
 
 
+def test_fixed_number_of_modes_has_no_second_scenario(three_modes):
+    """With `modes` fixed, a floor at the end of the log stays a floor: the scenario without it
+    would need one mode more than asked for (it used to fail with an IndexError)."""
+    steps, loss, half = three_modes
+    res = quiet_fit(steps, loss, learning_rate=0.01, until=2000, family="modes", modes=2, horizon=5000)
+    assert res.alternative is None and np.size(res.parameters["r"]) == 2
+    np.testing.assert_allclose(res.drops["step"], half[:2], rtol=0.01)
+    end = loss[steps <= 2000][-1]
+    assert 0.5 * end <= res.asymptote <= end
+
+
 def test_uncertainties_are_the_delta_method(fitted):
     res = fitted
     model, theta, cov = res.model, res.theta, res.covariance

@@ -516,7 +516,8 @@ def fit(
     opts = dict(robust=bool(robust), prior_width=prior_width, level=float(level), criterion=criterion)
     # scenarios: a floor L_∞ at the level the log ends on is also a plateau with a drop to come
     other = None
-    if isinstance(best.template, DecoupledModes) and best.template.fit_offset and best.K < max_modes:
+    # (it needs a slot for the extra mode: none when the number of modes is fixed)
+    if isinstance(best.template, DecoupledModes) and best.template.fit_offset and best.K < best.template.K:
         model = best.model
         end_loss = float(np.exp(np.asarray(engine.log_loss_of(model, jnp.asarray([float(t[-1])])))[0]))
         if float(model.offset) >= _FLOOR_SHARE * end_loss:
