@@ -3,6 +3,7 @@ criterion, and a grid of starts for the power-law spectrum."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax.numpy as jnp
@@ -287,7 +288,11 @@ def search_power_law(
     """Levenberg–Marquardt from a grid of starts for the power-law spectrum: `α₂ ∈ {0.6, 1, 1.6,
     2.5}` and the first mode's `ℓ_1 = ζ_1 t*_1 ∈ {6, 12, 20}`, with `α₁ = 1 + κ α₂` from the
     late log–log slope `κ` of the log, `ζ_1` from the time of the first drop and `V_1` from the
-    initial loss. Returns the best fit."""
+    initial loss. With `fit_beta`, the family with `β` fixed at `beta` (Eq. 292's `β = 0` by
+    default) is searched first and its optimum is one more start: it is a point of the larger
+    family, so the fit with `β` free is never worse than the one with `β` fixed (from the grid
+    alone, `β` and `ε` — the slope and intercept of `ℓ_k` in `ln k` — can trade off into a
+    worse optimum). Returns the best fit."""
     fit_offset = offset is None
     ok = np.asarray(data.count) > 0
     tb, yb = np.asarray(data.t)[ok], np.asarray(data.y)[ok]
@@ -333,6 +338,18 @@ def search_power_law(
             )
             template = m
             starts.append(np.asarray(engine.vector_of(m)))
+    if fit_beta:
+        nested = search_power_law(
+            data,
+            max_modes=max_modes,
+            modes=modes,
+            offset=offset,
+            criterion=criterion,
+            beta=beta,
+            fit_beta=False,
+            robust=robust,
+        )
+        starts.append(np.asarray(engine.vector_of(dataclasses.replace(nested.model, fit_beta=True))))
     batch = len(starts)
     values, rss, objective, _ = engine.solve_robust(
         template, np.array(starts), data, robust=robust, batch=batch, max_steps=SEARCH_STEPS
