@@ -226,73 +226,60 @@ def matrix_drops(
     f = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
     # with a fixed t1 the event is switched off by an unreachable tolerance
     args = (f(floor if t1 is None else math.nan), f(gap0), f(tol if t1 is None else -1.0), f(rate))
-    if lr is not None:
-        ts, Ms, converged = _gd_chunks(nqf, f(M0), lr, T, t1, args, n, max_chunks, max_steps)
-        loss = np.asarray(jax.vmap(nqf.loss)(f(Ms)))
-        return _drops(ts, Ms, loss, lam0[0], rho, floor, converged, lr)
-    t_lo, M = 0.0, f(M0)
-    t_parts, M_parts = [], []
-    converged = False
-    for i in range(max_chunks if t1 is None else 1):
-        t_hi = t1 if t1 is not None else (T if i == 0 else 4 * t_lo)
-        ts = _grid(t_lo, t_hi, n)
-        Ms, result, t_stop = _chunk(nqf, M, f(ts), *args, f(rtol), f(atol), int(max_steps))
-        event = result == diffrax.RESULTS.event_occurred
-        if not (event or result == diffrax.RESULTS.successful):
-            raise SolverError(f"matrix_drops: the ODE solve failed: {diffrax.RESULTS[result]}")
-        Ms = np.asarray(Ms)
-        keep = np.all(np.isfinite(Ms), axis=(1, 2))
-        if event:
-            keep &= ts <= float(t_stop)
-        t_parts.append(ts[keep])
-        M_parts.append(Ms[keep])
-        if event or t1 is not None:
-            converged = bool(event)
-            break
-        t_lo, M = t_hi, f(Ms[-1])
-    ts = np.concatenate(t_parts)
-    Ms = np.concatenate(M_parts)
-    _, first = np.unique(ts, return_index=True)
-    ts, Ms = ts[first], Ms[first]
+    if lr is None:
+
+        def run(t_lo, t_hi, M):
+            ts = _grid(t_lo, t_hi, n)
+            Ms, result, t_stop = _chunk(nqf, f(M), f(ts), *args, f(rtol), f(atol), int(max_steps))
+            event = result == diffrax.RESULTS.event_occurred
+            if not (event or result == diffrax.RESULTS.successful):
+                raise SolverError(f"matrix_drops: the ODE solve failed: {diffrax.RESULTS[result]}")
+            Ms = np.asarray(Ms)
+            keep = np.all(np.isfinite(Ms), axis=(1, 2))
+            if event:
+                keep &= ts <= float(t_stop)
+            return ts[keep], Ms[keep], bool(event)
+
+        ts, Ms, converged = _until_event(run, M0, t1 if t1 is not None else T, math.inf, t1 is not None, max_chunks)
+    else:
+
+        def run(n_lo, n_hi, M):
+            steps = np.round(_grid(n_lo, n_hi, n)).astype(np.int64)
+            out = _gd_chunk(nqf, f(M), jnp.asarray(n_lo, jnp.int64), jnp.asarray(steps), f(lr), *args)
+            Ms, ns, stops, diverged = (np.asarray(v) for v in out)
+            if diverged.any():
+                bad = int(ns[int(np.argmax(diverged))])
+                raise DivergenceError(
+                    f"matrix_drops: gradient descent diverged (the loss overflowed by step {bad}); "
+                    f"learning_rate={lr:g} is too large (GD needs learning_rate × the loss's largest curvature < 2)",
+                    step=bad,
+                )
+            last = int(np.argmax(stops)) if stops.any() else len(ns) - 1
+            return lr * ns[: last + 1].astype(np.float64), Ms[: last + 1], bool(stops.any())
+
+        # N = ⌈T/η⌉ steps first (at most max_steps a chunk), or ⌈t1/η⌉
+        first = max(1, math.ceil(t1 / lr)) if t1 is not None else min(max(1, math.ceil(T / lr)), max_steps)
+        ts, Ms, converged = _until_event(run, M0, first, max_steps, t1 is not None, max_chunks)
     loss = np.asarray(jax.vmap(nqf.loss)(f(Ms)))
-    return _drops(ts, Ms, loss, lam0[0], rho, floor, converged, None)
+    return _drops(ts, Ms, loss, lam0[0], rho, floor, converged, lr)
 
 
-def _gd_chunks(nqf, M0, lr, T, t1, args, n, max_chunks, max_steps):
-    """`matrix_drops`' GD map: chunks of steps `[0, N], [N, 4N], …` (`N = ⌈T/η⌉`, at most
-    `max_steps` a chunk) until the event, or `⌈t1/η⌉` steps; returns times `η n`, the `M`s and
-    whether the event held."""
-    f = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
-    n_lo, M = 0, M0
-    step_parts, M_parts = [], []
-    converged = False
-    for i in range(max_chunks if t1 is None else 1):
-        if t1 is not None:
-            n_hi = max(1, math.ceil(t1 / lr))
-        else:
-            n_hi = max(1, math.ceil(T / lr)) if i == 0 else 4 * n_lo
-            n_hi = min(n_hi, n_lo + max_steps)
-        steps = np.round(_grid(n_lo, n_hi, n)).astype(np.int64)
-        out = _gd_chunk(nqf, M, jnp.asarray(n_lo, jnp.int64), jnp.asarray(steps), f(lr), *args)
-        Ms, ns, stops, diverged = (np.asarray(v) for v in out)
-        if diverged.any():
-            bad = int(ns[int(np.argmax(diverged))])
-            raise DivergenceError(
-                f"matrix_drops: gradient descent diverged (the loss overflowed by step {bad}); learning_rate={lr:g} is "
-                "too large (GD needs learning_rate × the loss's largest curvature < 2)",
-                step=bad,
-            )
-        last = int(np.argmax(stops)) if stops.any() else len(ns) - 1
-        step_parts.append(ns[: last + 1])
-        M_parts.append(Ms[: last + 1])
-        if stops.any() or t1 is not None:
-            converged = bool(stops.any())
+def _until_event(run, M0, first, cap, fixed: bool, max_chunks: int):
+    """Chunks `[0, first], [first, 4·first], …` (each at most `cap` long) of `run(lo, hi, M) ->
+    (times, Ms, event)` from `M0` until the event holds, or the one chunk `[0, first]` when
+    `fixed`; returns the times (each once), their `M`s and whether the event held."""
+    lo, M, t_parts, M_parts, event = 0, M0, [], [], False
+    for i in range(1 if fixed else max_chunks):
+        hi = first if i == 0 else min(4 * lo, lo + cap)
+        ts, Ms, event = run(lo, hi, M)
+        t_parts.append(ts)
+        M_parts.append(Ms)
+        if event or fixed:
             break
-        n_lo, M = n_hi, f(Ms[-1])
-    steps = np.concatenate(step_parts)
-    Ms = np.concatenate(M_parts)
-    _, first = np.unique(steps, return_index=True)
-    return lr * steps[first].astype(np.float64), Ms[first], converged
+        lo, M = hi, Ms[-1]
+    ts, Ms = np.concatenate(t_parts), np.concatenate(M_parts)
+    _, once = np.unique(ts, return_index=True)
+    return ts[once], Ms[once], event
 
 
 def _grid(t0: float, t1: float, n: int) -> np.ndarray:
