@@ -28,6 +28,9 @@ class AbstractFamily(abc.ABC):
     K: int
     structure: str
     q: int = 0
+    #: the modes ignite in index order with `τ*_k = 1/r_k` (Eq. 168), so the ε → 0 schedule is
+    #: computed on the device; otherwise it is `plateau_schedule` on the host
+    ascending_tau: bool = False
 
     @property
     @abc.abstractmethod

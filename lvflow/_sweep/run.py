@@ -89,7 +89,7 @@ class Runner:
     def host_schedule(self, group: Group) -> bool:
         """Whether `τ*` and the plateau losses come from `plateau_schedule` on the host."""
         fam = group.family
-        return self.schedule == "corrected" or (self.schedule == "limit" and not getattr(fam, "ascending_tau", False))
+        return self.schedule == "corrected" or (self.schedule == "limit" and not fam.ascending_tau)
 
     def per_member(self, group: Group) -> bool:
         """`lax.map` instead of `vmap` where the batch would run batched LAPACK on a CPU (see
