@@ -146,7 +146,11 @@ def test_limit_converges_to_schedule(quick):
 
 def test_figure_selection_errors(tmp_path, capsys):
     assert main(["figures", "--only", "fig3,nope", "--out", str(tmp_path)]) == 2
-    assert "--only: unknown figure(s) nope" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith("lvflow figures: error: --only: unknown figure(s) nope")
+    (tmp_path / "afile").write_text("")  # a file where the output folder must be: refused before any figure
+    assert main(["figures", "--only", "fig3", "--out", str(tmp_path / "afile")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("lvflow figures: error: --out:") and "afile" in err[0]
     with pytest.raises(lvflow.LvflowError, match="only: unknown figure"):
         lvflow.figures.make_all(tmp_path, only=["fig9"])
     with pytest.raises(AttributeError):

@@ -492,3 +492,11 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["sweep", "--alpha1", "2"])  # --out missing: argparse, one line too
     assert e.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_cli_unwritable_out_is_one_line_exit_2(tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    out = tmp_path / "afile" / "sub"  # a file where a directory must be
+    rc = main(["sweep", "--alpha1", "2", "--alpha2", "0.8", "--modes", "10", "--eps", "1e-4", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--out" in err[0] and str(out) in err[0]

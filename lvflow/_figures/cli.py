@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -42,12 +43,18 @@ def selected(only: str | None) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from .._core.errors import LvflowError
 
+    out = Path(args.out)
     try:
         names = selected(args.only)
+        try:  # the folder before minutes of figures, not after
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # a file of that name, no permission
+            raise LvflowError(f"--out: cannot create the folder {out}: {e.strerror or e}") from None
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise LvflowError(f"--out: folder is not writable (permission denied): {out}")
     except LvflowError as e:
-        print(f"lvflow figures: {e}", file=sys.stderr)
+        print(f"lvflow figures: error: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out)
     failed = []
     t_all = time.perf_counter()
     for i, name in enumerate(names, 1):

@@ -22,6 +22,7 @@ FLAGS = {name: p.flag for name, p in PARAMETERS.items()} | {
     "num_processes": "--num-processes",
     "process_id": "--process-id",
     "coordinator": "--coordinator",
+    "out": "--out",
 }
 
 EXAMPLES = """\

@@ -300,7 +300,12 @@ def sweep(
                 f"out: {out_dir} holds a different sweep (spec hash {existing.get('spec_hash')}, this one {digest}); "
                 "use a new directory, or delete that one"
             )
-        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # a file on the path, no permission, a read-only file system
+            raise LvflowError(f"out: cannot create the directory {out_dir}: {e.strerror or e}") from None
+        if not os.access(out_dir, os.W_OK | os.X_OK):
+            raise LvflowError(f"out: directory is not writable (permission denied): {out_dir}")
         if existing is None:
             # every process writes the same manifest (atomically): no process waits for another
             write_manifest(
