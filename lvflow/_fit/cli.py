@@ -67,7 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     d.add_argument("--until", type=float, metavar="STEP", help="fit the log up to this step; the rest is held out")
     d.add_argument("--bins", type=int, default=200, help="bins of log-time the log is reduced to (default 200)")
-    d.add_argument("--no-robust", dest="robust", action="store_false", help="no Huber reweighting of outliers")
+    d.add_argument(
+        "--no-robust",
+        dest="robust",
+        action="store_false",
+        help="plain least squares (default: the Cauchy loss; spikes count only logarithmically)",
+    )
     o = parser.add_argument_group("output")
     o.add_argument("--horizon", type=float, metavar="STEP", help="extrapolate to this step (default: past the drops)")
     o.add_argument("--level", type=float, default=0.95, help="coverage of the intervals (default 0.95)")

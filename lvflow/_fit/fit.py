@@ -390,8 +390,9 @@ def fit(
     the neighbouring bins). The residual is `ln L̂ − ȳ` per bin, divided by a first noise estimate; it is
     minimised by Levenberg–Marquardt (`optimistix.LevenbergMarquardt`, derivatives by
     `jax.jacfwd` through the closed-form modes) from several starts at once. With `robust`,
-    bins whose residual exceeds 1.5 σ get Huber weights and the fit is repeated (spikes and
-    outliers count linearly). The criterion (`"bic"`: `n ln(RSS/n) + p ln n`; `"aic"`: `+ 2p`)
+    the fit is repeated from there with the Cauchy loss `Σ c² ln(1 + (r/c)²)` at `c = 3` standard
+    errors of a bin (residuals up to a few standard errors count as in least squares, spikes and
+    outliers only logarithmically). The criterion (`"bic"`: `n ln(RSS/n) + p ln n`; `"aic"`: `+ 2p`)
     does not reward a fit closer than the bins' own errors (`χ² < n`).
 
     **Two scenarios.** With `L_∞` free, a decoupled-modes fit whose floor is at least half the

@@ -105,13 +105,19 @@ def _is_number(s: str) -> bool:
     return True
 
 
+def _named(source: str, p: Path) -> str:
+    """The head of an error about file `p`: `"log.csv: "` when `source` is the path itself,
+    else `"source: log.csv: "`."""
+    return f"{source}: " if source == str(p) else f"{source}: {p}: "
+
+
 def _read_json(p: Path, source: str) -> dict:
     try:
         obj = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:
         raise LvflowError(f"{source}: cannot read {p}: {e.__class__.__name__}: {e}") from None
     except json.JSONDecodeError as e:
-        raise LvflowError(f"{source}: {p} is not valid JSON: {e.msg} at line {e.lineno}") from None
+        raise LvflowError(f"{_named(source, p)}not valid JSON: {e.msg} at line {e.lineno}") from None
     if isinstance(obj, dict) and not any(isinstance(v, list) for v in obj.values()):
         raise LvflowError(f"{source}: {p} holds a JSON object without columns; expected lists under 'step' and 'loss'")
     if isinstance(obj, dict):
@@ -139,7 +145,7 @@ def read_log(path, *, source: str = "log") -> tuple[np.ndarray, np.ndarray, np.n
     step or loss column, a cell that is not a number."""
     p = Path(os.fspath(path))
     if not p.exists():
-        raise LvflowError(f"{source}: file not found: {p}")
+        raise LvflowError(f"{_named(source, p)}file not found")
     if p.is_dir():
         raise LvflowError(f"{source}: is a directory, expected a file: {p}")
     suffix = p.suffix.lower()

@@ -34,7 +34,7 @@ examples:
   lvflow sweep --system a.npz,b.npz --eps log:1e-10:1e-3:15 --lr 0.01 --out sweep2
   lvflow sweep --spec sweep.toml --out sweep3          # lists that are not grids
   lvflow sweep ... --out DIR                           # again after a crash: resumes
-  lvflow sweep ... --cpu-devices 2 --out DIR           # the CPU as 2 devices (one per core)
+  lvflow sweep ... --cpu-devices 2 --out DIR           # the CPU as 2 virtual devices (sharding on one machine)
   lvflow sweep ... --coordinator host0:1234 --num-processes 2 --process-id 0 --out /shared/DIR
 """
 
@@ -65,7 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cpu-devices",
         type=int,
         metavar="N",
-        help="split the CPU into N devices (one per core: the batch then runs on every core)",
+        help=(
+            "split the CPU into N virtual devices, to try sharding on one machine (not needed for speed: "
+            "one device already runs the batches on every core)"
+        ),
     )
     dev.add_argument("--coordinator", metavar="HOST:PORT", help="jax.distributed coordinator ('auto': detect)")
     dev.add_argument("--num-processes", type=int, metavar="P", help="number of processes (one per host)")

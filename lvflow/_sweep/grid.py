@@ -53,7 +53,7 @@ PARAMETERS: dict[str, Param] = {
         Param("learning_rate", "float", "--lr", "GD learning rate eta: steps = t/eta"),
         Param("rho", "float", "--rho", "switch-on fraction (default 0.5)"),
         Param("t1", "float", "--t1", "horizon (default: past the last switch-on, as predict)"),
-        Param("num_points", "int", "--points", "samples of the loss curve, with curve (default 400)"),
+        Param("num_points", "int", "--points", "samples of the loss curve, with --curve (default 400)"),
         Param("rtol", "float", "--rtol", "relative tolerance of the ODE solve on ln z (default 1e-10)"),
         Param("atol", "float", "--atol", "absolute tolerance of the ODE solve on ln z (default 1e-12)"),
     )
