@@ -261,6 +261,26 @@ def test_architecture_on_data_as_predict(tmp_path):
     assert list(res["data"]) == [str(tmp_path / "xy.npz")] * 2
 
 
+def test_attention_value_size_as_predict(tmp_path):
+    """`value_size` reaches the architecture (one-token, one-feature sequences: the structure
+    matrices commute), and the switch-on times are `predict`'s for the same NQF."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(6, 1, 1)), rng.normal(size=6)
+    np.savez(tmp_path / "seq.npz", x=x, y=y)
+    res = lvflow.sweep(
+        {"architecture": "attention", "data": str(tmp_path / "seq.npz"), "value_size": [1, 2], "eps": 1e-6},
+        progress=False,
+    )
+    for i, dv in enumerate((1, 2)):
+        pred = lvflow.predict(lvflow.nqf_from_data("attention", {"x": x, "y": y}, value_size=dv), eps=1e-6)
+        assert res["modes"][i] == 2 * dv  # K grows with the value size
+        want = np.sort(np.asarray(pred.t_star)[np.isfinite(np.asarray(pred.t_star))])
+        got = np.sort(res["t_star"][i][np.isfinite(res["t_star"][i])])
+        np.testing.assert_allclose(got, want, rtol=1e-7)
+    with pytest.raises(lvflow.LvflowError, match="^value_size: only used with architecture"):
+        lvflow.sweep({"alpha1": 2, "alpha2": 0.8, "modes": 5, "eps": 1e-4, "value_size": 2}, progress=False)
+
+
 # --------------------------------------------------------------------------------------------
 # Devices: sharded = serial, bit for bit; the batch axis is sharded
 # --------------------------------------------------------------------------------------------

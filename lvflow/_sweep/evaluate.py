@@ -5,7 +5,9 @@ For each configuration it computes what `predict` computes, per mode in the syst
 
 - `t_star`: the finite-ε switch-on time `t*_k` (`z_k = ρ z_k(∞)`, Thm 8): for a diagonal `C`
   Eq. 158 exactly (`ignition_time`, Thm 6), otherwise the ODE (`solve_lv`); `inf` if mode `k` does
-  not switch on by `t1`;
+  not grow (`z_k(∞) ≤ z_k0`, as `predict`'s "decays") or does not switch on by `t1`; a mode that
+  switches on and is later switched off by a competitor (`z_k(∞) = 0`) is `inf` here, where
+  `predict` re-solves for its time;
 - `tau_star`, `plateau_loss`: the ε → 0 ignition time `τ*_k` and the excess loss of the plateau just
   before it (Eq. 168): `1/r_k` and the tail sums of `V` for a diagonal `C`; `plateau_schedule` on
   the host otherwise;
@@ -102,6 +104,9 @@ def make_member(group: Group, *, schedule: str, host_schedule: bool, max_steps: 
                 z_inf=x["z_inf"] if fam.z_inf_known else None,
             )
             z_inf, t_star, steps, zs = sol.z_inf, sol.switch_on_times, sol.num_steps, sol.zs
+            # as predict: a mode that does not grow (z_k(∞) ≤ z_k0) never switches on, even where
+            # z_k(∞) comes from z(t1) and sits a rounding error above 0 (a singular C)
+            t_star = jnp.where(z_inf > z0, t_star, jnp.inf)
             # `sol.success` is `sol.result == successful` and finite values; reading diffrax's result
             # code out of a vmapped RODAS5P solve sends XLA's algebraic simplifier into a loop
             # (compile-time log spam), so: the step budget not exhausted, and finite values (no other

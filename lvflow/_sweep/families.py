@@ -167,7 +167,7 @@ def _system_from_value(v: Any, label: str) -> AbstractLotkaVolterra:
     return LotkaVolterra(lv.r, lv.C, y2=y2, check=False) if y2 else lv
 
 
-def _system_from_data(architecture: str, data: Any, kernel: str, label: str) -> AbstractLotkaVolterra:
+def _system_from_data(architecture: str, data: Any, kernel: str, value_size: int, label: str) -> AbstractLotkaVolterra:
     from .._glv.reduce import reduce_to_lv
     from .._workflow.io import load_arrays
     from .._workflow.predict_data import nqf_from_data
@@ -176,7 +176,7 @@ def _system_from_data(architecture: str, data: Any, kernel: str, label: str) -> 
     if not isinstance(arrays, Mapping):
         raise LvflowError(f"{label}: expected a file name or a mapping with arrays x and y, got {type(data).__name__}")
     k = tuple(int(x) for x in kernel.split("x")) if kernel else None
-    nqf = nqf_from_data(architecture, arrays, kernel=k, name=label)
+    nqf = nqf_from_data(architecture, arrays, kernel=k, value_size=value_size, name=label)
     try:
         return reduce_to_lv(nqf)
     except NotCommutingError as e:
@@ -278,6 +278,9 @@ def resolve(plan: Plan, *, curve: bool) -> Resolved:
             raise LvflowError(f"{name}: architecture and data go together {_where(miss)}")
     if np.any(has("kernel") & ~arch):
         raise LvflowError(f"kernel: only used with architecture {_where(has('kernel') & ~arch)}")
+    if np.any(has("value_size") & ~arch):
+        raise LvflowError(f"value_size: only used with architecture {_where(has('value_size') & ~arch)}")
+    _check(plan, "value_size", has("value_size"), lambda v: v >= 1, "must be a positive integer")
     _check(plan, "alpha2", power, lambda v: v > 0, "must be positive")
     _check(plan, "modes", power, lambda v: v >= 1, "must be a positive integer")
 
@@ -293,13 +296,16 @@ def resolve(plan: Plan, *, curve: bool) -> Resolved:
         infos.append(system_info(lv, label))
     if np.any(arch):
         rows = np.flatnonzero(arch)
-        combos = np.stack([plan.column("architecture"), data_col.astype(str), plan.column("kernel")], axis=1)[rows]
+        dv = np.where(has("value_size"), plan.column("value_size"), 1)
+        combos = np.stack(
+            [plan.column("architecture"), data_col.astype(str), plan.column("kernel"), dv.astype(str)], axis=1
+        )[rows]
         uniq, inv = np.unique(combos, axis=0, return_inverse=True)
         inv = inv.reshape(-1)
-        for u, (name, j, kernel) in enumerate(uniq):
+        for u, (name, j, kernel, value_size) in enumerate(uniq):
             v = plan.objects["data"][int(j)]
             label = f"{name} on {v if isinstance(v, str) else f'data[{int(j)}]'}"
-            lv = _system_from_data(str(name), v, str(kernel), f"data {label}")
+            lv = _system_from_data(str(name), v, str(kernel), int(value_size), f"data {label}")
             sys_of[rows[inv == u]] = len(infos)
             infos.append(system_info(lv, label))
     K = np.where(power, plan.column("modes"), 0)

@@ -44,6 +44,7 @@ PARAMETERS: dict[str, Param] = {
         Param("architecture", "str", "--architecture", "built-in architecture(s), with --data"),
         Param("data", "object", "--data", "data file(s) (x, y) for --architecture"),
         Param("kernel", "kernel", "--kernel", "kernel shape(s) KHxKW for --architecture cnn"),
+        Param("value_size", "int", "--value-size", "value size d_v of a head, --architecture attention (default 1)"),
         Param("eps", "float", "--eps", "initial scale eps in (0, 1): z_k(0) = eps c_k"),
         Param("beta", "float", "--beta", "c_k = k^-beta (Thm 9's initialisation)"),
         Param("c", "object", "--c", "file(s) of c_k per mode"),
