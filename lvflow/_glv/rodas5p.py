@@ -216,7 +216,7 @@ class Rodas5P(dfx.AbstractAdaptiveSolver):
             U.append(solve(rhs))
         u1 = jnp.where(zero, u0, arg + U[-1])
         err = jnp.where(zero, 0.0, U[-1])
-        k = jnp.where(zero, 0.0, jnp.stack([sum(w * Uj for w, Uj in zip(row, U)) for row in _H]))
+        k = jnp.where(zero, 0.0, jnp.tensordot(jnp.asarray(_H, dtype=u0.dtype), jnp.stack(U), axes=1))
         y1 = unravel(u1)
         dense_info = dict(y0=y0, y1=y1, k=jax.vmap(unravel)(k))
         return y1, unravel(err), dense_info, None, dfx.RESULTS.successful

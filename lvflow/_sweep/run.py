@@ -104,7 +104,7 @@ class Runner:
         count: a call gives each device one slice of exactly `b` rows, so a configuration is
         computed by the same program on the same shape whatever the mesh, and its numbers are
         bitwise the same (XLA's vectorised transcendental functions are not bitwise independent of
-        the array shape). Default: 4096 for the closed form, 64 for the ODE on a CPU (lock-step
+        the array shape). Default: 4096 for the closed form, 32 for the ODE on a CPU (lock-step
         batches of ODE solves gain nothing beyond that there), 1024 on an accelerator; at most the
         group's largest chunk, rounded up to a power of two."""
         group = self.res.groups[g]
@@ -113,7 +113,7 @@ class Runner:
         elif group.family.structure == "diagonal":
             base = 4096
         else:
-            base = 64 if self.platform == "cpu" else 1024
+            base = 32 if self.platform == "cpu" else 1024
         largest = min(self.chunk_size, int(np.count_nonzero(self.res.group_of == g)))
         return int(min(base, 1 << max(0, math.ceil(math.log2(max(largest, 1))))))
 

@@ -210,7 +210,7 @@ def sweep(
       finite-ε corrected schedule, one host `plateau_schedule` per configuration) or `"none"`.
     - `chunk_size`: configurations per chunk file (default 4096; a rerun takes the manifest's).
     - `batch_size`: configurations per device per call (default 4096 for the closed form; for the
-      ODE 64 on a CPU, 1024 on an accelerator). It does not depend on the device count, so the
+      ODE 32 on a CPU, 1024 on an accelerator). It does not depend on the device count, so the
       numbers do not either, bit for bit.
     - `max_steps`: the ODE's step budget (default 16384).
     - `devices`: the local devices to shard over (default all; an int takes the first that many).
