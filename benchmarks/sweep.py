@@ -14,6 +14,11 @@ scipy: LSODA per configuration (the faster method at this size, row 1), the same
 switch-on times by the same dense-output root finding; its cost is linear in the number of
 configurations, so it is timed on `n_loop` of them (spread over the grid) and scaled.
 
+Work-precision (the coupled family): the two sides' switch-on times are also compared with an
+independent tighter solve (LSODA at `rtol = 1e-12`, `atol = 1e-14`, itself checked against Radau
+on two systems), and lvflow's sweep is timed once more at the loosest `rtol` of a short ladder
+whose error is still at most LSODA's at the benchmark's tolerance: the ratio at equal accuracy.
+
 Devices: a CPU is one JAX device unless split (`--xla_force_host_platform_device_count=N`, set
 before JAX starts), so the scaling rows run each device count in a subprocess
 (`python -m benchmarks.sweep worker`); on a GPU machine the local GPUs are used in-process.
@@ -65,6 +70,40 @@ def coupled_configs(n: int, K: int, rtol: float, atol: float) -> tuple[list[dict
         for p in probs
     ]
     return cfgs, probs
+
+
+_LADDER = (1.0, 2.0, 3.0, 5.0)  # lvflow's rtol, as multiples of the benchmark's, for equal accuracy
+
+
+def equal_accuracy(probs, loop_c, cfg: Config, *, K: int, n_coupled: int, repeats: int, ladder=_LADDER) -> dict:
+    """The coupled sweep at equal accuracy: both sides' switch-on times against LSODA at
+    `rtol = 1e-12` (checked against Radau on `min(2, n)` systems), lvflow on the `probs` systems at
+    each `rtol` of `ladder` (× `cfg.rtol`), and the full `n_coupled` sweep timed at the loosest one
+    whose max relative error is at most LSODA's (`loop_c`, at `cfg.rtol`)."""
+    import lvflow
+
+    ref = [solve_scipy(p, method="LSODA", rtol=1e-12, atol=1e-14).switch_on_times for p in probs]
+    radau = [solve_scipy(p, method="Radau", rtol=1e-12, atol=1e-14).switch_on_times for p in probs[:2]]
+    out = {
+        "reference_err_vs_radau": max(max_rel_diff(a, b) for a, b in zip(ref, radau)),
+        "lsoda_err": max(max_rel_diff(r.switch_on_times, b) for r, b in zip(loop_c, ref)),
+        "lvflow_err": {},
+    }
+    for f in ladder:
+        cfgs, _ = coupled_configs(len(probs), K, f * cfg.rtol, cfg.atol)
+        res = lvflow.sweep(configs=cfgs, schedule="none", progress=False)
+        out["lvflow_err"][f * cfg.rtol] = max(max_rel_diff(res["t_star"][i], ref[i]) for i in range(len(probs)))
+    ok = [rtol for rtol, e in out["lvflow_err"].items() if e <= out["lsoda_err"]]
+    if not ok:
+        return out
+    out["rtol"] = max(ok)
+    cfgs, _ = coupled_configs(n_coupled, K, out["rtol"], cfg.atol)
+    lvflow.sweep(configs=cfgs, schedule="none", progress=False)  # compile
+    out["seconds"], out["seconds_all"], res = _best(
+        lambda: lvflow.sweep(configs=cfgs, schedule="none", progress=False), max(1, min(repeats, 2))
+    )
+    out["steps_mean"] = float(np.mean(res["num_steps"]))
+    return out
 
 
 def _best(fn, repeats: int) -> tuple[float, list[float], object]:
@@ -252,6 +291,31 @@ def run(cfg: Config) -> list[Row]:
             {"scipy_loop_measured_s": sum(r.seconds for r in loop_c), "scipy_systems": n_loop_c},
         )
     )
+    acc = equal_accuracy(
+        probs, loop_c, cfg, K=K, n_coupled=n_coupled, repeats=cfg.repeats, ladder=(1.0,) if cfg.smoke else _LADDER
+    )
+    errs = ", ".join(f"{e:.1e} at {r:g}" for r, e in acc["lvflow_err"].items())
+    note_a = (
+        f"t* max rel error against LSODA at rtol 1e-12 (itself {acc['reference_err_vs_radau']:.0e} from Radau) "
+        f"on {n_loop_c} systems: LSODA at rtol {cfg.rtol:g} {acc['lsoda_err']:.1e}; lvflow {errs}"
+    )
+    if "rtol" in acc:
+        rows.append(
+            Row(
+                NAME,
+                f"{n_coupled} coupled configs × {K} modes, equal accuracy (lvflow at rtol {acc['rtol']:g}, "
+                f"LSODA at {cfg.rtol:g}), {dev}",
+                acc["seconds"],
+                "Python loop, scipy LSODA",
+                ref_coup,
+                ref_coup / acc["seconds"],
+                None,
+                note_a + f"; {acc['steps_mean']:.0f} steps on average",
+                {k: v for k, v in acc.items() if k != "lvflow_err"} | {"lvflow_err": list(acc["lvflow_err"].items())},
+            )
+        )
+    else:
+        print(f"sweep: no lvflow rtol in the ladder reaches LSODA's accuracy ({note_a}); no equal-accuracy row")
 
     # Scaling with the number of devices.
     variants: list[tuple[str, dict]] = []
