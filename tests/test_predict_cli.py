@@ -93,12 +93,12 @@ def test_eps_out_of_range(capsys, good, eps):
 
 
 def test_option_errors(capsys, good, tmp_path):
-    one_line_error(capsys, ["--system", good], "--eps", "required")
+    one_line_error(capsys, ["--system", good], "--eps", "required", "--z0", "--init-std with --width")
     one_line_error(capsys, ["--system", good, "--eps", "1e-5", "--rho", "1"], "--rho", "(0, 1)")
     one_line_error(capsys, ["--system", good, "--eps", "1e-5", "--lr", "0"], "--lr", "positive")
     one_line_error(capsys, ["--system", good, "--eps", "1e-5", "--t1", "-3"], "--t1", "positive")
     one_line_error(capsys, ["--system", good, "--eps", "1e-5", "--init-std", "0.1"], "only one of")
-    one_line_error(capsys, ["--system", good, "--init-std", "0.1"], "--width", "required")
+    one_line_error(capsys, ["--system", good, "--init-std", "0.1"], "--width", "required with --init-std")
     one_line_error(capsys, ["--system", good, "--init-std", "0.1", "--width", "100"], "--init-std", "(0, 1)")
     one_line_error(capsys, ["--system", good, "--eps", "0.9"], "--eps", "too large")
     one_line_error(capsys, ["--system", good, "--eps", "1e-5", "--save", tmp_path / "o.txt"], "--save", ".json or .npz")

@@ -135,6 +135,10 @@ def _build(args):
         )
     if args.data is not None and args.architecture is None:
         raise LvflowError("--data: only used with --architecture")
+    if args.eps is None and args.z0 is None and args.init_std is None:
+        raise LvflowError("--eps: required (or give --z0 FILE, or --init-std with --width)")
+    if args.init_std is not None and args.width is None and args.eps is None and args.z0 is None:
+        raise LvflowError("--width: required with --init-std (the number of neurons d; ε = d σ²)")
     kw = dict(
         eps=args.eps,
         init_std=args.init_std,
