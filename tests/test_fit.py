@@ -368,6 +368,14 @@ def test_rising_part_gives_a_warning_and_a_fit(capsys, tmp_path, three_modes):
     assert abs(steps_pred[2] / 3129 - 1) < 0.1
 
 
+def test_until_past_the_log_warns_that_nothing_is_held_out(three_modes):
+    steps, loss, _ = three_modes
+    with pytest.warns(UserWarning, match="nothing is held out"):
+        res = lvflow.fit(steps, loss, learning_rate=0.01, until=1e6, offset=0.0, family="modes", modes=3)
+    assert res.fit_until == steps[-1]
+    assert not np.any(np.asarray(res.drops["future"]))
+
+
 def test_outputs_written_atomically(capsys, tmp_path, fitted):
     out_npz, png = tmp_path / "fit.npz", tmp_path / "fit.png"
     fitted.save(out_npz)

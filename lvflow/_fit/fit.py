@@ -417,7 +417,8 @@ def fit(
     - `learning_rate`: `η` (constant), or one per row (a schedule); `None` uses a learning-rate
       column of the file if there is one, else `t = step`.
     - `family`: `"auto"`, `"modes"` or `"power_law"`.
-    - `until`: fit the rows up to this step only, holding out the rest.
+    - `until`: fit the rows up to this step only, holding out the rest (at or past the last step:
+      the whole log, with a warning that nothing is held out).
     - `modes`: a fixed number of modes (either family); default: chosen (modes) or fitted as a
       continuous cutoff (power law).
     - `max_modes`: the most decoupled modes tried (default 8); `max_spectrum_modes`: the
@@ -549,6 +550,12 @@ def fit(
         result = eqx.tree_at(
             lambda r: (r.alternative, r.warnings), result, (alt, result.warnings + (note,)), is_leaf=lambda x: x is None
         )
+    if until is not None and float(until) >= lg.steps[-1]:
+        past = (
+            f"the fitted part (until step {float(until):g}) reaches the log's last step ({lg.steps[-1]:g}): "
+            "nothing is held out"
+        )
+        result = eqx.tree_at(lambda r: r.warnings, result, (past,) + result.warnings)
     for msg in result.warnings:
         warnings.warn(msg, stacklevel=2)
     return result
