@@ -392,6 +392,29 @@ def test_killed_sweep_resumes_without_recomputing(tmp_path):
     assert (out / "summary.png").stat().st_size > 0
 
 
+def test_resume_keeps_the_recorded_batches(tmp_path):
+    out = tmp_path / "run"
+
+    class Stop(Exception):
+        pass
+
+    def stop(cid, path):
+        raise Stop
+
+    with pytest.raises(Stop):  # stopped after its first chunk, evaluated in batches of 2
+        lvflow.sweep(_KILLED_GRID, out=out, chunk_size=4, batch_size=2, progress=False, on_chunk=stop)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [g["batch"] for g in manifest["groups"]] == [2]  # the default here would be 4
+    with pytest.raises(lvflow.LvflowError, match=r"batch_size: .* batches of 2 configurations \(group 0\), not 4"):
+        lvflow.sweep(_KILLED_GRID, out=out, batch_size=4, progress=False)
+    seen = []
+    res = lvflow.sweep(_KILLED_GRID, out=out, progress=False, on_chunk=lambda cid, path: seen.append(cid))
+    assert seen == [1, 2, 3, 4, 5] and res.complete
+    fresh = lvflow.sweep(_KILLED_GRID, progress=False, chunk_size=4, batch_size=2)
+    for k, v in fresh.columns.items():
+        assert np.array_equal(v, res[k], equal_nan=v.dtype.kind == "f"), k
+
+
 def test_processes_write_their_shares(tmp_path):
     grid = {"alpha1": 2.0, "alpha2": [0.6, 0.8], "modes": 30, "eps": "log:1e-9:1e-4:6"}
     out = tmp_path / "shared"

@@ -74,10 +74,19 @@ class Runner:
     """Evaluates configurations of a `Resolved` sweep, group by group, on a mesh."""
 
     def __init__(
-        self, res: Resolved, *, mesh: Mesh, schedule: str, max_steps: int, batch_size: int | None, chunk_size: int
+        self,
+        res: Resolved,
+        *,
+        mesh: Mesh,
+        schedule: str,
+        max_steps: int,
+        batch_size: int | None,
+        chunk_size: int,
+        group_batches: dict[int, int] | None = None,
     ):
         self.res, self.mesh = res, mesh
         self.schedule, self.max_steps, self.batch_size, self.chunk_size = schedule, max_steps, batch_size, chunk_size
+        self.group_batches = dict(group_batches or {})
         self.sharding = NamedSharding(mesh, PartitionSpec("batch"))
         self.n_dev = int(mesh.size)
         self.platform = mesh.devices.flat[0].platform
@@ -106,7 +115,10 @@ class Runner:
         bitwise the same (XLA's vectorised transcendental functions are not bitwise independent of
         the array shape). Default: 4096 for the closed form, 32 for the ODE on a CPU (lock-step
         batches of ODE solves gain nothing beyond that there), 1024 on an accelerator; at most the
-        group's largest chunk, rounded up to a power of two."""
+        group's largest chunk, rounded up to a power of two. A resumed sweep keeps the `b` its
+        manifest records for the group (`group_batches`)."""
+        if g in self.group_batches:
+            return int(self.group_batches[g])
         group = self.res.groups[g]
         if self.batch_size is not None:
             base = self.batch_size
@@ -324,8 +336,11 @@ def read_chunk(path: Path) -> dict[str, np.ndarray]:
 
 
 def manifest(
-    res: Resolved, chunks: list[Chunk], *, spec_hash: str, definition, options: dict[str, Any]
+    res: Resolved, chunks: list[Chunk], *, spec_hash: str, definition, options: dict[str, Any], batches: list[int]
 ) -> dict[str, Any]:
+    """The manifest of a sweep: its spec and hash, the options, per group its family, tolerances
+    and `batch` (the configurations per device call, `Runner.slice_rows`, which a resumed sweep
+    keeps), and the chunks."""
     from .. import __version__
 
     groups = []
@@ -342,6 +357,7 @@ def manifest(
                 "rtol": group.rtol,
                 "atol": group.atol,
                 "n_configs": int(np.count_nonzero(res.group_of == g)),
+                "batch": int(batches[g]),
             }
         )
     return {

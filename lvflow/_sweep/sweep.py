@@ -140,6 +140,27 @@ def _barrier(name: str, timeout_s: float = 24 * 3600.0) -> None:
         client.wait_at_barrier(name, int(timeout_s * 1000))
 
 
+def _recorded_batches(existing, out_dir, batch_size, runner: Runner) -> dict[int, int]:
+    """The per-group batches a resumed sweep's manifest records (none for a new sweep, or a
+    manifest written before they were recorded): the same batches give the same numbers bit for bit.
+
+    **Raises:** `LvflowError` when `batch_size` is given and would evaluate a group in batches
+    other than those recorded.
+    """
+    if existing is None:
+        return {}
+    groups = existing.get("groups", [])[: len(runner.res.groups)]
+    recorded = {g: int(x["batch"]) for g, x in enumerate(groups) if "batch" in x}
+    if batch_size is not None:
+        for g, b in recorded.items():
+            if runner.slice_rows(g) != b:
+                raise LvflowError(
+                    f"batch_size: {out_dir} was evaluated in batches of {b} configurations (group {g}), not "
+                    f"{runner.slice_rows(g)}; rerun without a batch size to resume it with its own"
+                )
+    return recorded
+
+
 def sweep(
     grid: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
     *,
@@ -211,7 +232,8 @@ def sweep(
     - `chunk_size`: configurations per chunk file (default 4096; a rerun takes the manifest's).
     - `batch_size`: configurations per device per call (default 4096 for the closed form; for the
       ODE 32 on a CPU, 1024 on an accelerator). It does not depend on the device count, so the
-      numbers do not either, bit for bit.
+      numbers do not either, bit for bit. The manifest records it per group, and a rerun keeps
+      those batches (a `batch_size` that would change them is refused).
     - `max_steps`: the ODE's step budget (default 16384).
     - `devices`: the local devices to shard over (default all; an int takes the first that many).
     - `progress`: a progress bar with an ETA (default: only on a terminal).
@@ -306,13 +328,6 @@ def sweep(
             raise LvflowError(f"out: cannot create the directory {out_dir}: {e.strerror or e}") from None
         if not os.access(out_dir, os.W_OK | os.X_OK):
             raise LvflowError(f"out: directory is not writable (permission denied): {out_dir}")
-        if existing is None:
-            # every process writes the same manifest (atomically): no process waits for another
-            write_manifest(
-                out_dir, manifest(res, chunks, spec_hash=digest, definition=plan.definition, options=options)
-            )
-        remove_stale_temporaries(out_dir, {c.id for c in mine})
-
     runner = Runner(
         res,
         mesh=make_mesh(devices),
@@ -321,6 +336,16 @@ def sweep(
         batch_size=batch_size,
         chunk_size=chunk_size,
     )
+    runner.group_batches = _recorded_batches(existing, out_dir, batch_size, runner)
+    if out_dir is not None:
+        if existing is None:
+            # every process writes the same manifest (atomically): no process waits for another
+            batches = [runner.slice_rows(g) for g in range(len(res.groups))]
+            write_manifest(
+                out_dir,
+                manifest(res, chunks, spec_hash=digest, definition=plan.definition, options=options, batches=batches),
+            )
+        remove_stale_temporaries(out_dir, {c.id for c in mine})
     todo = [c for c in mine if out_dir is None or not exists(chunk_path(out_dir, c))]
     skipped = len(mine) - len(todo)
     bar = progress_bar(
