@@ -80,7 +80,8 @@ def max_rel_diff(a, b) -> float:
 
 
 def _git() -> dict[str, Any]:
-    """The commit measured, and the lvflow files that differ from it (a shared working tree)."""
+    """The commit measured, and the lvflow and benchmark files that differ from it (a shared
+    working tree)."""
     import subprocess
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -88,12 +89,15 @@ def _git() -> dict[str, Any]:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
         ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "lvflow"], cwd=root, capture_output=True, text=True, timeout=10
-        ).stdout.split("\n")
+        dirty = {
+            d: subprocess.run(
+                ["git", "status", "--porcelain", "--", d], cwd=root, capture_output=True, text=True, timeout=10
+            ).stdout.split("\n")
+            for d in ("lvflow", "benchmarks")
+        }
     except (OSError, subprocess.SubprocessError):
         return {}
-    return {"git_commit": head, "lvflow_uncommitted": [ln[3:] for ln in dirty if ln.strip()]}
+    return {"git_commit": head, **{f"{d}_uncommitted": [ln[3:] for ln in v if ln.strip()] for d, v in dirty.items()}}
 
 
 def _cpu_model() -> str:

@@ -79,7 +79,8 @@ def equal_accuracy(probs, loop_c, cfg: Config, *, K: int, n_coupled: int, repeat
     """The coupled sweep at equal accuracy: both sides' switch-on times against LSODA at
     `rtol = 1e-12` (checked against Radau on `min(2, n)` systems), lvflow on the `probs` systems at
     each `rtol` of `ladder` (× `cfg.rtol`), and the full `n_coupled` sweep timed at the loosest one
-    whose max relative error is at most LSODA's (`loop_c`, at `cfg.rtol`)."""
+    whose max relative error is at most LSODA's (`loop_c`, at `cfg.rtol`); then both errors on
+    the timed run's next `len(probs)` systems, which did not choose the `rtol`."""
     import lvflow
 
     ref = [solve_scipy(p, method="LSODA", rtol=1e-12, atol=1e-14).switch_on_times for p in probs]
@@ -103,6 +104,15 @@ def equal_accuracy(probs, loop_c, cfg: Config, *, K: int, n_coupled: int, repeat
         lambda: lvflow.sweep(configs=cfgs, schedule="none", progress=False), max(1, min(repeats, 2))
     )
     out["steps_mean"] = float(np.mean(res["num_steps"]))
+    # held out: the timed run's next len(probs) systems, which did not choose the rtol
+    n = len(probs)
+    held = problems.batch(n_coupled, K)[n : 2 * n]
+    if held:
+        ref_h = [solve_scipy(p, method="LSODA", rtol=1e-12, atol=1e-14).switch_on_times for p in held]
+        lsoda_h = [solve_scipy(p, method="LSODA", rtol=cfg.rtol, atol=cfg.atol).switch_on_times for p in held]
+        out["held_out_systems"] = len(held)
+        out["lsoda_err_held_out"] = max(max_rel_diff(a, b) for a, b in zip(lsoda_h, ref_h))
+        out["lvflow_err_held_out"] = max(max_rel_diff(res["t_star"][n + i], b) for i, b in enumerate(ref_h))
     return out
 
 
@@ -147,6 +157,7 @@ def measure(
             max(1, min(repeats, 2)),
         )
         out["coupled_steps_min_max"] = [int(cres["num_steps"].min()), int(cres["num_steps"].max())]
+        out["coupled_steps_mean"] = float(np.mean(cres["num_steps"]))
         out["coupled_t_star_head"] = cres["t_star"][:4].tolist()
     out["diagonal_t_star_rows"] = {str(i): res["t_star"][i].tolist() for i in _spread(len(res), 4)}
     out["diagonal_t1_rows"] = {str(i): float(res["t1"][i]) for i in _spread(len(res), 4)}
@@ -299,6 +310,12 @@ def run(cfg: Config) -> list[Row]:
         f"t* max rel error against LSODA at rtol 1e-12 (itself {acc['reference_err_vs_radau']:.0e} from Radau) "
         f"on {n_loop_c} systems: LSODA at rtol {cfg.rtol:g} {acc['lsoda_err']:.1e}; lvflow {errs}"
     )
+    held = ""
+    if "held_out_systems" in acc:
+        held = (
+            f"; held out ({acc['held_out_systems']} more systems of the timed run): lvflow "
+            f"{acc['lvflow_err_held_out']:.1e}, LSODA {acc['lsoda_err_held_out']:.1e}"
+        )
     if "rtol" in acc:
         rows.append(
             Row(
@@ -310,7 +327,7 @@ def run(cfg: Config) -> list[Row]:
                 ref_coup,
                 ref_coup / acc["seconds"],
                 None,
-                note_a + f"; {acc['steps_mean']:.0f} steps on average",
+                note_a + held + f"; {acc['steps_mean']:.0f} steps on average",
                 {k: v for k, v in acc.items() if k != "lvflow_err"} | {"lvflow_err": list(acc["lvflow_err"].items())},
             )
         )
