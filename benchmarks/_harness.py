@@ -89,15 +89,20 @@ def _git() -> dict[str, Any]:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
         ).stdout.strip()
-        dirty = {
-            d: subprocess.run(
-                ["git", "status", "--porcelain", "--", d], cwd=root, capture_output=True, text=True, timeout=10
-            ).stdout.split("\n")
-            for d in ("lvflow", "benchmarks")
-        }
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "lvflow", "benchmarks"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.split("\n")
     except (OSError, subprocess.SubprocessError):
         return {}
-    return {"git_commit": head, **{f"{d}_uncommitted": [ln[3:] for ln in v if ln.strip()] for d, v in dirty.items()}}
+    paths = [ln[3:] for ln in dirty if ln.strip()]
+    return {
+        "git_commit": head,
+        **{f"{d}_uncommitted": [p for p in paths if p.startswith(d + "/")] for d in ("lvflow", "benchmarks")},
+    }
 
 
 def _cpu_model() -> str:

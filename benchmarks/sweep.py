@@ -83,8 +83,11 @@ def equal_accuracy(probs, loop_c, cfg: Config, *, K: int, n_coupled: int, repeat
     the timed run's next `len(probs)` systems, which did not choose the `rtol`."""
     import lvflow
 
-    ref = [solve_scipy(p, method="LSODA", rtol=1e-12, atol=1e-14).switch_on_times for p in probs]
-    radau = [solve_scipy(p, method="Radau", rtol=1e-12, atol=1e-14).switch_on_times for p in probs[:2]]
+    def reference(systems, method="LSODA", rtol=1e-12, atol=1e-14):
+        return [solve_scipy(p, method=method, rtol=rtol, atol=atol).switch_on_times for p in systems]
+
+    ref = reference(probs)
+    radau = reference(probs[:2], method="Radau")
     out = {
         "reference_err_vs_radau": max(max_rel_diff(a, b) for a, b in zip(ref, radau)),
         "lsoda_err": max(max_rel_diff(r.switch_on_times, b) for r, b in zip(loop_c, ref)),
@@ -98,7 +101,7 @@ def equal_accuracy(probs, loop_c, cfg: Config, *, K: int, n_coupled: int, repeat
     if not ok:
         return out
     out["rtol"] = max(ok)
-    cfgs, _ = coupled_configs(n_coupled, K, out["rtol"], cfg.atol)
+    cfgs, timed = coupled_configs(n_coupled, K, out["rtol"], cfg.atol)
     lvflow.sweep(configs=cfgs, schedule="none", progress=False)  # compile
     out["seconds"], out["seconds_all"], res = _best(
         lambda: lvflow.sweep(configs=cfgs, schedule="none", progress=False), max(1, min(repeats, 2))
@@ -106,10 +109,10 @@ def equal_accuracy(probs, loop_c, cfg: Config, *, K: int, n_coupled: int, repeat
     out["steps_mean"] = float(np.mean(res["num_steps"]))
     # held out: the timed run's next len(probs) systems, which did not choose the rtol
     n = len(probs)
-    held = problems.batch(n_coupled, K)[n : 2 * n]
+    held = timed[n : 2 * n]
     if held:
-        ref_h = [solve_scipy(p, method="LSODA", rtol=1e-12, atol=1e-14).switch_on_times for p in held]
-        lsoda_h = [solve_scipy(p, method="LSODA", rtol=cfg.rtol, atol=cfg.atol).switch_on_times for p in held]
+        ref_h = reference(held)
+        lsoda_h = reference(held, rtol=cfg.rtol, atol=cfg.atol)
         out["held_out_systems"] = len(held)
         out["lsoda_err_held_out"] = max(max_rel_diff(a, b) for a, b in zip(lsoda_h, ref_h))
         out["lvflow_err_held_out"] = max(max_rel_diff(res["t_star"][n + i], b) for i, b in enumerate(ref_h))

@@ -74,19 +74,11 @@ class Runner:
     """Evaluates configurations of a `Resolved` sweep, group by group, on a mesh."""
 
     def __init__(
-        self,
-        res: Resolved,
-        *,
-        mesh: Mesh,
-        schedule: str,
-        max_steps: int,
-        batch_size: int | None,
-        chunk_size: int,
-        group_batches: dict[int, int] | None = None,
+        self, res: Resolved, *, mesh: Mesh, schedule: str, max_steps: int, batch_size: int | None, chunk_size: int
     ):
         self.res, self.mesh = res, mesh
         self.schedule, self.max_steps, self.batch_size, self.chunk_size = schedule, max_steps, batch_size, chunk_size
-        self.group_batches = dict(group_batches or {})
+        self.group_batches: dict[int, int] = {}  # a resumed sweep's recorded batches (`slice_rows`)
         self.sharding = NamedSharding(mesh, PartitionSpec("batch"))
         self.n_dev = int(mesh.size)
         self.platform = mesh.devices.flat[0].platform

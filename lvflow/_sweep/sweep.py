@@ -153,10 +153,11 @@ def _recorded_batches(existing, out_dir, batch_size, runner: Runner) -> dict[int
     recorded = {g: int(x["batch"]) for g, x in enumerate(groups) if "batch" in x}
     if batch_size is not None:
         for g, b in recorded.items():
-            if runner.slice_rows(g) != b:
+            now = runner.slice_rows(g)
+            if now != b:
                 raise LvflowError(
                     f"batch_size: {out_dir} was evaluated in batches of {b} configurations (group {g}), not "
-                    f"{runner.slice_rows(g)}; rerun without a batch size to resume it with its own"
+                    f"{now}; rerun without a batch size to resume it with its own"
                 )
     return recorded
 
