@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.optimize
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 import lvflow
 
@@ -176,6 +176,7 @@ def _global_min(nqf, seed):
 
 @settings(max_examples=8, deadline=None)
 @given(seed=st.integers(0, 10_000), m=st.integers(3, 15), noise=st.floats(0.0, 0.5), kind=st.sampled_from(range(3)))
+@example(seed=0, m=8, noise=1e-5, kind=0)  # a direction of rate 9e-6: its flow outlasts the old fixed horizon
 def test_plateaus_are_kkt_points_and_the_loss_only_falls(seed, m, noise, kind):
     # matrix sensing Sym(S_a); a quadratic net on correlated inputs; a bilinear layer ½[[0, S], [Sᵀ, 0]]
     p = 4

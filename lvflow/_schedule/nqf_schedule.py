@@ -50,6 +50,8 @@ _PUSH = 1e-5
 # The flow to a plateau stops at |Ẇ| < _STEADY |H| |W| (then a Newton polish): an explicit or
 # implicit solver hovers near 1e-8 at a steady state, so a tighter test would never fire.
 _STEADY = 1e-6
+# the flow to the next plateau runs at least this many times a push's growth time ln(1/_PUSH)/rate
+_SETTLE = 100.0
 
 
 class NQFPlateauSchedule(eqx.Module):
@@ -298,9 +300,10 @@ def _invariant_span(A2: np.ndarray, S: np.ndarray) -> np.ndarray:
     return T
 
 
-def _next_plateau(nqf, A2, t2, m, F, dirs):
+def _next_plateau(nqf, A2, t2, m, F, dirs, rate):
     """The plateau the flow reaches from `F Fᵀ + δ Σ q qᵀ` (the saddle `F Fᵀ` pushed along the
-    igniting directions `dirs`), its factor and the directions that left on the way.
+    igniting directions `dirs`, the slowest of which grows at `rate`), its factor and the
+    directions that left on the way.
 
     The flow and the polish run in the invariant span of `range F + span dirs` (coordinates `T`,
     zero-padded to `p` so that one compiled solve serves every plateau): rounding errors outside
@@ -322,6 +325,9 @@ def _next_plateau(nqf, A2, t2, m, F, dirs):
     size = math.sqrt(max(max(sat), float(np.max(np.abs(M))) if M.size else 0.0, 1e-300))
     scale = max(float(np.max(np.abs(np.asarray(nqf.H(jnp.asarray(M)))))), 1e-300) * size
     t1 = 1e6 / max(float(np.max(np.abs(A2))) * max(float(np.max(np.abs(t2))), 1.0), 1e-300)
+    # ... and long enough for the slowest push to grow from δ² = _PUSH · sat to saturation
+    # (ln(1/_PUSH)/rate) and settle: the steady-state event ends the solve when it has
+    t1 = max(t1, _SETTLE * math.log(1 / _PUSH) / max(rate, 1e-300))
     # ... and below the push's own start, |H q| |push|, lest a slowly growing direction count as
     # already settled
     v0 = float(np.max(np.abs(np.asarray(nqf.H(jnp.asarray(M))) @ np.column_stack(pushes))))
@@ -419,7 +425,7 @@ def nqf_plateau_schedule(nqf: NQF, eps, *, max_events: int | None = None) -> NQF
         ign = (w >= -_TIME_RTOL * max(1.0, t) * np.abs(g[piv])) & grow[piv]
         ign[0] = True
         dirs = Q[:, piv[ign]]
-        F, gone = _next_plateau(nqf, A2, t2, m, F, dirs)
+        F, gone = _next_plateau(nqf, A2, t2, m, F, dirs, float(np.min(g[piv[ign]])))
         Mnew = F @ F.T
         Lnew = loss_of(Mnew)
         if Lnew >= (ev_loss[-1] if ev_loss else loss0) - 1e-14 * max(1.0, abs(loss0)):
