@@ -25,6 +25,8 @@ class _X64WhenJaxLoads(_importlib_abc.MetaPathFinder):
             return None
         _sys.meta_path.remove(self)
         spec = _importlib_util.find_spec("jax")
+        if spec is None or spec.loader is None:  # not installed: the import fails as usual, naming jax
+            return None
         exec_module = spec.loader.exec_module
 
         def exec_and_switch(module):
@@ -36,7 +38,7 @@ class _X64WhenJaxLoads(_importlib_abc.MetaPathFinder):
 
 
 if not _os.environ.get("LVFLOW_KEEP_X64"):
-    if "jax" in _sys.modules:
+    if _sys.modules.get("jax") is not None:
         _sys.modules["jax"].config.update("jax_enable_x64", True)
     else:
         _sys.meta_path.insert(0, _X64WhenJaxLoads())
@@ -246,10 +248,37 @@ def __getattr__(name: str):
         module = _EXPORTS[name]
     except KeyError:
         raise AttributeError(f"module 'lvflow' has no attribute {name!r}") from None
-    mod = _importlib.import_module(module, __name__)
+    try:
+        mod = _importlib.import_module(module, __name__)
+    except Exception as e:
+        missing = _dependency_error(e)
+        if missing is None:
+            raise
+        raise missing from e
     value = mod if module == "." + name else getattr(mod, name)
     globals()[name] = value  # later lookups skip __getattr__
     return value
+
+
+def _dependency_error(error: BaseException) -> ImportError | None:
+    """The one-line `ImportError` for a dependency of lvflow that is missing or fails to import,
+    naming the package, or `None` when `error` was raised by lvflow itself."""
+    package = getattr(error, "name", None) if isinstance(error, ImportError) else None
+    tb = error.__traceback__ if package is None else None
+    while tb is not None:  # a package that fails to import: the innermost frame outside lvflow raised
+        top = str(tb.tb_frame.f_globals.get("__name__", "")).split(".")[0]
+        if top not in ("lvflow", "importlib", "__main__", ""):
+            package = top
+        tb = tb.tb_next
+    if not package or package.split(".")[0] == "lvflow":
+        return None
+    package = package.split(".")[0]
+    detail = " ".join(str(error).split()) or type(error).__name__
+    return ImportError(
+        f"lvflow needs the package {package!r}, which is not installed or fails to import ({detail}); "
+        "`pip install -e .` in lvflow's checkout installs its dependencies",
+        name=package,
+    )
 
 
 def __dir__():

@@ -40,6 +40,30 @@ _JAXTYPING_DTYPES = ("Float", "Int", "Bool", "Shaped", "Real", "Num", "Inexact",
 
 import lvflow  # noqa: E402,F401  (switches on float64 too)
 
+_pytest_approx = pytest.approx
+
+
+def _holds_jax_array(value) -> bool:
+    if isinstance(value, jax.Array):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_jax_array(v) for v in value.values())
+    if isinstance(value, (list, tuple, set)):
+        return any(_holds_jax_array(v) for v in value)
+    return False
+
+
+def _approx_of_host_values(expected, *args, **kwargs):
+    """`pytest.approx`, refusing a JAX array as the expected value: pytest reads it through numpy's
+    protocol (`.flat`), which JAX arrays do not implement (pytest ≥ 9.2 raises on it). Convert with
+    `float(...)` or `np.asarray(...)` first, so a test's meaning does not depend on pytest's version."""
+    if _holds_jax_array(expected):
+        raise TypeError("pytest.approx got a JAX array as the expected value: convert it with float() or np.asarray()")
+    return _pytest_approx(expected, *args, **kwargs)
+
+
+pytest.approx = _approx_of_host_values
+
 
 @pytest.fixture(autouse=True)
 def _lvflow_validation_only(request):

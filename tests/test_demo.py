@@ -6,6 +6,7 @@ import pytest
 from lvflow._workflow.cli import main
 
 
+@pytest.mark.smoke
 def test_demo_matches_eq158_and_writes_plot(tmp_path, capsys):
     out = tmp_path / "demo.png"
     assert main(["demo", "--plot", str(out)]) == 0

@@ -4,7 +4,12 @@ name must load and be the object its module defines."""
 
 import ast
 import importlib
+import os
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 import lvflow
 
@@ -23,6 +28,7 @@ def _static_imports() -> dict[str, str]:
     return found
 
 
+@pytest.mark.smoke
 def test_static_and_lazy_exports_agree():
     assert _static_imports() == lvflow._EXPORTS
     assert lvflow.__all__ == sorted(lvflow._EXPORTS)
@@ -33,3 +39,31 @@ def test_every_export_loads_from_its_module():
         mod = importlib.import_module(module, "lvflow")
         expected = mod if module == "." + name else getattr(mod, name)
         assert getattr(lvflow, name) is expected, name
+
+
+def _run(tmp_path, code: str, *flags: str, pythonpath: str = "") -> subprocess.CompletedProcess:
+    root = str(Path(lvflow.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (pythonpath, root) if p)}
+    return subprocess.run(
+        [sys.executable, *flags, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_a_missing_or_broken_dependency_is_named_in_one_line(tmp_path):
+    # Without site-packages (`-S`) none of lvflow's dependencies can be imported; `import lvflow`
+    # itself needs none of them, and the first public name that does says which one is missing.
+    code = "import lvflow\ntry:\n    lvflow.solve_lv\nexcept ImportError as e:\n    print(e.name, '|', e)"
+    out = _run(tmp_path, code, "-S")
+    assert out.returncode == 0, out.stderr
+    name, message = out.stdout.strip().split(" | ")
+    assert name in ("numpy", "jax", "equinox", "diffrax") and f"the package {name!r}" in message
+    # the command: one line on stderr naming the package, exit 2
+    out = _run(tmp_path, "import sys; from lvflow._workflow.cli import main; sys.exit(main(['demo']))", "-S")
+    assert out.returncode == 2 and out.stdout == ""
+    assert len(out.stderr.splitlines()) == 1 and "lvflow demo: error: lvflow needs the package" in out.stderr
+    # a jax that fails to import (a broken install): the error names jax, not lvflow's import hook
+    (tmp_path / "fake" / "jax").mkdir(parents=True)
+    (tmp_path / "fake" / "jax" / "__init__.py").write_text("raise RuntimeError('this jaxlib is broken')\n")
+    out = _run(tmp_path, code, pythonpath=str(tmp_path / "fake"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("jax | ") and "this jaxlib is broken" in out.stdout

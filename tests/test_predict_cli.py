@@ -158,6 +158,7 @@ plot: loss.png
 README_TABLE = "\n".join(README_OUTPUT.splitlines()[2:6])  # header + 3 rows
 
 
+@pytest.mark.smoke
 def test_readme_example(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "sys.csv").write_text(README_CSV)

@@ -99,6 +99,7 @@ def _competitive():
     return lvflow.LotkaVolterra(r, C), np.array([1e-6, 1e-6, 1e-8])
 
 
+@pytest.mark.smoke
 def test_coupled_extinction_vs_scipy_radau():
     system, z0 = _competitive()
     r, C = np.asarray(system.r), np.asarray(system.C)

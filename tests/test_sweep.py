@@ -160,7 +160,7 @@ def test_coupled_rows_against_scipy_and_the_schedule(mixed):
             np.testing.assert_allclose(res["tau_star"][i, :K_ODE], sched.tau_star, rtol=1e-12)
             # predict's horizon: 1.2 × the latest ignition estimate + 8 e-folds of the slowest mode
             t_iso = np.log(np.maximum(r / (np.diag(C) * eps), np.e)) / r
-            t1 = 1.2 * max(t_iso.max(), np.max(sched.tau_star) * np.log(1 / eps)) + 8 / r.min()
+            t1 = 1.2 * max(t_iso.max(), float(np.max(sched.tau_star)) * np.log(1 / eps)) + 8 / r.min()
             assert res["t1"][i] == pytest.approx(t1, rel=1e-12)
     assert np.all(res["num_steps"][6:] > 0) and np.all(res["success"])
     assert np.all(np.isnan(res["t_star"][6:, K_ODE:]))  # narrower systems are NaN-padded

@@ -25,7 +25,7 @@ def structure_matrix(
     *,
     batched: bool = False,
     atol: float = 1e-10,
-) -> Float[Array, "*m *k p p"]:
+) -> Float[Array, "... p p"]:
     """The structure matrix `A(x) = ½ ∇²_w unit(w, x) |_{w=0}` of a sum-form module (Eq. 2).
 
     A module `f_x(W) = Σ_i unit(w_i, x)` with `d` interchangeable neurons `w_i ∈ R^p` is, near

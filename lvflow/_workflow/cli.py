@@ -10,6 +10,7 @@ import re
 import sys
 import warnings
 
+from .. import _dependency_error
 from . import plot_worker
 
 # Each subcommand lives in its own module exposing `add_arguments(parser)`, `run(args) -> int` and
@@ -51,7 +52,10 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    mod = importlib.import_module(_COMMANDS[argv[0]][0])
+    try:
+        mod = importlib.import_module(_COMMANDS[argv[0]][0])
+    except Exception as e:
+        return _missing_dependency(f"lvflow {argv[0]}", e)
     sp = argparse.ArgumentParser(prog=f"lvflow {argv[0]}", description=_COMMANDS[argv[0]][1])
     mod.add_arguments(sp)
     sp.error = _one_line_error(sp.prog)  # one line, not usage + message
@@ -154,6 +158,8 @@ def _run_reporting(prog: str, mod, args: argparse.Namespace) -> int:
             raise
         from .._core.errors import LvflowError, SolverError
 
+        if isinstance(e, ImportError) and _dependency_error(e) is not None:  # a package imported lazily
+            return _missing_dependency(prog, e)
         msg = " ".join(str(e).split()) or type(e).__name__
         if isinstance(e, LvflowError):
             sys.stderr.write(f"{prog}: error: {_flagged(msg, mod.FLAGS)}\n")
@@ -163,6 +169,15 @@ def _run_reporting(prog: str, mod, args: argparse.Namespace) -> int:
             return 1
         sys.stderr.write(f"{prog}: internal error: {type(e).__name__}: {msg} (rerun with --debug for the traceback)\n")
         return 1
+
+
+def _missing_dependency(prog: str, error: Exception) -> int:
+    """A dependency that is not installed or fails to import: one line naming it, exit 2."""
+    missing = _dependency_error(error)
+    if missing is None:
+        raise error
+    sys.stderr.write(f"{prog}: error: {missing}\n")
+    return 2
 
 
 def _negative_values_attached(argv: list[str]) -> list[str]:
