@@ -58,7 +58,7 @@ def _left(quick: bool) -> dict:
     t_loss = t
     Ckk = np.diagonal(C)
     z_inf = R_LEFT / Ckk
-    V = R_LEFT**2 / (8 * Ckk)  # Thm 6
+    V = R_LEFT**2 / (8 * Ckk)  # Thm 9 (V_k of an isolated mode, Thm 6)
     z_th = np.asarray(orthogonal_features(R_LEFT, Ckk, np.full(m, EPS_LEFT), t))  # Thm 6
     E_th = np.sum(V * (1 - z_th / z_inf) ** 2, axis=1)  # Eq. 163 (L(z∞) = 0 here)
     t_star = np.asarray(ignition_time(R_LEFT, Ckk, 1.0, EPS_LEFT, rho=0.5))  # Eq. 158, the times Fig 3 marks

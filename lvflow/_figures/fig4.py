@@ -7,6 +7,12 @@ the ξ-ODE of Thm 5, `ξ̇_μ = Σ_k λ_{μ,k} z_k0 e^{−(8/m) λ_{μ,k} ξ_μ}
 `t*_μ ≈ ln(1/ε)/ζ_μ`, `ζ_μ = (8/m) λ_{μ,max} y_μ` (Thm 10); with targets `y_μ = 2^{−μ+1}` the
 four drops are spread over time. Full-batch GD on `W` (from `W(0) = √ε I`) is compared with the
 ξ-ODE, and the measured drops with Eq. 158 (ρ = ½, the leading mode of each sample).
+
+The leading mode of sample μ is a logistic with `ζ_μ`, `C = (8/m) λ_max²` and `z_0 = ε`, so Eq. 158
+puts its drop at `[ln(1/ε) − ln(λ_max/y_μ)]/ζ_μ` (up to `O(ε)`): *earlier* than the paper's dashed
+`ln(1/ε)/ζ_μ` (Eq. 47) by the fraction `ln(λ_max/y_μ)/ln(1/ε) = ln(2/y_μ)/ln(1/ε)`, a finite-ε
+correction that vanishes as ε → 0. At our ε = 1e-6 and `y = (1, ½, ¼, ⅛)` that is 5–20 %, so the
+third claim fails its 10 % criterion; it would pass for every sample only at ε ≲ 9e-13.
 """
 
 from __future__ import annotations
@@ -149,6 +155,8 @@ def make(out: Path, *, quick: bool = False) -> dict:
         "choices": {"y_and_eps": "the paper gives neither y nor ε; ours are listed above"},
     }
     lead = _style.rel_err(t_meas, t_lead)
+    # Eq. 158 vs Eq. 47 for the leading mode: the drop comes earlier by ln(λ_max/y_μ)/ln(1/ε) (up to O(ε))
+    gap = np.log(LAM.max() / Y) / math.log(1 / EPS)
     summary["claims"] = [
         _style.claim(
             "the GD trajectories match the analytical curves of Thm 5 (the ξ-ODE, Eq. 36)",
@@ -165,9 +173,17 @@ def make(out: Path, *, quick: bool = False) -> dict:
         _style.claim(
             "each drop matches its timescale t*_μ = ln(1/ε)/ζ_μ (Eq. 47, the dashed lines)",
             bool(np.max(lead) <= 0.10),
-            "measured drop within 10 % of ln(1/ε)/ζ_μ (Eq. 158's finite-ε time is reported beside)",
+            "measured drop within 10 % of ln(1/ε)/ζ_μ (Eq. 158's finite-ε time is reported beside). "
+            f"Why it fails here: the drops come {100 * np.min(lead):.0f}–{100 * np.max(lead):.0f} % earlier than "
+            "Eq. 47; Eq. 158 (ρ = ½) for each sample's leading mode is [ln(1/ε) − ln(λ_max/y_μ)]/ζ_μ, so the "
+            "relative gap is ln(λ_max/y_μ)/ln(1/ε) = ln(2/y_μ)/ln(1/ε), set by our choice of y and "
+            f"ε = {EPS:g}: a finite-ε correction that vanishes as ε → 0 (below 10 % for every sample only "
+            f"at ε ≲ {(Y.min() / LAM.max()) ** 10:.1g}); the measured drops sit within "
+            f"{100 * np.max(_style.rel_err(t_meas, t_eq158)):.1f} % of Eq. 158",
             rel_err_leading_order=lead,
             rel_err_eq158=_style.rel_err(t_meas, t_eq158),
+            signed_rel_diff_vs_eq47=t_meas / t_lead - 1,
+            gap_ln_lammax_over_y_over_ln_inv_eps=gap,
         ),
     ]
     _style.write_summary(out, "fig4", summary)

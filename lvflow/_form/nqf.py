@@ -17,7 +17,7 @@ from .._core.validate import _is_concrete, as_array, check_symmetric
 class NQF(eqx.Module):
     """A neural quadratic form fitted to `m` samples by squared loss (Eq. 26).
 
-    The model's output on sample `μ` (Thm 1; with the μ-terms of Thm 12, Eq. 196) is
+    The model's output on sample `μ` (Thm 1; with the μ-terms of Thm 12, in the form of Eq. 20) is
 
     `f_μ = f0_μ + g_μᵀ μ + Tr[M A_μ] + μᵀ B_μ μ`,   `M = W Wᵀ`, `μ = W 1`,
 
@@ -169,7 +169,7 @@ class NQF(eqx.Module):
         return self.g is not None or self.B is not None
 
     def predict(self, M: Float[ArrayLike, "p p"], mu: Float[ArrayLike, " p"] | None = None) -> Float[Array, "m *k"]:  # noqa: F821 (jaxtyping's variadic dims)
-        """`f_μ = f0_μ + g_μᵀμ + Tr[M A_μ] + μᵀ B_μ μ` for every sample (Eq. 2, Eq. 196)."""
+        """`f_μ = f0_μ + g_μᵀμ + Tr[M A_μ] + μᵀ B_μ μ` for every sample (Eq. 2, Eq. 20)."""
         self._need_mu(mu)
         out = self.f0 + self._pair(jnp.asarray(M))
         if mu is not None:

@@ -147,12 +147,12 @@ def _blocks_at_zero(module, x, p, d, batched):
 
 
 class Expansion(eqx.Module):
-    """Second-order expansion of a permutation-symmetric module about `W = 0` (Thm 12, Eq. 196):
+    """Second-order expansion of a permutation-symmetric module about `W = 0` (Thm 12) in the form of Eq. 20:
 
     `f_x(W) = f0(x) + g(x)ᵀ μ + Tr[M A(x)] + μᵀ B(x) μ + O(|W|³)`, with `M = W Wᵀ`, `μ = W 1`.
 
     Then `∇²_{w_i} f = 2(A + B)` and `∇_{w_i} ∇_{w_j} f = 2B` (i ≠ j): `B = ½ H_ij` and
-    `A = ½ (H_ii − H_ij)`. For a ZGZ module `g = 0` and `B = 0`.
+    `A = ½ (H_ii − H_ij)` (Eq. 20's `A` is Eq. 196's `A` minus `B`). For a ZGZ module `g = 0` and `B = 0`.
     """
 
     f0: Array
@@ -172,7 +172,7 @@ def expand(
 ) -> Expansion:
     """Expand a general permutation-symmetric module `module(W, x)`, `W ∈ R^{p×d}`, about `W = 0`.
 
-    Returns `Expansion(f0, g, A, B)` of Thm 12 (Eq. 196), shapes `()`, `(p,)`, `(p, p)`, `(p, p)`
+    Returns `Expansion(f0, g, A, B)` of Thm 12 (Eq. 20's form), shapes `()`, `(p,)`, `(p, p)`, `(p, p)`
     (each with a leading `k` for vector outputs and a leading `m` when `batched`).
 
     **Arguments:**

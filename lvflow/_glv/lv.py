@@ -74,7 +74,7 @@ class AbstractLotkaVolterra(eqx.Module):
 
     @property
     def V(self) -> Float[Array, " K"]:
-        """Loss drop of each isolated mode, `V_k = r_k² / (8 C_kk)` (Thm 6, §4)."""
+        """Loss drop of each isolated mode, `V_k = r_k² / (8 C_kk)` (Thm 9; the isolated-mode case of Thm 6)."""
         return jnp.where(self.r > 0, self.r**2 / (8 * self.C_diagonal), 0.0)
 
     def equilibrium(self, active=None, *, tol: float = 1e-12) -> Float[Array, " K"]:

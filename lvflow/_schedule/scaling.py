@@ -104,7 +104,7 @@ def spectrum_exponents(
     kmax: int | None = None,
 ) -> SpectrumExponents:
     """Estimate `α₁, α₂` from `(ζ, V)`, or from a gLV's `(r, C)` with `ζ_k = r_k` and
-    `V_k = r_k²/(8 C_kk)` (Thm 6). Modes with `ζ_k ≤ 0` never ignite and are dropped; the rest
+    `V_k = r_k²/(8 C_kk)` (Thm 9, for isolated modes). Modes with `ζ_k ≤ 0` never ignite and are dropped; the rest
     are ranked `k = 1, 2, …` by decreasing `ζ`, and `ln ζ_k`, `ln V_k` are regressed on `ln k`
     over ranks `kmin..kmax` (inclusive; default all)."""
     if (zeta is None) == (r is None):

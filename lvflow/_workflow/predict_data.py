@@ -65,7 +65,7 @@ def _attention(x, k, kernel, value_size):
     if x.ndim != 3:
         raise LvflowError(f"x: expected shape (m, D, N) (one sequence of N tokens of size D per sample), got {x.shape}")
     # key_size 1: at small init the softmax is uniform to first order, so the query and key
-    # blocks of A(X) vanish (Prop 3) and their size does not enter the NQF
+    # blocks of A(X) vanish (Prop 2) and their size does not enter the NQF
     return architectures.MultiHeadAttention(x.shape[1], 1, value_size, 1, k, key=_key())
 
 

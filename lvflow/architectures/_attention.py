@@ -1,4 +1,4 @@
-"""Attention: multi-head attention, query–key-only heads, and attention logits (Props 3–4, Table 3).
+"""Attention: multi-head attention, query–key-only heads, and attention logits (Props 2–4, Table 3).
 
 Conventions shared by the three modules: an input is one sequence `X ∈ R^{D×N}` whose columns
 are the `N` tokens; the query is the **last token** `x = X[:, -1]` (the position being
@@ -68,7 +68,7 @@ class MultiHeadAttention(AbstractVectorOutput, AbstractSeparableMap):
     `w_i = [vec Wᑫ (d_k×D), vec Wᴷ (d_k×D), vec Wᴠ (d_v×D), vec v (d_v×k, or d_v)]`.
 
     At `W = 0` the softmax is uniform, so to second order the head is `vᵀ Wᴠ x̄` with
-    `x̄ = X 1/N`; the structure matrix (Prop 3) has only the `(Wᴠ, v)` block,
+    `x̄ = X 1/N`; the structure matrix (Prop 2, Eq. 8) has only the `(Wᴠ, v)` block,
 
     `A⁽ᶜ⁾ = ½ [[0, (I_{d_v} ⊗ x̄) ⊗ e_cᵀ], [·ᵀ, 0]]`
 
@@ -160,7 +160,7 @@ class QKAttention(AbstractVectorOutput, AbstractLearnedMap):
     therefore centred, `unit(w, X) = cᵀ X (softmax(s) − 1/N)`, so that `unit(0, X) = 0` as the
     sum form needs, and `model(X) = f0(X) + Σ_i unit(w_i, X)` with `f0(X) = d cᵀ x̄` (`f0`
     method). `__call__` returns the centred sum `Σ_i unit(w_i, X)` (subtract `f0` from targets,
-    or add it to outputs). Structure matrix (Prop 4), with `Σ_X = X Xᵀ/N − x̄ x̄ᵀ`, `u = Σ_X c`:
+    or add it to outputs). Structure matrix (Prop 3, Eq. 10), with `Σ_X = X Xᵀ/N − x̄ x̄ᵀ`, `u = Σ_X c`:
 
     `A = 1/(2√d_k) [[0, I_{d_k} ⊗ x uᵀ], [I_{d_k} ⊗ u xᵀ, 0]]`
 
@@ -267,7 +267,7 @@ class AttentionLogits(AbstractArchitecture):
 
     The neurons are the `d_k` rows of `Wᑫ, Wᴷ ∈ R^{d_k×D}`: `w_j = [wᑫ_j, wᴷ_j] ∈ R^{2D}`, so
     `s_n = Σ_j (wᑫ_jᵀ x)(wᴷ_jᵀ x_n) / √d_k` with `d_k = d` the number of neurons. The logits are
-    exactly quadratic in `W`; per logit `n` (Table 3, key token `u = x_n`):
+    exactly quadratic in `W`; per logit `n` (Prop 4's Eq. 12 with the key token `u = x_n`):
 
     `A⁽ⁿ⁾ = 1/(2√d_k) [[0, x x_nᵀ], [x_n xᵀ, 0]]`.
 

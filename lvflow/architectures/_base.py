@@ -164,10 +164,10 @@ class AbstractSeparableMap(AbstractLearnedMap):
 
 class AbstractPooledPerceptron(AbstractSeparableMap):
     """`f(x) = Σ_i v_i Σ_q φ(u_iᵀ x_q)`: neurons `w_i = [u_i (n), v_i (k, or 1)]` read out summed
-    over the patches `x_q` of the input (MLP: one patch, `x` itself; CNN: Prop 2).
+    over the patches `x_q` of the input (MLP: one patch, `x` itself; CNN: Prop 6).
 
     The structure matrix is `A⁽ᶜ⁾(x) = φ'(0)/2 · [[0, z(x) e_cᵀ], [e_c z(x)ᵀ, 0]]` with
-    `z(x) = Σ_q x_q` (Props 1–2), so to second order `f_c(x) = φ'(0) z(x)ᵀ U Vᵀ e_c`: the
+    `z(x) = Σ_q x_q` (Props 1 and 6), so to second order `f_c(x) = φ'(0) z(x)ᵀ U Vᵀ e_c`: the
     learned map is `Θ = Σ_i u_i v_iᵀ = U Vᵀ` (`n × k`) and `Φ_c(x) = φ'(0) z(x) e_cᵀ`; each
     output reads its own column of `Θ` with `ψ(x) = φ'(0) z(x)`.
     """

@@ -1,4 +1,4 @@
-"""One-layer convolutional network with global sum pooling (Prop 2, Table 3)."""
+"""One-layer convolutional network with global sum pooling (Prop 6, Table 3)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class CNN(AbstractVectorOutput, AbstractPooledPerceptron):
 
     `x_p` runs over the `P` patches of size `kh × kw` (stride 1, no padding, each flattened
     row-major); the `d` channels (kernels `k_i`) are globally sum-pooled and read out by
-    `v_i ∈ R^k`. Neuron `w_i = [vec k_i (kh·kw), v_i (k, or 1)]`. Structure matrix (Prop 2):
+    `v_i ∈ R^k`. Neuron `w_i = [vec k_i (kh·kw), v_i (k, or 1)]`. Structure matrix (Prop 6, Eq. 16):
 
     `A⁽ᶜ⁾(X) = φ'(0)/2 · [[0, (Σ_p x_p) e_cᵀ], [e_c (Σ_p x_p)ᵀ, 0]]`.
 

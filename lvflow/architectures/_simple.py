@@ -1,4 +1,4 @@
-"""Exactly quadratic modules: phase retrieval, diagonal linear nets, matrix sensing (Prop 6, Table 3).
+"""Exactly quadratic modules: phase retrieval, diagonal linear nets, matrix sensing (Table 3).
 
 Each is a quadratic form in every neuron, so `f_x(W) = Tr[W Wᵀ A(x)]` holds exactly, not only
 to second order.
