@@ -133,6 +133,9 @@ _EXPORTS = {
     # The user's workflow.
     "Prediction": "._workflow.predict",
     "predict": "._workflow.predict",
+    # Reading a loss curve.
+    "LossDrops": "._curve.drops",
+    "loss_drops": "._curve.drops",
     # Fitting a training curve.
     "AbstractCurveModel": "._fit.base",
     "DecoupledModes": "._fit.modes",
@@ -158,6 +161,7 @@ if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers 
         SymmetryError as SymmetryError,
         ZGZError as ZGZError,
     )
+    from ._curve.drops import LossDrops as LossDrops, loss_drops as loss_drops
     from ._fit.base import AbstractCurveModel as AbstractCurveModel
     from ._fit.fit import FitResult as FitResult, fit as fit
     from ._fit.modes import DecoupledModes as DecoupledModes

@@ -1,0 +1,1 @@
+"""Reading a loss curve: its plateaus and drops."""
