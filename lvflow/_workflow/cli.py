@@ -71,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         # matplotlib's import and first drawing overlap JAX's import and the solve
         plot_worker.start()
     try:
+        bad = _bad_environment(f"lvflow {argv[0]}")
+        if bad is not None:
+            return bad
         if argv[0] != "bench":  # benchmarks time cold starts themselves
             _persistent_cache()
         return _run_reporting(f"lvflow {argv[0]}", mod, args)
@@ -150,6 +153,12 @@ def _run_reporting(prog: str, mod, args: argparse.Namespace) -> int:
             f"{prog}: interrupted" + (" (rerun the same command to resume)" if "sweep" in prog else "") + "\n"
         )
         return 130
+    except Warning as e:  # PYTHONWARNINGS=error (or -W error) turns a warning into an exception
+        sys.stderr.write(
+            f"{prog}: error: a warning became an error under PYTHONWARNINGS/-W error: "
+            f"{type(e).__name__}: {' '.join(str(e).split())}\n"
+        )
+        return 2
     except BrokenPipeError:  # `lvflow predict … | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
@@ -169,6 +178,33 @@ def _run_reporting(prog: str, mod, args: argparse.Namespace) -> int:
             return 1
         sys.stderr.write(f"{prog}: internal error: {type(e).__name__}: {msg} (rerun with --debug for the traceback)\n")
         return 1
+
+
+def _bad_environment(prog: str) -> int | None:
+    """JAX settings from the environment that would stop every command: a `JAX_PLATFORMS` with no
+    usable backend, an `XLA_FLAGS` that XLA aborts on (checked in a child process, since XLA
+    ends the process). One line naming the variable and exit 2; `None` when both are fine."""
+    flags = os.environ.get("XLA_FLAGS", "").strip()
+    if flags:
+        import subprocess
+
+        check = "import jax; jax.devices()"
+        out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
+        if out.returncode != 0:
+            lines = [ln for ln in out.stderr.splitlines() if "XLA_FLAGS" in ln] or out.stderr.splitlines()[-1:]
+            why = lines[0].split("] ", 1)[-1] if lines else f"exit status {out.returncode}"
+            sys.stderr.write(f"{prog}: error: XLA_FLAGS={flags!r}: {why}\n")
+            return 2
+    if os.environ.get("JAX_PLATFORMS", "").strip():
+        import jax
+
+        try:
+            jax.devices()
+        except RuntimeError as e:
+            why = " ".join(str(e).split())
+            sys.stderr.write(f"{prog}: error: JAX_PLATFORMS={os.environ['JAX_PLATFORMS']!r}: {why}\n")
+            return 2
+    return None
 
 
 def _missing_dependency(prog: str, error: Exception) -> int:
