@@ -70,6 +70,8 @@ def _column(name: str, values, source: str) -> np.ndarray:
     for i, v in enumerate(values):
         if isinstance(v, bool) or v is None:
             raise LvflowError(f"{source}: {name} row {i + 1} is not a number: {v!r}")
+        if isinstance(v, (list, dict)):
+            raise LvflowError(f"{source}: {name} row {i + 1} is not a number: a JSON {type(v).__name__}")
         try:
             out[i] = float(v)
         except (TypeError, ValueError):
@@ -113,11 +115,13 @@ def _named(source: str, p: Path) -> str:
 
 def _read_json(p: Path, source: str) -> dict:
     try:
-        obj = json.loads(p.read_text(encoding="utf-8"))
+        obj = json.loads(p.read_text(encoding="utf-8-sig"))  # a byte-order mark is not data
     except (OSError, UnicodeDecodeError) as e:
         raise LvflowError(f"{source}: cannot read {p}: {e.__class__.__name__}: {e}") from None
     except json.JSONDecodeError as e:
         raise LvflowError(f"{_named(source, p)}not valid JSON: {e.msg} at line {e.lineno}") from None
+    except RecursionError:
+        raise LvflowError(f"{_named(source, p)}JSON nested too deeply to read; expected lists of numbers") from None
     if isinstance(obj, dict) and not any(isinstance(v, list) for v in obj.values()):
         raise LvflowError(f"{source}: {p} holds a JSON object without columns; expected lists under 'step' and 'loss'")
     if isinstance(obj, dict):
@@ -137,12 +141,13 @@ def _read_json(p: Path, source: str) -> dict:
 def read_log(path, *, source: str = "log") -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """`(steps, loss, lr)` from a `.csv` (header row naming the columns; comma or tab separated;
     `#` comments) or `.json` file (a list of records `{"step": …, "loss": …}` or an object of
-    columns `{"step": [...], "loss": [...]}`). Columns: step (`step`, `steps`, `iteration`,
-    `iter`, `epoch`), loss (`loss`, `train_loss`, `training_loss`), optional learning rate (`lr`,
-    `learning_rate`, `eta`). A header-less CSV of two columns is read as step, loss.
+    columns `{"step": [...], "loss": [...]}`), UTF-8 with or without a byte-order mark. Columns:
+    step (`step`, `steps`, `iteration`, `iter`, `epoch`), loss (`loss`, `train_loss`,
+    `training_loss`), optional learning rate (`lr`, `learning_rate`, `eta`). A header-less CSV of
+    two columns is read as step, loss.
 
-    **Raises:** `LvflowError` naming `source`: missing or unreadable file, unknown type, no
-    step or loss column, a cell that is not a number."""
+    **Raises:** `LvflowError` naming `source`: missing or unreadable file, unknown type, JSON
+    nested too deeply, no step or loss column, a cell that is not a number."""
     p = Path(os.fspath(path))
     if not p.exists():
         raise LvflowError(f"{_named(source, p)}file not found")

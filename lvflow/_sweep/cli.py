@@ -1,8 +1,10 @@
 """`lvflow sweep`: `lvflow predict`'s inputs, each with one value or a list, swept as a grid (or from a
 TOML/JSON spec), batched and sharded over devices and hosts, written to resumable chunks.
 
-Exit codes: 0 success, 2 bad input (one line on stderr naming the input and the problem), 1 an
-internal error (one line; `--debug` shows the traceback).
+Exit codes: 0 success, 2 bad input (one line on stderr naming the input and the problem; also an
+output directory in use by another sweep, or holding a different one), 1 a configuration whose
+solve failed (after the summary; the rows are kept, with `success` False) or an internal error (one
+line; `--debug` shows the traceback).
 """
 
 from __future__ import annotations
@@ -81,7 +83,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run `lvflow sweep`; returns the exit code (errors are reported by `lvflow`'s `main`)."""
+    """Run `lvflow sweep`; returns the exit code (errors are reported by `lvflow`'s `main`).
+
+    The output directory is locked while the sweep runs (`run.out_lock`); a sweep that fails
+    before writing a chunk leaves no file behind.
+
+    **Raises:** `LvflowError` for bad input, a directory in use or holding a different sweep;
+    `SolverError` (after the summary is printed) when a configuration's solve failed.
+    """
+    from pathlib import Path
+
     from .._core.errors import LvflowError
 
     if args.cpu_devices is not None:
@@ -101,41 +112,213 @@ def run(args: argparse.Namespace) -> int:
             "input: give the configurations as flags (e.g. --alpha1 2 --alpha2 0.8 --modes 100 "
             "--eps 1e-4,1e-6) or --spec FILE"
         )
+    from .run import lock_path, out_lock
+
+    spec = _spec(args.spec) if args.spec else None
+    out = Path(args.out)
+    alone = args.coordinator is None and args.num_processes is None  # no other process writes to out
+    top = _make_directory(out)
+    lock = None  # the lock file, once this run holds it, if this run created it
+    try:
+        index = _process_index(args)
+        fresh = not lock_path(out, index).exists()
+        with out_lock(out, index) as path:
+            lock = path if fresh else None
+            before = set(os.listdir(out))
+            try:
+                res = _sweep(args, grid, spec, out)
+            except BaseException:
+                _remove_new_files(out, before, alone)
+                raise
+    except BaseException:
+        _remove_new_directories(out, top, lock)
+        raise
+    return _report(args, res)
+
+
+def _spec(path: str) -> dict:
+    """The spec file, read and checked (`run.read_spec_file`), its file names made relative to it."""
+    from pathlib import Path
+
+    from .run import read_spec_file
+    from .sweep import _relative_to
+
+    return _relative_to(read_spec_file(path), Path(path).parent)
+
+
+def _process_index(args: argparse.Namespace) -> int:
+    """This process's number among the sweep's processes (0 for one process): it names the lock."""
+    if args.coordinator is not None:
+        from .sweep import _distributed
+
+        return _distributed(args.coordinator, args.num_processes, args.process_id)[0]
+    p = args.process_id
+    return p if args.num_processes is not None and p is not None and 0 <= p < args.num_processes else 0
+
+
+def _make_directory(out):
+    """Create the directory `out` (and its parents) if missing.
+
+    **Returns:** the topmost directory created (`out` or one of its parents), or `None`.
+
+    **Raises:** `LvflowError` naming `out` when it is a file, or cannot be created or written to.
+    """
+    from .._core.errors import LvflowError
+
+    if out.exists() and not out.is_dir():
+        raise LvflowError(f"out: {out} exists and is not a directory")
+    top = None
+    for d in (out, *out.parents):
+        if d.exists():
+            break
+        top = d
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file on the path, no permission, a read-only file system
+        raise LvflowError(f"out: cannot create the directory {out}: {e.strerror or e}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        _remove_new_directories(out, top, None)
+        raise LvflowError(f"out: directory is not writable (permission denied): {out}")
+    return top
+
+
+def _has_chunks(out) -> bool:
+    try:
+        return any(name.startswith("chunk-") for name in os.listdir(out))
+    except OSError:
+        return True  # cannot tell: remove nothing
+
+
+def _remove_new_files(out, before: set[str], alone: bool) -> None:
+    """After a failed sweep, while it holds the lock: unless a chunk exists (a rerun resumes from
+    it), remove the files not in `out` before (`before`), its manifest only if `alone` (no other
+    process writes to `out`)."""
+    if _has_chunks(out):
+        return
+    for name in set(os.listdir(out)) - before:
+        if name == "manifest.json" and not alone:
+            continue
+        try:
+            os.remove(os.path.join(out, name))
+        except OSError:
+            pass
+
+
+def _remove_new_directories(out, top, lock) -> None:
+    """After a failed sweep, its lock released: unless a chunk exists, remove the lock file it
+    created (`lock`, or `None`) and the directories it created (`out` up to `top`), if empty."""
+    if _has_chunks(out):
+        return
+    if lock is not None:
+        try:
+            os.remove(lock)
+        except OSError:
+            pass
+    if top is None:
+        return
+    for d in (out, *out.parents):
+        try:
+            os.rmdir(d)
+        except OSError:  # not empty: another process's files
+            return
+        if d == top:
+            return
+
+
+def _sweep(args: argparse.Namespace, grid: dict, spec: dict | None, out):
+    """`lvflow.sweep` with the command's options; a directory holding a different sweep is refused
+    with what differs."""
+    from .._core.errors import LvflowError
     from .sweep import sweep
 
-    res = sweep(
-        grid or None,
-        spec=args.spec,
-        out=args.out,
-        curve=True if args.curve else None,
-        schedule=args.schedule,
-        chunk_size=args.chunk_size,
-        batch_size=args.batch_size,
-        max_steps=args.max_steps,
-        devices=args.devices,
-        progress=False if args.quiet else None,
-        summary=not args.no_summary,
-        coordinator=args.coordinator,
-        num_processes=args.num_processes,
-        process_id=args.process_id,
-    )
+    try:
+        return sweep(
+            grid or None,
+            spec=spec,
+            out=out,
+            curve=True if args.curve else None,
+            schedule=args.schedule,
+            chunk_size=args.chunk_size,
+            batch_size=args.batch_size,
+            max_steps=args.max_steps,
+            devices=args.devices,
+            progress=False if args.quiet else None,
+            summary=not args.no_summary,
+            coordinator=args.coordinator,
+            num_processes=args.num_processes,
+            process_id=args.process_id,
+        )
+    except LvflowError as e:
+        if "holds a different sweep" not in str(e):
+            raise
+        differs = _difference(args, grid, spec, out)
+        if not differs:
+            raise
+        raise LvflowError(
+            f"out: {out} holds a different sweep ({differs}); use a new directory, or delete that one"
+        ) from None
+
+
+def _difference(args: argparse.Namespace, grid: dict, spec: dict | None, out) -> str:
+    """What differs between this command's sweep and the one `out`'s manifest records (empty if
+    it cannot tell)."""
+    from .._core.errors import LvflowError
+    from .grid import expand
+    from .run import manifest_difference, read_manifest
+    from .sweep import load_spec
+
+    try:
+        m = read_manifest(out)
+        sp = load_spec(spec) if spec is not None else {"grids": [], "configs": [], "options": {}}
+        plan = expand([*sp["grids"], *([grid] if grid else [])], sp["configs"])
+    except LvflowError:
+        return ""
+    opts = sp["options"]
+    recorded = m.get("options", {})
+    options = {
+        "curve": bool(args.curve or opts.get("curve", False)),
+        "schedule": args.schedule or opts.get("schedule", "limit"),
+        "max_steps": int(args.max_steps or opts.get("max_steps", 16384)),
+        "chunk_size": int(args.chunk_size or opts.get("chunk_size") or recorded.get("chunk_size", 4096)),
+        "parameters": list(plan.columns),
+    }
+    return manifest_difference(m, plan.definition, options)
+
+
+def _report(args: argparse.Namespace, res) -> int:
+    """Print the summary (or with `--json` the summary JSON); 0, or `SolverError` when a
+    configuration's solve failed (its row is kept, with `success` False)."""
+    import numpy as np
+
+    from .._core.errors import SolverError
+
     st = res.stats
+    n = len(res)
+    failed = np.flatnonzero(~res["success"].astype(bool)) if n else np.zeros(0, dtype=int)
     if args.json and res.complete and not args.no_summary:
         with open(os.path.join(args.out, "summary.json"), encoding="utf-8") as f:
             sys.stdout.write(f.read())
-        return 0
-    share = f" (process {st['process_index']} of {st['process_count']})" if st["process_count"] > 1 else ""
-    print(
-        f"lvflow sweep: {len(res) if res.complete else '…'} configurations, {st['chunks']} chunks → {args.out}{share}"
-    )
-    print(
-        f"evaluated {st['chunks_evaluated']} chunks ({st['configs_evaluated']} configurations), "
-        f"skipped {st['chunks_skipped']} already done, in {st['seconds']:.3g} s on {st['devices']} device(s)"
-    )
-    if res.complete:
-        if not args.no_summary:
-            print(f"summary: {os.path.join(args.out, 'summary.json')}, {os.path.join(args.out, 'summary.png')}")
-        print(f'load: lvflow.load_sweep("{args.out}")')
+        sys.stdout.flush()
     else:
-        print(f"{st.get('chunks_missing', 0)} chunks still missing (other processes); rerun to finish")
+        share = f" (process {st['process_index']} of {st['process_count']})" if st["process_count"] > 1 else ""
+        count = f"{n if res.complete else '…'} configurations" + (f" ({failed.size} failed)" if failed.size else "")
+        print(f"lvflow sweep: {count}, {st['chunks']} chunks → {args.out}{share}")
+        print(
+            f"evaluated {st['chunks_evaluated']} chunks ({st['configs_evaluated']} configurations), "
+            f"skipped {st['chunks_skipped']} already done, in {st['seconds']:.3g} s on {st['devices']} device(s)"
+        )
+        if res.complete:
+            if not args.no_summary:
+                print(f"summary: {os.path.join(args.out, 'summary.json')}, {os.path.join(args.out, 'summary.png')}")
+            print(f'load: lvflow.load_sweep("{args.out}")')
+        else:
+            print(f"{st.get('chunks_missing', 0)} chunks still missing (other processes); rerun to finish")
+        sys.stdout.flush()
+    if failed.size:
+        first = ", ".join(str(int(i)) for i in res["index"][failed[:5]]) + (", …" if failed.size > 5 else "")
+        where = "" if args.no_summary or not res.complete else f" (listed in {os.path.join(args.out, 'summary.json')})"
+        raise SolverError(
+            f"{failed.size} of {n} configurations failed (their ODE solve did not finish; e.g. --max-steps too "
+            f"small): configuration(s) {first}; recorded with success = False in {args.out}/chunk-*.npz{where}"
+        )
     return 0

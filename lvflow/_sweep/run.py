@@ -20,18 +20,24 @@ evaluated again from scratch.
 **Processes.** With `P` processes (one per host, `jax.distributed` or a plain process number),
 process `p` evaluates the chunks `c` with `c mod P = p`, on its own devices, and writes only
 those. The summary is written once every chunk exists.
+
+**Locks.** `out_lock` holds `out/.lvflow-sweep-p.lock` (an OS file lock, `p` the process number)
+while a sweep runs: a second sweep of the same share into the same directory is refused, and a
+lock held by a killed process is released by the operating system.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Mapping
 
 import jax
 import numpy as np
@@ -367,15 +373,48 @@ def manifest(
     }
 
 
+def read_json(p: Path, name: str) -> Any:
+    """The JSON value in file `p` (UTF-8, a leading byte-order mark dropped).
+
+    **Raises:** `LvflowError` naming `name` and `p` if the file cannot be read, is not JSON, or is
+    nested too deeply for Python's parser.
+    """
+    try:
+        return json.loads(p.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise LvflowError(f"{name}: cannot read {p}: {e.__class__.__name__}: {e}") from None
+    except json.JSONDecodeError as e:
+        raise LvflowError(f"{name}: {p} is not valid JSON: {e.msg} at line {e.lineno}") from None
+    except RecursionError:
+        raise LvflowError(f"{name}: {p} is nested too deeply to read") from None
+
+
+def _check_manifest(m: Any) -> bool:
+    """Whether `m` has the fields and types of a manifest (`manifest`) that a sweep relies on."""
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        return False
+    ints = lambda d, keys: all(isinstance(d.get(k), int) and not isinstance(d.get(k), bool) for k in keys)
+    return (
+        isinstance(m.get("spec_hash"), str)
+        and ints(m, ("n_configs",))
+        and isinstance(m.get("options"), dict)
+        and isinstance(m.get("groups"), list)
+        and all(isinstance(g, dict) and ints(g, ("modes", "curve_points")) for g in m["groups"])
+        and isinstance(m.get("chunks"), list)
+        and all(isinstance(c, dict) and ints(c, ("id", "group", "n", "first_index")) for c in m["chunks"])
+    )
+
+
 def read_manifest(out: Path) -> dict[str, Any] | None:
+    """The manifest in directory `out`, or `None` if it has none.
+
+    **Raises:** `LvflowError` naming the file if it is unreadable or not an lvflow sweep manifest.
+    """
     p = out / MANIFEST
     if not p.exists():
         return None
-    try:
-        m = json.loads(p.read_text())
-    except (OSError, ValueError) as e:
-        raise LvflowError(f"out: cannot read {p}: {e}") from None
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
+    m = read_json(p, "out")
+    if not _check_manifest(m):
         raise LvflowError(f"out: {p} is not an lvflow sweep manifest ({FORMAT})")
     return m
 
@@ -421,3 +460,192 @@ def chunk_path(out: Path, c: Chunk) -> Path:
 
 def exists(path: Path) -> bool:
     return os.path.isfile(path)
+
+
+# --------------------------------------------------------------------------------------------
+# The directory's lock, the spec file, a different sweep described
+# --------------------------------------------------------------------------------------------
+
+_HELD: dict[tuple[str, int], list] = {}  # (lock file, thread) → [its FileLock, depth]: re-entrant
+
+
+def lock_path(out: Path, process_index: int = 0) -> Path:
+    """The lock file of process `process_index`'s share of the sweep in `out`."""
+    return out / f".lvflow-sweep-{int(process_index)}.lock"
+
+
+@contextlib.contextmanager
+def out_lock(out: Path, process_index: int = 0) -> Iterator[Path]:
+    """Hold the lock of process `process_index`'s share of the sweep in directory `out` (which
+    must exist) for the duration of the block; re-entrant within a thread.
+
+    The lock is an OS file lock (`filelock`): it is released when the process exits, also by
+    `kill -9`, so it never blocks a resumed sweep.
+
+    **Arguments:**
+
+    - `out`: the sweep's directory.
+    - `process_index`: the process's number among the sweep's processes (0 for one process).
+
+    **Returns:** a context manager yielding the lock file's path.
+
+    **Raises:** `LvflowError` naming `out` when another sweep holds the lock, or the lock file
+    cannot be created.
+    """
+    from filelock import FileLock, Timeout
+
+    path = lock_path(out, process_index)
+    key = (os.path.realpath(path), threading.get_ident())
+    held = _HELD.get(key)
+    if held is not None:
+        held[1] += 1
+        try:
+            yield path
+        finally:
+            held[1] -= 1
+        return
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise LvflowError(
+            f"out: {out} is in use by another lvflow sweep (it holds {path.name}); wait for it to finish, "
+            "or give another directory"
+        ) from None
+    except OSError as e:
+        raise LvflowError(f"out: cannot lock {out} ({path.name}): {e.strerror or e}") from None
+    _HELD[key] = [lock, 1]
+    try:
+        yield path
+    finally:
+        del _HELD[key]
+        lock.release()
+
+
+def read_spec_file(path) -> dict[str, Any]:
+    """A sweep spec from a `.toml` or `.json` file, with the types of its sections checked: a
+    table (JSON object) at the top, holding `grid` (a table or a list of tables), `configs` (a list
+    of tables) and `options` (a table). A leading byte-order mark is dropped.
+
+    **Arguments:**
+
+    - `path`: the spec file.
+
+    **Returns:** the spec as a dict (file names in it as written).
+
+    **Raises:** `LvflowError` naming the file: missing, unreadable, not TOML/JSON, nested too
+    deeply, or a section of the wrong type.
+    """
+    p = Path(os.fspath(path))
+    if not p.is_file():
+        raise LvflowError(f"spec: file not found: {p}")
+    suffix = p.suffix.lower()
+    if suffix == ".json":
+        data = read_json(p, "spec")
+    elif suffix == ".toml":
+        import tomllib
+
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8-sig"))
+        except (OSError, UnicodeDecodeError) as e:
+            raise LvflowError(f"spec: cannot read {p}: {e.__class__.__name__}: {e}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise LvflowError(f"spec: {p} is not valid TOML: {e}") from None
+        except RecursionError:
+            raise LvflowError(f"spec: {p} is nested too deeply to read") from None
+    else:
+        raise LvflowError(f"spec: unsupported file type {p.suffix or '(none)'!r} for {p}; use .toml or .json")
+    if not isinstance(data, dict):
+        raise LvflowError(
+            f"spec: {p} must hold a table (a JSON object) with sections grid, configs, options; "
+            f"found {_json_type(data)}"
+        )
+    tables = lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v)
+    for key, ok, want in (
+        ("grid", lambda v: isinstance(v, dict) or tables(v), "a table or a list of tables"),
+        ("configs", tables, "a list of tables"),
+        ("options", lambda v: isinstance(v, dict), "a table"),
+    ):
+        if key in data and data[key] is not None and not ok(data[key]):
+            raise LvflowError(f"spec: {p}: {key} must be {want}, found {_json_type(data[key])}")
+    return data
+
+
+def _json_type(v: Any) -> str:
+    if isinstance(v, dict):
+        return "a table"
+    if isinstance(v, list):
+        return "a list"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, bool):
+        return "a boolean"
+    return "null" if v is None else "a number"
+
+
+def manifest_difference(m: Mapping[str, Any], definition: Mapping[str, Any], options: Mapping[str, Any]) -> str:
+    """What differs between the sweep a manifest records and another one, in words (at most
+    three differences, then how many more); empty if nothing does.
+
+    **Arguments:**
+
+    - `m`: a manifest (`read_manifest`).
+    - `definition`: the other sweep's canonical spec (`Plan.definition`).
+    - `options`: its options (as `manifest` records them).
+
+    **Returns:** e.g. `"eps: 1500 values from 1e-09 to 0.001 here, 1500 values from 1e-08 to
+    0.001 there"` (`here` the other sweep, `there` the manifest's).
+    """
+    new = json.loads(json.dumps({"spec": definition, "options": dict(options)}, allow_nan=True))
+    old_opts = m.get("options", {}) if isinstance(m.get("options"), dict) else {}
+    diffs = []
+    for k in dict.fromkeys([*new["options"], *old_opts]):
+        if k != "parameters" and new["options"].get(k) != old_opts.get(k):
+            diffs.append(f"{k}: {new['options'].get(k)} here, {old_opts.get(k)} there")
+    old_spec = m.get("spec") if isinstance(m.get("spec"), dict) else {}
+    old_grids, new_grids = list(old_spec.get("grids") or []), list(new["spec"].get("grids") or [])
+    if len(old_grids) != len(new_grids):
+        diffs.append(f"grids: {len(new_grids)} here, {len(old_grids)} there")
+    for i, (a, b) in enumerate(zip(new_grids, old_grids)):
+        where = f"grid {i + 1}: " if len(new_grids) > 1 else ""
+        try:
+            a, b = dict((str(k), v) for k, v in a), dict((str(k), v) for k, v in b)
+        except (TypeError, ValueError):
+            diffs.append(f"{where}the parameters")
+            continue
+        if list(a) != list(b):
+            diffs.append(f"{where}parameters {', '.join(a) or 'none'} here, {', '.join(b) or 'none'} there")
+            continue
+        diffs += [f"{where}{k}: {_values(a[k])} here, {_values(b[k])} there" for k in a if a[k] != b[k]]
+    old_configs, new_configs = old_spec.get("configs") or [], new["spec"].get("configs") or []
+    if old_configs != new_configs:
+        diffs.append(
+            f"configs: {len(new_configs)} here, {len(old_configs)} there" + _first_change(new_configs, old_configs)
+        )
+    more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
+    return "; ".join(diffs[:3]) + more
+
+
+def _first_change(a: list, b: list) -> str:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f" (the first different: configs[{i}])"
+    return ""
+
+
+def _values(v: Any) -> str:
+    """A short description of a canonical value list (numbers, names, files)."""
+    if not isinstance(v, list):
+        return _value(v)
+    if len(v) <= 4:
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    return f"{len(v)} values from {_value(v[0])} to {_value(v[-1])}"
+
+
+def _value(x: Any) -> str:
+    if isinstance(x, dict) and "file" in x:
+        return f"{x['file']} (sha256 {str(x.get('sha256'))[:8]})"
+    if isinstance(x, float):
+        return f"{x:g}"
+    text = json.dumps(x)
+    return text if len(text) <= 40 else text[:37] + "..."

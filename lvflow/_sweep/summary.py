@@ -20,6 +20,7 @@ from .._core.errors import LvflowError
 from .._workflow.io import atomic_write_bytes
 
 _ROWS_IN_JSON = 10_000  # per-configuration rows in summary.json up to this many configurations
+_FAILED_IN_JSON = 1000  # numbers of failed configurations listed in summary.json
 _SERIES_IN_PLOT = 8
 _NOT_SERIES = ("eps", "init_std", "width", "z0")  # what sets ε: the x axis, not a series
 
@@ -68,16 +69,19 @@ def _fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 
 def summarize(res) -> dict[str, Any]:
-    """The summary of a `SweepResult` as a JSON-ready dict: counts, swept parameters and ranges,
-    the plateau law per series, the exponents per spectrum, and (up to 10⁴ configurations) one row
-    of scalars per configuration."""
+    """The summary of a `SweepResult` as a JSON-ready dict: counts (`n_failed`: configurations whose
+    solve failed, `failed`: the first 1000 of their numbers), swept parameters and ranges, the
+    plateau law per series, the exponents per spectrum, and (up to 10⁴ configurations) one row of
+    scalars per configuration."""
     c = res.columns
     n = len(res)
     sw = swept(res)
+    failed = np.flatnonzero(~c["success"].astype(bool)) if n else np.zeros(0, dtype=np.int64)
     out: dict[str, Any] = {
         "n_configs": n,
         "complete": res.complete,
-        "n_failed": int(np.count_nonzero(~c["success"].astype(bool))) if n else 0,
+        "n_failed": int(failed.size),
+        "failed": [int(i) for i in c["index"][failed[:_FAILED_IN_JSON]]] if n else [],
         "swept": sw,
         "ranges": {},
     }
