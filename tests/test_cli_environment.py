@@ -38,3 +38,17 @@ def test_a_warning_turned_into_an_error_is_one_line_and_exit_2(tmp_path):
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert "a warning became an error under PYTHONWARNINGS" in out.stderr and "learning rate 5" in out.stderr
     assert _lvflow(tmp_path, *argv).returncode == 0  # without it: the warning is a note
+
+
+def test_plots_need_no_display_backend_and_a_failed_plot_is_one_line(tmp_path):
+    # the commands write files only: a misspelt MPLBACKEND (which stops matplotlib's import) is ignored
+    out = _lvflow(tmp_path, "predict", "--system", "sys3.csv", "--eps", "1e-4", "--plot", "p.png", MPLBACKEND="bogus")
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    # a learning rate so small that the steps overflow: matplotlib refuses the data after the solve
+    argv = ("predict", "--system", "sys3.csv", "--eps", "1e-4", "--lr", "1e-320", "--plot", "q.png", "--quiet")
+    out = _lvflow(tmp_path, *argv)
+    assert out.returncode == 2
+    lines = [ln for ln in out.stderr.splitlines() if "lvflow predict" in ln]
+    assert len(lines) == 1 and lines[0].startswith("lvflow predict: error: --plot: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.png", "sys3.csv"]  # no figure, no temporary

@@ -67,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         # command modules import no equinox, so it is not loaded yet; `--debug` as parsed, any
         # abbreviation argparse accepts included, keeps equinox's default.)
         os.environ.setdefault("EQX_ON_ERROR", "nan")
+    if os.environ.get("MPLBACKEND", "").lower() not in ("", "agg"):
+        # the commands only write files (no window): any other backend, or a misspelt one that
+        # would stop matplotlib's import, is irrelevant to them
+        os.environ["MPLBACKEND"] = "agg"
     if argv[0] in ("predict", "demo") and args.plot:
         # matplotlib's import and first drawing overlap JAX's import and the solve
         plot_worker.start()
@@ -123,6 +127,11 @@ def write_outputs(result, args: argparse.Namespace) -> None:
         except LvflowError as e:
             head, sep, rest = str(e).partition(": ")
             raise LvflowError(f"--{flag}: {rest if sep and head == 'output' else e}") from None
+        except Exception as e:  # noqa: BLE001 — matplotlib refusing the data (NaN or non-positive on a log axis)
+            if flag != "plot":
+                raise
+            kept = "the numbers above" + (f" and --save {args.save}" if args.save else "") + " are complete"
+            raise LvflowError(f"--plot: the figure could not be drawn ({' '.join(str(e).split())}); {kept}") from None
         if not args.json:
             print(f"{label}: {path}")
 
