@@ -70,6 +70,10 @@ _EXPORTS = {
     "gd_recursion": "._form.recursion",
     "Compressed": "._form.compress",
     "compress": "._form.compress",
+    "compression_bound": "._form.compress",
+    "NTKRegime": "._form.ntk",
+    "ntk": "._form.ntk",
+    "ntk_regime": "._form.ntk",
     # The Lotka–Volterra reduction (§3), its solution and the ε → 0 schedule (§4).
     "AbstractLotkaVolterra": "._glv.lv",
     "LotkaVolterra": "._glv.lv",
@@ -166,10 +170,15 @@ if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers 
     from ._fit.fit import FitResult as FitResult, fit as fit
     from ._fit.modes import DecoupledModes as DecoupledModes
     from ._fit.power import PowerLawModel as PowerLawModel
-    from ._form.compress import Compressed as Compressed, compress as compress
+    from ._form.compress import (
+        Compressed as Compressed,
+        compress as compress,
+        compression_bound as compression_bound,
+    )
     from ._form.drops import MatrixDrops as MatrixDrops, matrix_drops as matrix_drops
     from ._form.flow import FlowSolution as FlowSolution, matrix_flow as matrix_flow
     from ._form.nqf import NQF as NQF
+    from ._form.ntk import NTKRegime as NTKRegime, ntk as ntk, ntk_regime as ntk_regime
     from ._form.recursion import RecursionResult as RecursionResult, gd_recursion as gd_recursion
     from ._form.structure import Expansion as Expansion, expand as expand, structure_matrix as structure_matrix
     from ._glv.closed_forms import (

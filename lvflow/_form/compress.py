@@ -1,13 +1,15 @@
-"""Compression to `k_V + 1` neurons with identical training dynamics (Thm 3)."""
+"""Compression to `k_V + 1` neurons with identical training dynamics (Thm 3), and the error bound
+of compressing to fewer (Cor 3, Eq. 237)."""
 
 from __future__ import annotations
 
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Float, Real
 
-from .._core.validate import check_positive, check_positive_int
+from .._core.errors import LvflowError
+from .._core.validate import _is_concrete, as_array, check_positive, check_positive_int, check_psd
 from .flow import check_state
 from .nqf import NQF
 
@@ -121,3 +123,82 @@ def compress(
         k_V=k_V,
         basis=jnp.asarray(E),
     )
+
+
+def compression_bound(
+    M: Float[ArrayLike, "p p"],
+    mu: Float[ArrayLike, " p"] | None = None,
+    *,
+    d: int,
+    width: int,
+    lr: float = 0.0,
+    lipschitz: float = 0.0,
+    steps: Real[ArrayLike, "*n"] = 0,  # noqa: F821 (jaxtyping's variadic dims)
+) -> Float[Array, "*n"]:  # noqa: F821 (jaxtyping's variadic dims)
+    """The error bound of compressing a `d`-neuron NQF to `width = d'` neurons (Cor 3, Eq. 237):
+
+    `‖(d'/d) M̃_t − M_t‖_F + ‖μ̃_t − μ_t‖₂  ≤  √(Σ_{k ≥ d'} λ_k²) · exp(η L t)`,
+
+    where `λ_1 ≥ … ≥ λ_p` are the eigenvalues of `C = (d/d') (M − μμᵀ/d)` at the start of training
+    (the sum runs over `k = d', …, p`, the eigenvalues a `d'`-neuron model cannot hold), `η` the
+    learning rate and `L` a Lipschitz constant of the update `(Δμ, ΔM)/η` of Thm 2 along both
+    trajectories. The compressed model is the one of Cor 3's proof: `μ̃ = μ`, `W̃ = U + μ1ᵀ/d'` with
+    `U1 = 0` and `UUᵀ` the best rank-`(d' − 1)` approximation of `C`, trained with `Ã = (d'/d) A`
+    and `η̃ = (d/d') η` as in Thm 3, so that `((d'/d) M̃, μ̃)` follows the same map as `(M, μ)`.
+    Its error at `t = 0` is `(d'/d)` times the bound (Eq. 240 drops this factor, which is at most
+    1 for `d' ≤ d`). For `d' > p` nothing is dropped and the bound is 0.
+
+    **Arguments:**
+
+    - `M`: the initial `M = W Wᵀ`, symmetric PSD `(p, p)`.
+    - `mu`: the initial `μ = W 1`, shape `(p,)`; `None` for `μ = 0`.
+    - `d`: the number of neurons of the original model.
+    - `width`: `d'`, the number of neurons of the compressed model, `1 ≤ d' ≤ d`.
+    - `lr`: the learning rate `η ≥ 0` (0 gives the bound at `t = 0`).
+    - `lipschitz`: the Lipschitz constant `L ≥ 0`.
+    - `steps`: the training step(s) `t ≥ 0`, a scalar or an array.
+
+    **Returns:** the bound, shaped like `steps`.
+
+    **Raises:** `LvflowError` for shapes that do not match, `width` outside `[1, d]`, negative
+    `lr`, `lipschitz` or `steps`, or `M − μμᵀ/d` not PSD (no `d`-neuron `W` realises `M`, `μ`);
+    `NotPSDError` when `M` is not PSD.
+    """
+    d = check_positive_int("d", d, what="the number of neurons")
+    width = check_positive_int("width", width, what="the compressed number of neurons")
+    if width > d:
+        raise LvflowError(f"width: must be at most d = {d} (a compression), got {width}")
+    M = as_array("M", M, ndim=2)
+    if np.shape(M)[0] != np.shape(M)[1]:
+        raise LvflowError(f"M: expected a square (p, p) matrix, got shape {np.shape(M)}")
+    p = np.shape(M)[0]
+    check_psd("M", M)
+    if mu is None:
+        mu = jnp.zeros(p)
+    mu = as_array("mu", mu, ndim=1)
+    if np.shape(mu) != (p,):
+        raise LvflowError(f"mu: shape {np.shape(mu)}, expected ({p},) to match M")
+    if _is_concrete(M) and _is_concrete(mu):
+        check_psd("M - mu muᵀ/d (no W with d columns realises them)", np.asarray(M) - np.outer(mu, mu) / d)
+    lr = check_positive("lr", lr, allow_zero=True) if _is_concrete(lr) else lr
+    lipschitz = check_positive("lipschitz", lipschitz, allow_zero=True) if _is_concrete(lipschitz) else lipschitz
+    steps = as_array("steps", steps)
+    if _is_concrete(steps) and np.any(np.asarray(steps) < 0):
+        raise LvflowError("steps: must be >= 0")
+    return _compression_bound(
+        jnp.asarray(M, dtype=float),
+        jnp.asarray(mu, dtype=float),
+        d,
+        width,
+        jnp.asarray(lr, dtype=float),
+        jnp.asarray(lipschitz, dtype=float),
+        jnp.asarray(steps, dtype=float),
+    )
+
+
+@eqx.filter_jit
+def _compression_bound(M, mu, d, width, lr, lipschitz, steps):
+    C = d / width * (M - jnp.outer(mu, mu) / d)
+    lam = jnp.linalg.eigvalsh((C + C.T) / 2)[::-1]  # descending
+    tail = jnp.where(jnp.arange(lam.shape[0]) >= width - 1, lam, 0.0)  # k = d', …, p (1-based)
+    return jnp.sqrt(jnp.sum(tail**2)) * jnp.exp(lr * lipschitz * steps)

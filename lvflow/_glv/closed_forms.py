@@ -13,9 +13,15 @@ from .._core.validate import _is_concrete, as_array, check_in_open_interval, che
 
 
 def _phi(a, t):
-    """`∫₀ᵗ e^{−aτ} dτ = −expm1(−a t)/a`, equal to `t` at `a = 0` and accurate near it."""
-    safe = jnp.where(a == 0, 1.0, a)
-    return jnp.where(a == 0, t, -jnp.expm1(-a * t) / safe)
+    """`∫₀ᵗ e^{−aτ} dτ = −expm1(−a t)/a`, equal to `t` at `a = 0` and accurate near it, in value and
+    in derivatives (`∂φ/∂a = −t²/2` at `a = 0`): for `|a t| < 1e-3` its Taylor series
+    `t (1 − x/2 + x²/6 − x³/24 + x⁴/120)`, `x = a t` (truncation error below `x⁵/720 ≈ 1.4e-18` relative)."""
+    x = a * t
+    small = jnp.abs(x) < 1e-3
+    xs = jnp.where(small, x, 0.0)
+    series = t * (1 - xs / 2 * (1 - xs / 3 * (1 - xs / 4 * (1 - xs / 5))))
+    safe = jnp.where(small, 1.0, a)
+    return jnp.where(small, series, -jnp.expm1(-jnp.where(small, 1.0, x)) / safe)
 
 
 def _on_time_grid(*per_mode, t):
@@ -82,11 +88,22 @@ def log_orthogonal_features(r: ArrayLike, c_diag: ArrayLike, log_z0: ArrayLike, 
 
 
 def isotropic_modes(gamma: ArrayLike, c: ArrayLike, z0: ArrayLike, t: ArrayLike) -> Float[Array, "*n K"]:
-    """Thm 7, co-diagonal case (`M0` diagonal in `Y`'s eigenbasis):
+    """Thm 7, co-diagonal case (`M0` diagonal in `Y`'s eigenbasis): the solution of
+    `ż_k = 2 z_k (γ_k − 4c z_k)` (Thm 6 with `r → 2γ`, `C → 8c`),
 
-    `z_k(t) = γ_k z_k0 / (4c z_k0 + (γ_k − 4c z_k0) e^{−2γ_k t})`,
+    `z_k(t) = γ_k z_k0 / (4c z_k0 + (γ_k − 4c z_k0) e^{−2γ_k t})`,   and for `γ_k = 0`
+    `z_k(t) = z_k0 / (1 + 8c z_k0 t)`
 
-    the solution of `ż_k = 2 z_k (γ_k − 4c z_k)`, i.e. Thm 6 with `r → 2γ`, `C → 8c`."""
+    (the γ = 0 case of Thm 16, Eq. 257, with `κ = 4c`). The two are one expression, evaluated
+    without cancellation near `γ_k = 0`: the value and its derivatives are continuous there
+    (`∂z_k/∂γ_k` at `γ_k = 0` is the limit of the general formula's).
+
+    **Arguments:** `gamma` (eigenvalues `γ_k` of `Y`), `c ≥ 0`, `z0` (`> 0`), shape `(K,)` (or
+    broadcastable); `t`, a scalar or shape `(n,)`.
+
+    **Returns:** `z_k(t)`, shape `(K,)` or `(n, K)`.
+
+    **Raises:** `LvflowError` for `c < 0`, `z0 ≤ 0` or non-finite input."""
     c = as_array("c", c)
     if _is_concrete(c) and np.any(np.asarray(c) < 0):
         raise LvflowError("c: must be >= 0")
