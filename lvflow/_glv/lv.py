@@ -81,9 +81,10 @@ class AbstractLotkaVolterra(eqx.Module):
         """The saturated equilibrium `z* ≥ 0`: `r − C z* ≤ 0`, with equality where `z* > 0`.
 
         For PSD `C` it minimises `½ zᵀCz − rᵀz` over `z ≥ 0`; it is the limit of the flow from any
-        positive `z0` when unique. Block principal pivoting in `C`'s structure (diagonal: Thm 6;
-        `Diag(d) + UUᵀ`: Woodbury solves), in numpy for a concrete system and in JAX (differentiable)
-        under `jit`. With `active` (a boolean mask), modes outside it are held at 0.
+        positive `z0` when unique. A primal active-set method (Lawson–Hanson; right for singular `C`)
+        in `C`'s structure (diagonal: Thm 6; `Diag(d) + UUᵀ`: Woodbury solves), in numpy for a
+        concrete system and in JAX (differentiable) under `jit`. With `active` (a boolean mask),
+        modes outside it are held at 0.
 
         **Raises:** `LvflowError` if a mode with `r_k > 0` has `C_kk ≤ 0` (unbounded growth).
         """

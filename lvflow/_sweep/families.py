@@ -47,7 +47,11 @@ class PowerLawFamily(AbstractFamily):
         return ("power", self.K)
 
     def inputs(self, rows, res):
-        return {"alpha1": res.plan.column("alpha1")[rows], "alpha2": res.plan.column("alpha2")[rows]}
+        return {
+            "alpha1": res.plan.column("alpha1")[rows],
+            "alpha2": res.plan.column("alpha2")[rows],
+            "log_eps": np.log(res.eps[rows]),  # ln ε on the host: a subnormal ε reads as 0 on a device
+        }
 
     #: `r_k = k^{−α₂}` strictly decreases (α₂ > 0): the modes ignite in index order, `τ*_k = 1/r_k`.
     ascending_tau = True
@@ -71,8 +75,10 @@ class PowerLawFamily(AbstractFamily):
 
 @dataclasses.dataclass
 class SystemInfo:
-    """A concrete gLV of the sweep, loaded once: its arrays on the host, the structure of `C`, and
-    `z(∞)` (the saturated equilibrium; `unique` False when the flow's limit depends on `z0`)."""
+    """A concrete gLV of the sweep, loaded once: its arrays on the host, the structure of `C`,
+    `z_inf` (the loss's minimiser over `z ≥ 0`, `evaluate.loss_floor`; `unique` False when the
+    flow's limit depends on `z0`, the minimum does not) and, on first use, `z_on`
+    (`evaluate.switch_off_levels`: the plateau level of each mode a competitor later switches off)."""
 
     lv: AbstractLotkaVolterra
     label: str
@@ -82,6 +88,20 @@ class SystemInfo:
     z_inf: np.ndarray
     unique: bool
     y2: float
+    _z_on: np.ndarray | None = None
+
+    @property
+    def z_on(self) -> np.ndarray:
+        if self._z_on is None:
+            from .evaluate import switch_off_levels
+
+            self._z_on = np.zeros(self.K)
+            if np.any(self.z_inf <= 0):  # only a mode that ends at 0 can be switched off
+                from .._schedule.schedule import plateau_schedule
+
+                # the ε → 0 schedule from z_k0 = Θ(ε) does not depend on ε
+                self._z_on = switch_off_levels(self.lv, plateau_schedule(self.lv, 1e-8), self.z_inf)
+        return self._z_on
 
     @property
     def K(self) -> int:
@@ -110,7 +130,8 @@ class TableFamily(AbstractFamily):
             s = self.systems
             t = {"r": np.stack([x.r for x in s]), "Ckk": np.stack([x.Ckk for x in s])}
             if self.structure != "diagonal":
-                t["z_inf"] = np.stack([x.z_inf for x in s])
+                t["z_floor"] = np.stack([x.z_inf for x in s])
+                t["z_on"] = np.stack([x.z_on for x in s])
             if self.structure == "lowrank":
                 t["d"] = np.stack([np.asarray(x.lv.d, dtype=float) for x in s])
                 t["U"] = np.stack([np.asarray(x.lv.U, dtype=float) for x in s])
@@ -121,7 +142,9 @@ class TableFamily(AbstractFamily):
 
     def inputs(self, rows, res):
         local = res.local_system[rows]
-        return {k: v[local] for k, v in self._table().items()}
+        out = {k: v[local] for k, v in self._table().items()}
+        out["log_eps"] = np.log(res.eps[rows])  # ln ε on the host: a subnormal ε reads as 0 on a device
+        return out
 
     def system(self, x):
         r = x["r"]
@@ -188,19 +211,22 @@ def _system_from_data(architecture: str, data: Any, kernel: str, value_size: int
 
 def system_info(lv: AbstractLotkaVolterra, label: str) -> SystemInfo:
     """The host-side facts about `lv` a sweep needs (arrays, structure, `z(∞)`)."""
+    from .evaluate import loss_floor
+
     r = np.asarray(lv.r, dtype=float)
     y2 = float(np.asarray(lv.y2))
     if isinstance(lv, LowRankLotkaVolterra):  # on the host: no device dispatch per system
         d, U = np.asarray(lv.d, dtype=float), np.asarray(lv.U, dtype=float)
         Ckk = d + np.sum(U**2, axis=-1)
         structure = "diagonal" if U.shape[1] == 0 or not np.any(U) else "lowrank"
-        factors = {"d": d, "U": U}
     else:
         C = np.asarray(lv.C, dtype=float)
         Ckk = np.diagonal(C).copy()
         structure = "diagonal" if is_diagonal(C) else "dense"
-        factors = {"C": C}
-    z_inf, unique = saturated_equilibrium(r, **({"d": Ckk} if structure == "diagonal" else factors))
+    if structure == "diagonal":
+        z_inf, unique = saturated_equilibrium(r, d=Ckk)
+    else:
+        z_inf, unique = loss_floor(lv)
     unique = bool(unique) and bool(np.all(np.isfinite(z_inf)))
     return SystemInfo(lv, label, structure, r, Ckk, np.asarray(z_inf, dtype=float), unique, y2)
 

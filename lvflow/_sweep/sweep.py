@@ -208,8 +208,11 @@ def sweep(
     `num_steps`, `n_on`, `t_first` (the length of the initial plateau), `t_last`, `steps_first`
     (`t_first/η`), `tau_first`, `exponent` (Thm 9's `(α₁−1)/α₂`) and `exponent_fit` (the slope of
     −ln(plateau loss) against ln t* over the 2nd to ⌈K/10⌉-th switch-ons: the exponent a finite-ε run
-    shows). They equal `predict`'s numbers for the same inputs (to the solver's tolerance on the
-    ODE path); a failed ODE solve is a row with `success = False`, not an exception.
+    shows). They are `predict`'s numbers for the same inputs, its time grid included: both evaluate
+    one function (`lvflow._sweep.evaluate.configuration`), `predict` once and the sweep vmapped (a
+    mode switched on and later off by a competitor gets its switch-on time in both; the excess
+    loss is measured from the loss's true minimum, also for a singular `C`); a failed ODE solve is
+    a row with `success = False`, not an exception.
 
     **How.** Configurations of equal shapes (the same `K`, structure of `C`, `c` given or not,
     curve length and tolerances) form a group; each group is evaluated in batches by one compiled,

@@ -25,14 +25,15 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from .._core.errors import DivergenceError, LvflowError, NotCommutingError
+from .._core.errors import DivergenceError, LvflowError, NotCommutingError, SolverError
 from .._core.validate import check_in_open_interval, check_positive
 from .._form.nqf import NQF
 from .._glv.lv import AbstractLotkaVolterra
 from .._glv.reduce import reduce_to_lv
-from .._glv.solve import solve_lv
+from .._glv.solve import _DEFAULT_MAX_STEPS
 from .._schedule.scaling import predicted_exponent
 from .._schedule.schedule import plateau_excess_in_order, plateau_schedule
+from .._sweep.evaluate import configuration, loss_floor, restricted_equilibrium, switch_off_levels
 from .eps_merge import eps_merge
 from .predict_inputs import initial_scale
 from .prediction import Prediction
@@ -149,6 +150,8 @@ def predict(
     if np.any(Ckk <= 0):
         bad = np.flatnonzero(Ckk <= 0)
         raise LvflowError(f"C: diagonal entries C_kk must be positive (modes {(bad + 1).tolist()[:5]} have C_kk ≤ 0)")
+    if not np.any(r > 0):
+        raise LvflowError("system: no mode has r_k > 0, so nothing is ever learned (the loss stays flat)")
     if np.any((r > 0) & (Ckk * z0 >= r)):
         k = int(np.flatnonzero((r > 0) & (Ckk * z0 >= r))[0])
         raise LvflowError(
@@ -162,16 +165,26 @@ def predict(
     if y2_known:
         _check_y2(lv, sched)
     tau_star = np.asarray(sched.tau_star, dtype=np.float64)
-    t_dyn = _default_horizon(lv, eps, c, tau_star)
-    if t1 is None:
-        t1 = t_dyn
-    ts = _time_grid(t1, num_points, t_dyn)
-    sol = solve_lv(lv, z0, t1, ts=ts, rho=rho, progress=progress, rtol=rtol, atol=atol)
-    z_inf = np.asarray(sol.z_inf)
-    t_star, kinds = _switch_ons(lv, sched, sol, z0, t1, ts, rho, rtol, atol)
-    # the solve's loss (Eq. 26 in modes) minus the floor, in one compiled program (no eager op per term)
-    excess = np.asarray(_curve_excess(lv, sol.loss, lv.equilibrium()))
-    loss = np.asarray(sol.loss) if y2_known else np.full(ts.shape, np.nan)
+    z_floor, unique = loss_floor(lv)
+    out = _configuration(
+        lv,
+        c=c,
+        eps=eps,
+        rho=rho,
+        t1=t1,
+        tau=tau_star,
+        z_on=switch_off_levels(lv, sched, z_floor),
+        z_floor=z_floor,
+        unique=unique,
+        num_points=int(num_points),
+        rtol=rtol,
+        atol=atol,
+        progress=progress,
+    )
+    t1, ts = float(out["t1"]), out["ts"]
+    z_inf, t_star = out["z_inf"], out["t_star"]
+    kinds = _kinds(z_inf, z0, t_star, out["later_off"], rho)
+    loss = out["loss"] if y2_known else np.full(ts.shape, np.nan)
     # Ignition order: finite-ε switch-on time, then the asymptotic τ*, then the index.
     order = np.lexsort((np.arange(K), tau_star, t_star))
     notes += _mode_notes(order, t_star, kinds, t1)
@@ -192,8 +205,7 @@ def predict(
     on = np.isfinite(t_star[order])
     em = eps_merge(zo, C=Co, c=co, rho=rho)
     em = np.where(on[:-1] & on[1:], em, np.nan)
-    plateau, drop = np.full(K, np.nan), np.full(K, np.nan)
-    plateau[: int(on.sum())], drop[: int(on.sum())] = plateau_excess_in_order(lv, order[on])  # on: first rows
+    plateau, drop = _plateaus_in_order(lv, order[on], z_floor, K)  # on: the first rows
     return Prediction(
         method="lv",
         **_header(source, eps, rho, lr, t1, exponent),
@@ -210,39 +222,89 @@ def predict(
         z_inf=jnp.asarray(z_inf),
         ts=jnp.asarray(ts),
         loss=jnp.asarray(loss),
-        excess_loss=jnp.asarray(excess),
+        excess_loss=jnp.asarray(out["excess_loss"]),
         drop=jnp.asarray(drop),
         limit_tau=jnp.asarray(sched.tau),
         limit_excess=jnp.asarray(_excess(sched)),
     )
 
 
-def _switch_ons(lv, sched, sol, z0, t1, ts, rho, rtol, atol) -> tuple[np.ndarray, np.ndarray]:
-    """Each mode's switch-on time `t*_k` (inf if none) and what kind of mode it is: `"on"`,
-    `"decays"` (never grows: `z_k(∞) ≤ z_k0`, e.g. `r_k < 0`), `"from_start"` (grows, but starts at
-    or above `ρ z_k(∞)`: `t*_k = 0`, no switch-on to see),
-    `"off_later"` (switches on, then a competitor switches it off: `z_k(∞) = 0`; `t*_k` is when it
-    reaches `ρ` × the level of the plateau it ignites into, from the ε → 0 schedule), `"late"` (not
-    on before `t1`)."""
-    z_inf = np.asarray(sol.z_inf)
-    t_star = np.asarray(sol.switch_on_times, dtype=np.float64)
-    grows = z_inf > z0  # (a mode that starts above ρ z_k(∞) but grows is on from the start: t*_k = 0)
-    tau = np.asarray(sched.tau_star)
-    later_off = ~grows & np.isfinite(tau)
-    if later_off.any():
-        # the plateau each ignites into, in the limit (right-continuous: just after τ*_k)
-        level = np.zeros_like(z_inf)
-        for k in np.flatnonzero(later_off):
-            level[k] = float(sched.z_at(float(tau[k]))[k])
-        later_off &= rho * level > z0
-        if later_off.any():
-            again = solve_lv(lv, z0, t1, ts=ts, rho=rho, rtol=rtol, atol=atol, z_inf=np.where(later_off, level, z_inf))
-            t_star = np.where(later_off, np.asarray(again.switch_on_times, dtype=np.float64), t_star)
-    ok = (grows | later_off) & np.isfinite(t_star)
-    kinds = np.where(later_off, "off_later", np.where(grows, "on", "decays"))
-    kinds = np.where((kinds != "decays") & ~ok, "late", kinds)
-    kinds = np.where((kinds == "on") & (rho * z_inf <= z0), "from_start", kinds)
-    return np.where(ok, t_star, np.inf), kinds
+def _configuration(
+    lv: AbstractLotkaVolterra, *, c, eps, rho, t1, tau, z_on, z_floor, unique, num_points, rtol, atol, progress
+) -> dict[str, np.ndarray]:
+    """One call of the per-configuration prediction (`lvflow._sweep.evaluate.configuration`, the
+    function `sweep` vmaps), compiled once per shape; its arrays on the host.
+
+    **Raises:** `SolverError` when the solve fails (not finite, or out of steps).
+    """
+    diagonal = bool(lv.is_diagonal)
+    arrays = dict(
+        r=np.asarray(lv.r, dtype=float),
+        Ckk=np.asarray(lv.C_diagonal, dtype=float),
+        lv=None if diagonal else lv,
+        c=np.asarray(c, dtype=float),
+        eps=np.asarray(eps, dtype=float),
+        log_eps=np.asarray(math.log(eps)),  # on the host: a subnormal ε reads as 0 on a device
+        rho=np.asarray(rho, dtype=float),
+        t1=np.asarray(np.nan if t1 is None else t1, dtype=float),
+        tau=np.asarray(tau, dtype=float),
+        z_on=np.asarray(z_on, dtype=float),
+        z_floor=None if diagonal else np.asarray(z_floor, dtype=float),
+        y2=np.asarray(lv.y2, dtype=float),
+    )
+    statics = dict(
+        points=num_points,
+        rtol=float(rtol),
+        atol=float(atol),
+        max_steps=_DEFAULT_MAX_STEPS,
+        z_inf_known=bool(unique),
+        progress=bool(progress) and not diagonal,
+    )
+    out = {k: np.asarray(v) for k, v in _configuration_jit(arrays, **statics).items()}
+    if not bool(out["success"]):
+        why = "out of steps" if int(out["num_steps"]) >= _DEFAULT_MAX_STEPS else "non-finite values in the solution"
+        raise SolverError(f"solve_lv: {why} (after {int(out['num_steps'])} steps)")
+    return out
+
+
+@eqx.filter_jit
+def _configuration_jit(arrays, **statics):
+    return configuration(**arrays, **statics)
+
+
+def _kinds(z_inf, z0, t_star, later_off, rho) -> np.ndarray:
+    """What kind of mode each is: `"on"`, `"decays"` (never grows: `z_k(∞) ≤ z_k0`, e.g.
+    `r_k < 0`), `"from_start"` (grows, but starts at or above `ρ z_k(∞)`: `t*_k = 0`, no switch-on
+    to see), `"off_later"` (switches on, then a competitor switches it off: `z_k(∞) = 0`; `t*_k` is
+    when it reaches `ρ` × the level of the plateau it ignites into, from the ε → 0 schedule),
+    `"late"` (not on before `t1`)."""
+    kinds = np.where(later_off, "off_later", np.where(z_inf > z0, "on", "decays"))
+    kinds = np.where((kinds != "decays") & ~np.isfinite(t_star), "late", kinds)
+    return np.where((kinds == "on") & (rho * z_inf <= z0), "from_start", kinds)
+
+
+def _plateaus_in_order(lv: AbstractLotkaVolterra, modes, z_floor, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row (the first `len(modes)` rows, NaN below): the excess loss `L(z*_i) − min L` of the
+    plateau before each of `modes` switches on in this order, and the drop it makes
+    (`plateau_excess_in_order`). The floor is the true minimum, `z_floor` (`loss_floor`): after the
+    last listed switch-on the excess is `L(z*_n) − L(z_floor)` in its stationary form
+    `(1/8) dᵀC d + ¼ Σ_k max((C z_floor − r)_k, 0) z*_n,k` (`d = z*_n − z_floor`), never negative."""
+    plateau, drop = np.full(K, np.nan), np.full(K, np.nan)
+    n = len(modes)
+    if n == 0:
+        return plateau, drop
+    excess, drops = plateau_excess_in_order(lv, modes)
+    if not lv.is_diagonal:  # the tail over the true floor (C may be singular)
+        active = np.zeros(K, bool)
+        active[modes] = True
+        zn = restricted_equilibrium(lv, active)
+        d = zn - z_floor
+        Cf = np.asarray(lv.Cz(jnp.asarray(z_floor)), dtype=float)
+        r = np.asarray(lv.r, dtype=float)
+        tail = max(float(d @ np.asarray(lv.Cz(jnp.asarray(d)))), 0.0) / 8 + float(np.maximum(Cf - r, 0.0) @ zn) / 4
+        excess = tail + np.cumsum(np.asarray(drops)[::-1])[::-1]
+    plateau[:n], drop[:n] = excess, drops
+    return plateau, drop
 
 
 def _mode_notes(order, t_star, kinds, t1) -> list[str]:
@@ -253,6 +315,8 @@ def _mode_notes(order, t_star, kinds, t1) -> list[str]:
         return f"{m[:10]}{' …' if len(m) > 10 else ''}", len(m)
 
     out = []
+    if not np.any(np.isfinite(t_star)):
+        out.append(f"no mode has switched on by t1 = {t1:.4g}: the loss is still on its first plateau")
     for kind, text in (
         ("late", "do not switch on before t1 = {t1:.4g}"),
         ("decays", "only decay (z_k(inf) ≤ z_k(0)): no switch-on"),
@@ -310,12 +374,6 @@ def _hessian_max_eig(lv: AbstractLotkaVolterra, z_inf: np.ndarray) -> float:
 
     op = LinearOperator((lv.K, lv.K), matvec=lambda x: s * np.asarray(lv.Cz(jnp.asarray(s * x.ravel()))))
     return float(eigsh(op, k=1, which="LA", return_eigenvectors=False)[0])
-
-
-@eqx.filter_jit
-def _curve_excess(lv: AbstractLotkaVolterra, loss, z_eq):
-    """`L(z(t)) − L(z*)` on the curve, `z*` the saturated equilibrium."""
-    return loss - lv.loss(z_eq)
 
 
 def _header(source, eps, rho, lr, t1, exponent) -> dict:
@@ -405,32 +463,3 @@ def _predict_matrix_flow(
         drops=drops,
         input_shape=input_shape,
     )
-
-
-def _default_horizon(lv: AbstractLotkaVolterra, eps: float, c: np.ndarray, tau_star: np.ndarray) -> float:
-    """Long enough to see every switch-on: 1.2× the latest estimated ignition plus eight
-    e-folding times of the slowest growing mode (it is then within 0.1 % of saturation)."""
-    r, Ckk = np.asarray(lv.r), np.asarray(lv.C_diagonal)
-    grow = (r > 0) & (Ckk > 0)
-    if not np.any(r > 0):
-        raise LvflowError("system: no mode has r_k > 0, so nothing is ever learned (the loss stays flat)")
-    with np.errstate(divide="ignore", invalid="ignore"):  # logs of each factor: ε may be subnormal
-        log_ratio = np.log(r) - np.log(Ckk) - np.log(c) - math.log(eps)
-        t_iso = np.where(grow, np.maximum(log_ratio, 1.0) / r, 0.0)
-    t_sched = np.where(np.isfinite(tau_star), tau_star, 0.0) * -math.log(eps)
-    rmin = float(np.min(r[r > 0]))
-    return float(1.2 * max(np.max(t_iso), np.max(t_sched)) + 8.0 / rmin)
-
-
-def _time_grid(t1: float, n: int, t_dyn: float | None = None) -> np.ndarray:
-    """Linear and logarithmic samples of `[0, t1]` merged, so both plots are smooth. With `t_dyn`
-    (when the dynamics are over) well inside `t1`, half the linear samples fall in `[0, t_dyn]` and
-    the log samples start at `10⁻⁴ t_dyn`, so a long `t1` does not leave the switch-ons unsampled."""
-    # Always 2n − 1 points (no `unique`): a fixed length means one compiled solve per size.
-    t_dyn = t1 if t_dyn is None else min(float(t_dyn), t1)
-    if t_dyn < 0.5 * t1:
-        h = n // 2
-        lin = np.concatenate([np.linspace(0.0, t_dyn, h, endpoint=False), np.linspace(t_dyn, t1, n - h)])
-    else:
-        lin = np.linspace(0.0, t1, n)
-    return np.sort(np.concatenate([lin, np.geomspace(t_dyn * 1e-4, t1, n)[:-1]]))

@@ -272,12 +272,12 @@ class Prediction(eqx.Module):
         Pairs with a mode that never switches on, or with `r ≤ 0` (no rise time to compare), are
         left out: the result has one entry per pair of consecutive switch-ons measured."""
         t, r = np.asarray(self.t_star), np.asarray(self.r)
-        n_on = int(np.count_nonzero(np.isfinite(t)))
-        ta, tb, ra, rb = t[: n_on - 1], t[1:n_on], r[: n_on - 1], r[1:n_on]
+        n = max(int(np.count_nonzero(np.isfinite(t))) - 1, 0)  # pairs of consecutive switch-ons
+        ta, tb, ra, rb = t[:n], t[1 : n + 1], r[:n], r[1 : n + 1]
         measurable = (ra > 0) & (rb > 0)
         with np.errstate(divide="ignore"):
             width = 0.5 * math.log(81.0) * (1 / ra + 1 / rb)
-        return np.where(measurable, tb - ta <= width, False)[: max(n_on - 1, 0)]
+        return np.where(measurable, tb - ta <= width, False)
 
     def n_resolved(self) -> int:
         """How many leading switch-ons stand apart at this ε: measured on the switch-on times
