@@ -113,8 +113,9 @@ def run(args: argparse.Namespace) -> int:
             "--eps 1e-4,1e-6) or --spec FILE"
         )
     from .run import lock_path, out_lock
+    from .sweep import read_spec
 
-    spec = _spec(args.spec) if args.spec else None
+    spec = read_spec(args.spec) if args.spec else None
     out = Path(args.out)
     alone = args.coordinator is None and args.num_processes is None  # no other process writes to out
     top = _make_directory(out)
@@ -134,16 +135,6 @@ def run(args: argparse.Namespace) -> int:
         _remove_new_directories(out, top, lock)
         raise
     return _report(args, res)
-
-
-def _spec(path: str) -> dict:
-    """The spec file, read and checked (`run.read_spec_file`), its file names made relative to it."""
-    from pathlib import Path
-
-    from .run import read_spec_file
-    from .sweep import _relative_to
-
-    return _relative_to(read_spec_file(path), Path(path).parent)
 
 
 def _process_index(args: argparse.Namespace) -> int:
@@ -226,63 +217,25 @@ def _remove_new_directories(out, top, lock) -> None:
 
 
 def _sweep(args: argparse.Namespace, grid: dict, spec: dict | None, out):
-    """`lvflow.sweep` with the command's options; a directory holding a different sweep is refused
-    with what differs."""
-    from .._core.errors import LvflowError
+    """`lvflow.sweep` with the command's options."""
     from .sweep import sweep
 
-    try:
-        return sweep(
-            grid or None,
-            spec=spec,
-            out=out,
-            curve=True if args.curve else None,
-            schedule=args.schedule,
-            chunk_size=args.chunk_size,
-            batch_size=args.batch_size,
-            max_steps=args.max_steps,
-            devices=args.devices,
-            progress=False if args.quiet else None,
-            summary=not args.no_summary,
-            coordinator=args.coordinator,
-            num_processes=args.num_processes,
-            process_id=args.process_id,
-        )
-    except LvflowError as e:
-        if "holds a different sweep" not in str(e):
-            raise
-        differs = _difference(args, grid, spec, out)
-        if not differs:
-            raise
-        raise LvflowError(
-            f"out: {out} holds a different sweep ({differs}); use a new directory, or delete that one"
-        ) from None
-
-
-def _difference(args: argparse.Namespace, grid: dict, spec: dict | None, out) -> str:
-    """What differs between this command's sweep and the one `out`'s manifest records (empty if
-    it cannot tell)."""
-    from .._core.errors import LvflowError
-    from .grid import expand
-    from .run import manifest_difference, read_manifest
-    from .sweep import load_spec
-
-    try:
-        m = read_manifest(out)
-        sp = load_spec(spec) if spec is not None else {"grids": [], "configs": [], "options": {}}
-        plan = expand([*sp["grids"], *([grid] if grid else [])], sp["configs"])
-    except LvflowError:
-        return ""
-    opts = sp["options"]
-    recorded = m.get("options", {})
-    options = {
-        "curve": bool(args.curve or opts.get("curve", False)),
-        "schedule": args.schedule or opts.get("schedule", "limit"),
-        "max_steps": int(args.max_steps or opts.get("max_steps", 16384)),
-        "chunk_size": int(args.chunk_size or opts.get("chunk_size") or recorded.get("chunk_size", 4096)),
-        "parameters": list(plan.columns),
-    }
-    return manifest_difference(m, plan.definition, options)
+    return sweep(
+        grid or None,
+        spec=spec,
+        out=out,
+        curve=True if args.curve else None,
+        schedule=args.schedule,
+        chunk_size=args.chunk_size,
+        batch_size=args.batch_size,
+        max_steps=args.max_steps,
+        devices=args.devices,
+        progress=False if args.quiet else None,
+        summary=not args.no_summary,
+        coordinator=args.coordinator,
+        num_processes=args.num_processes,
+        process_id=args.process_id,
+    )
 
 
 def _report(args: argparse.Namespace, res) -> int:

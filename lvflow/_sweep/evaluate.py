@@ -11,8 +11,8 @@ For each configuration it computes, per mode in the system's own order:
   and is later switched off by a competitor (`z_k(∞) = 0`) is measured against `ρ` × the plateau it
   switches on to (from the ε → 0 schedule), in the same solve;
 - `z_inf`, the loss and the excess loss `L(z(t)) − min L` on the grid (never negative: the floor is
-  the loss's true minimum over `z ≥ 0`, the saturated equilibrium found by Lawson–Hanson, which
-  holds for a singular `C` too);
+  the loss's true minimum over `z ≥ 0`, the saturated equilibrium, which holds for a singular `C`
+  too);
 - `success` (a finite solve within the step budget) and `valid` (`predict` would accept it).
 
 A subnormal `z0` (ε below float64's normal range, which compiled code reads as 0) is solved as the
@@ -44,33 +44,6 @@ _LOG2_TINY = math.log2(np.finfo(np.float64).tiny)
 # --------------------------------------------------------------------------------------------
 
 
-def restricted_equilibrium(system: AbstractLotkaVolterra, active=None) -> np.ndarray:
-    """The saturated equilibrium `z* ≥ 0` of Eq. 32 restricted to `active` (a mask; default all
-    modes): a minimiser of the loss `zᵀCz/8 − rᵀz/4` over `z ≥ 0` with `z = 0` off `active`, by
-    Lawson–Hanson on `C`'s structure (`lvflow._schedule.active_set`). It is right for a singular
-    `C`: a mode linearly dependent on the support stays out, so `Cz*` and the loss are the true ones.
-
-    **Raises:** `LvflowError` when the loss is unbounded below on `active`.
-    """
-    from .._schedule.active_set import _backend, _repair
-    from .._schedule.schedule import _one_blas_thread
-
-    r = np.asarray(system.r, dtype=float)
-    K = r.shape[0]
-    modes = np.arange(K) if active is None else np.flatnonzero(np.asarray(active, dtype=bool))
-    if system.is_diagonal:
-        c = np.asarray(system.C_diagonal, dtype=float)
-        z = np.where(r > 0, r / np.where(c > 0, c, 1.0), 0.0)
-        out = np.zeros(K)
-        out[modes] = z[modes]
-        return out
-    be = _backend(system, False)
-    with _one_blas_thread():
-        _repair(be, {int(k) for k in modes}, None, 3 * K + 10)
-        be.refine(full=True)
-    return np.maximum(np.asarray(be.z_full(), dtype=float), 0.0)
-
-
 def loss_floor(system: AbstractLotkaVolterra) -> tuple[np.ndarray, bool]:
     """The minimiser `z*` of the loss over `z ≥ 0` (the saturated equilibrium, the flow's limit:
     `r − Cz* ≤ 0`, `= 0` where `z* > 0`; `saturated_equilibrium`) and whether it is unique (`C`
@@ -78,15 +51,7 @@ def loss_floor(system: AbstractLotkaVolterra) -> tuple[np.ndarray, bool]:
     `z0`, but the minimum `L(z*)` does not)."""
     from .._glv.equilibrium import saturated_equilibrium
 
-    r = np.asarray(system.r, dtype=float)
-    if system.is_diagonal:
-        Ckk = np.asarray(system.C_diagonal, dtype=float)
-        return np.where(r > 0, r / np.where(Ckk > 0, Ckk, 1.0), 0.0), True
-    if isinstance(system, LowRankLotkaVolterra):
-        factors = {"d": np.asarray(system.d, float), "U": np.asarray(system.U, float)}
-    else:
-        factors = {"C": np.asarray(system.C, dtype=float)}
-    z, unique = saturated_equilibrium(r, **factors)
+    z, unique = saturated_equilibrium(np.asarray(system.r, dtype=float), **system._factors())
     return np.asarray(z, dtype=float), bool(unique)
 
 
@@ -96,7 +61,7 @@ def switch_off_levels(system: AbstractLotkaVolterra, sched, z_floor: np.ndarray)
     tau = np.asarray(sched.tau_star, dtype=float)
     level = np.zeros(tau.shape[0])
     for k in np.flatnonzero(np.isfinite(tau) & (z_floor <= 0)):
-        level[k] = restricted_equilibrium(system, np.asarray(sched.active_at(float(tau[k]))))[k]
+        level[k] = float(system.equilibrium(np.asarray(sched.active_at(float(tau[k]))))[k])
     return level
 
 
@@ -305,7 +270,7 @@ def make_member(group: Group, *, schedule: str, host_schedule: bool, max_steps: 
             rtol=group.rtol,
             atol=group.atol,
             max_steps=max_steps,
-            z_inf_known=getattr(fam, "z_inf_known", True),
+            z_inf_known=fam.z_inf_known,
         )
         out = {k: res[k] for k in ("valid", "success", "t1", "num_steps", "t_star", "z_inf")}
         out.update(r=r, V=V)

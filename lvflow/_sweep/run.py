@@ -379,12 +379,19 @@ def read_json(p: Path, name: str) -> Any:
     **Raises:** `LvflowError` naming `name` and `p` if the file cannot be read, is not JSON, or is
     nested too deeply for Python's parser.
     """
+    return _read_document(p, name, json.loads, json.JSONDecodeError, "JSON")
+
+
+def _read_document(p: Path, name: str, loads: Callable[[str], Any], invalid: type[Exception], kind: str) -> Any:
+    """`loads` of the text of `p` (UTF-8, a leading byte-order mark dropped), every failure one
+    `LvflowError` naming `name` and `p`; `invalid` is the parser's error for text that is not `kind`."""
     try:
-        return json.loads(p.read_text(encoding="utf-8-sig"))
+        return loads(p.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError) as e:
         raise LvflowError(f"{name}: cannot read {p}: {e.__class__.__name__}: {e}") from None
-    except json.JSONDecodeError as e:
-        raise LvflowError(f"{name}: {p} is not valid JSON: {e.msg} at line {e.lineno}") from None
+    except invalid as e:
+        detail = f"{e.msg} at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else str(e)
+        raise LvflowError(f"{name}: {p} is not valid {kind}: {detail}") from None
     except RecursionError:
         raise LvflowError(f"{name}: {p} is nested too deeply to read") from None
 
@@ -545,14 +552,7 @@ def read_spec_file(path) -> dict[str, Any]:
     elif suffix == ".toml":
         import tomllib
 
-        try:
-            data = tomllib.loads(p.read_text(encoding="utf-8-sig"))
-        except (OSError, UnicodeDecodeError) as e:
-            raise LvflowError(f"spec: cannot read {p}: {e.__class__.__name__}: {e}") from None
-        except tomllib.TOMLDecodeError as e:
-            raise LvflowError(f"spec: {p} is not valid TOML: {e}") from None
-        except RecursionError:
-            raise LvflowError(f"spec: {p} is nested too deeply to read") from None
+        data = _read_document(p, "spec", tomllib.loads, tomllib.TOMLDecodeError, "TOML")
     else:
         raise LvflowError(f"spec: unsupported file type {p.suffix or '(none)'!r} for {p}; use .toml or .json")
     if not isinstance(data, dict):

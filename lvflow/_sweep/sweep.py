@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -23,8 +22,10 @@ from .run import (
     exists,
     make_mesh,
     manifest,
+    manifest_difference,
     progress_bar,
     read_manifest,
+    read_spec_file,
     remove_stale_temporaries,
     write_chunk,
     write_manifest,
@@ -39,28 +40,7 @@ def load_spec(spec) -> dict[str, Any]:
     """A spec from a TOML or JSON file (or a mapping): `grid` (a table, or an array of tables: each
     a grid), `configs` (an array of tables: one configuration each) and `options` (`curve`,
     `schedule`, `chunk_size`, `batch_size`, `max_steps`)."""
-    if isinstance(spec, Mapping):
-        data = dict(spec)
-    else:
-        p = Path(os.fspath(spec))
-        if not p.is_file():
-            raise LvflowError(f"spec: file not found: {p}")
-        text = p.read_text(encoding="utf-8")
-        try:
-            if p.suffix.lower() == ".toml":
-                import tomllib
-
-                data = tomllib.loads(text)
-            elif p.suffix.lower() == ".json":
-                data = json.loads(text)
-            else:
-                raise LvflowError(f"spec: unsupported file type {p.suffix or '(none)'!r} for {p}; use .toml or .json")
-        except (ValueError, TypeError) as e:  # tomllib.TOMLDecodeError and json.JSONDecodeError are ValueErrors
-            if isinstance(e, LvflowError):
-                raise
-            raise LvflowError(f"spec: cannot read {p}: {e}") from None
-        # relative file names in a spec file are relative to the spec file
-        data = _relative_to(data, p.parent)
+    data = dict(spec) if isinstance(spec, Mapping) else read_spec(spec)
     unknown = set(data) - {"grid", "configs", "options"}
     if unknown:
         raise LvflowError(f"spec: unknown section(s) {sorted(unknown)}; use grid, configs, options")
@@ -71,6 +51,16 @@ def load_spec(spec) -> dict[str, Any]:
     grids = data.get("grid", [])
     grids = [grids] if isinstance(grids, Mapping) else list(grids)
     return {"grids": grids, "configs": list(data.get("configs", []) or []), "options": dict(opts)}
+
+
+def read_spec(path) -> dict[str, Any]:
+    """A spec file as `run.read_spec_file` reads and checks it, with the relative file names in it
+    made relative to the spec file's directory.
+
+    **Raises:** `LvflowError` naming the file (see `run.read_spec_file`).
+    """
+    p = Path(os.fspath(path))
+    return _relative_to(read_spec_file(p), p.parent)
 
 
 def _relative_to(data: dict, base: Path) -> dict:
@@ -322,9 +312,10 @@ def sweep(
                 and spec_hash(plan.definition, {**options, "chunk_size": made}) == existing["spec_hash"]
             ):
                 raise LvflowError(f"chunk_size: {out_dir} holds this sweep in chunks of {made}, not {chunk_size}")
+            differs = manifest_difference(existing, plan.definition, options)
+            differs = differs or f"spec hash {existing.get('spec_hash')}, this one {digest}"
             raise LvflowError(
-                f"out: {out_dir} holds a different sweep (spec hash {existing.get('spec_hash')}, this one {digest}); "
-                "use a new directory, or delete that one"
+                f"out: {out_dir} holds a different sweep ({differs}); use a new directory, or delete that one"
             )
         try:
             out_dir.mkdir(parents=True, exist_ok=True)

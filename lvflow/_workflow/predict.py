@@ -33,7 +33,7 @@ from .._glv.reduce import reduce_to_lv
 from .._glv.solve import _DEFAULT_MAX_STEPS
 from .._schedule.scaling import predicted_exponent
 from .._schedule.schedule import plateau_excess_in_order, plateau_schedule
-from .._sweep.evaluate import configuration, loss_floor, restricted_equilibrium, switch_off_levels
+from .._sweep.evaluate import configuration, loss_floor, switch_off_levels
 from .eps_merge import eps_merge
 from .predict_inputs import initial_scale
 from .prediction import Prediction
@@ -205,7 +205,8 @@ def predict(
     on = np.isfinite(t_star[order])
     em = eps_merge(zo, C=Co, c=co, rho=rho)
     em = np.where(on[:-1] & on[1:], em, np.nan)
-    plateau, drop = _plateaus_in_order(lv, order[on], z_floor, K)  # on: the first rows
+    plateau, drop = np.full(K, np.nan), np.full(K, np.nan)
+    plateau[: int(on.sum())], drop[: int(on.sum())] = plateau_excess_in_order(lv, order[on])  # on: first rows
     return Prediction(
         method="lv",
         **_header(source, eps, rho, lr, t1, exponent),
@@ -281,30 +282,6 @@ def _kinds(z_inf, z0, t_star, later_off, rho) -> np.ndarray:
     kinds = np.where(later_off, "off_later", np.where(z_inf > z0, "on", "decays"))
     kinds = np.where((kinds != "decays") & ~np.isfinite(t_star), "late", kinds)
     return np.where((kinds == "on") & (rho * z_inf <= z0), "from_start", kinds)
-
-
-def _plateaus_in_order(lv: AbstractLotkaVolterra, modes, z_floor, K: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row (the first `len(modes)` rows, NaN below): the excess loss `L(z*_i) − min L` of the
-    plateau before each of `modes` switches on in this order, and the drop it makes
-    (`plateau_excess_in_order`). The floor is the true minimum, `z_floor` (`loss_floor`): after the
-    last listed switch-on the excess is `L(z*_n) − L(z_floor)` in its stationary form
-    `(1/8) dᵀC d + ¼ Σ_k max((C z_floor − r)_k, 0) z*_n,k` (`d = z*_n − z_floor`), never negative."""
-    plateau, drop = np.full(K, np.nan), np.full(K, np.nan)
-    n = len(modes)
-    if n == 0:
-        return plateau, drop
-    excess, drops = plateau_excess_in_order(lv, modes)
-    if not lv.is_diagonal:  # the tail over the true floor (C may be singular)
-        active = np.zeros(K, bool)
-        active[modes] = True
-        zn = restricted_equilibrium(lv, active)
-        d = zn - z_floor
-        Cf = np.asarray(lv.Cz(jnp.asarray(z_floor)), dtype=float)
-        r = np.asarray(lv.r, dtype=float)
-        tail = max(float(d @ np.asarray(lv.Cz(jnp.asarray(d)))), 0.0) / 8 + float(np.maximum(Cf - r, 0.0) @ zn) / 4
-        excess = tail + np.cumsum(np.asarray(drops)[::-1])[::-1]
-    plateau[:n], drop[:n] = excess, drops
-    return plateau, drop
 
 
 def _mode_notes(order, t_star, kinds, t1) -> list[str]:
