@@ -74,6 +74,11 @@ _EXPORTS = {
     "NTKRegime": "._form.ntk",
     "ntk": "._form.ntk",
     "ntk_regime": "._form.ntk",
+    "Horizon": "._form.expansion",
+    "NextOrder": "._form.expansion",
+    "next_order": "._form.expansion",
+    "nqf_horizon": "._form.expansion",
+    "representative_neurons": "._form.expansion",
     # The Lotka–Volterra reduction (§3), its solution and the ε → 0 schedule (§4).
     "AbstractLotkaVolterra": "._glv.lv",
     "LotkaVolterra": "._glv.lv",
@@ -176,6 +181,13 @@ if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers 
         compression_bound as compression_bound,
     )
     from ._form.drops import MatrixDrops as MatrixDrops, matrix_drops as matrix_drops
+    from ._form.expansion import (
+        Horizon as Horizon,
+        NextOrder as NextOrder,
+        next_order as next_order,
+        nqf_horizon as nqf_horizon,
+        representative_neurons as representative_neurons,
+    )
     from ._form.flow import FlowSolution as FlowSolution, matrix_flow as matrix_flow
     from ._form.nqf import NQF as NQF
     from ._form.ntk import NTKRegime as NTKRegime, ntk as ntk, ntk_regime as ntk_regime

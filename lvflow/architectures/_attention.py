@@ -23,6 +23,7 @@ from ._base import (
     AbstractArchitecture,
     AbstractLearnedMap,
     AbstractSeparableMap,
+    AbstractSumForm,
     AbstractVectorOutput,
     bilinear,
     check_out_size,
@@ -117,6 +118,32 @@ class MultiHeadAttention(AbstractVectorOutput, AbstractSeparableMap):
         q = jnp.einsum("jbh,b->jh", Wq, X[:, -1])
         s = jnp.einsum("jh,jbh,bn->nh", q, Wk, X) / math.sqrt(self.key_size)
         z = jnp.einsum("abh,bn,nh->ah", Wv, X, jax.nn.softmax(s, axis=0))
+        return jnp.einsum("ah,a...h->...", z, v)
+
+    def _scores(self, Wq, Wk, X) -> Float[Array, "N h"]:
+        q = jnp.einsum("jbh,b->jh", Wq, X[:, -1])
+        return jnp.einsum("jh,jbh,bn->nh", q, Wk, X) / math.sqrt(self.key_size)
+
+    def next_order(self, X=None) -> int:
+        """4: the scores are quadratic in `Wᑫ, Wᴷ`, and a head is even in its weights (Thm 13)."""
+        return 4
+
+    def expansion_term(self, X: Float[ArrayLike, "D N"], order: int) -> Float[Array, "*k"]:
+        """Thm 13's order-`k` term (Eq. 203, `λ = (k)`) in closed form for `k ≤ 4`: 0 for odd `k`,
+        `Σ_i v_iᵀ W_iᴠ x̄` for `k = 2`, and the softmax's first term `Σ_i v_iᵀ W_iᴠ X (s_i − s̄_i)/N`
+        for `k = 4`; other orders by differentiation."""
+        X = check_sequence("X", X, self.in_size)
+        Wq, Wk, Wv, v = unpack(self.W, self._shapes)
+        N = X.shape[1]
+        if order % 2 == 1:
+            return jnp.zeros(() if self._out_size is None else (self._out_size,), dtype=self.W.dtype)
+        if order == 2:
+            z = jnp.einsum("abh,b->ah", Wv, jnp.mean(X, axis=1))
+        elif order == 4:
+            s = self._scores(Wq, Wk, X)
+            z = jnp.einsum("abh,bn,nh->ah", Wv, X, s - jnp.mean(s, axis=0, keepdims=True)) / N
+        else:
+            return AbstractSumForm.expansion_term(self, X, order)
         return jnp.einsum("ah,a...h->...", z, v)
 
     def structure(self, X: Float[ArrayLike, "D N"]) -> Float[Array, "*k p p"]:
@@ -232,6 +259,31 @@ class QKAttention(AbstractVectorOutput, AbstractLearnedMap):
         s = jnp.einsum("jh,jbh,bn->nh", q, Wk, X) / math.sqrt(self.key_size)
         return jnp.sum(X @ centered_softmax(s), axis=1) @ self._c
 
+    def next_order(self, X=None) -> int:
+        """4: the softmax's second term is quadratic in the scores, themselves quadratic in `W` (Thm 13)."""
+        return 4
+
+    def expansion_term(self, X: Float[ArrayLike, "D N"], order: int) -> Float[Array, "*k"]:
+        """Thm 13's order-`k` term (Eq. 203, `λ = (k)`) in closed form for `k ≤ 4`, from
+        `softmax(s) = 1/N + t/N + (t² − mean(t²))/(2N) + O(t³)`, `t = s − s̄`: 0 for odd `k`,
+        `Σ_i cᵀ X t_i/N` for `k = 2`, `Σ_i cᵀ X (t_i² − mean(t_i²))/(2N)` for `k = 4`; other orders
+        by differentiation."""
+        X = check_sequence("X", X, self.in_size)
+        N = X.shape[1]
+        if order % 2 == 1:
+            return jnp.zeros(() if self._out_size is None else (self._out_size,), dtype=self.W.dtype)
+        if order not in (2, 4):
+            return AbstractSumForm.expansion_term(self, X, order)
+        Wq, Wk = unpack(self.W, self._shapes)
+        q = jnp.einsum("jbh,b->jh", Wq, X[:, -1])
+        t = jnp.einsum("jh,jbh,bn->nh", q, Wk, X) / math.sqrt(self.key_size)
+        t = t - jnp.mean(t, axis=0, keepdims=True)
+        if order == 2:
+            a = jnp.sum(t, axis=1) / N
+        else:
+            a = jnp.sum(t**2 - jnp.mean(t**2, axis=0, keepdims=True), axis=1) / (2 * N)
+        return (X @ a) @ self._c
+
     def structure(self, X: Float[ArrayLike, "D N"]) -> Float[Array, "*k p p"]:
         X = check_sequence("X", X, self.in_size, dtype=self.W.dtype)
         N = X.shape[1]
@@ -308,6 +360,10 @@ class AttentionLogits(AbstractArchitecture):
         X = self._check(X)
         Wq, Wk = unpack(self.W, [(self.in_size,)] * 2)  # (D, d_k) each
         return (X.T @ Wk) @ (Wq.T @ X[:, -1]) / math.sqrt(self.d)
+
+    def next_order(self, X=None) -> None:
+        """`None`: the logits are exactly quadratic in `W` (no term beyond the NQF, Thm 13)."""
+        return None
 
     def structure(self, X: Float[ArrayLike, "D N"]) -> Float[Array, "N p p"]:
         X = self._check(X, dtype=self.W.dtype)

@@ -8,6 +8,8 @@ are neurons, the paper's convention). A neuron made of several tensors (e.g. an 
 """
 
 import abc
+import functools
+import math
 from typing import Callable, Sequence
 
 import equinox as eqx
@@ -50,6 +52,29 @@ class AbstractSumForm(eqx.Module):
     @abc.abstractmethod
     def __call__(self, x) -> Float[Array, "*k"]:
         """The network's output on one input `x`."""
+
+    def next_order(self, x) -> int | None:
+        """The order `k ≥ 3` of the first term of the symmetric expansion (Thm 13, Eq. 200) beyond the
+        NQF that is not identically zero, or `None` when the module is exactly quadratic in each neuron.
+
+        By default probed at a random neuron and the input `x` (`lvflow.next_order`); architectures
+        with a closed form override it. `x` must be concrete (not traced).
+        """
+        from .._form.expansion import probe_order
+
+        return probe_order(self.unit, x, self.p)
+
+    def expansion_term(self, x, order: int) -> Float[Array, "*k"]:
+        """The order-`k` part of `f_x(W)` in Thm 13 (Eq. 203), `Σ_i T_(k)(x)[w_i^{⊗k}]`, at this `W`.
+
+        For a sum form only the single-neuron partition `λ = (k)` contributes, with
+        `T_(k)(x)[w^{⊗k}] = (1/k!) dᵏ/dsᵏ unit(s w, x)|_{s=0}`; by default computed by nested
+        forward-mode differentiation of `unit` (architectures with a closed form override it).
+        `order = 2` is the NQF's `Tr[W Wᵀ A(x)]`.
+        """
+        from .._form.expansion import taylor_term
+
+        return jnp.sum(jax.vmap(lambda w: taylor_term(self.unit, w, x, order))(self.W.T), axis=0)
 
 
 class AbstractArchitecture(AbstractSumForm):
@@ -299,6 +324,49 @@ def check_activation(name: str, phi) -> float:
     if not np.isfinite(dphi0):
         raise LvflowError(f"{name}: φ'(0) = {dphi0} is not finite; the activation must be smooth at 0")
     return dphi0
+
+
+def activation_coefficient(phi, j: int) -> float:
+    """`φ⁽ʲ⁾(0)/j!`, the `j`-th Taylor coefficient of an activation at 0 (by nested `jax.grad`)."""
+    try:
+        return _activation_coefficient(phi, j)
+    except TypeError:  # an unhashable callable: not cached
+        return _activation_coefficient.__wrapped__(phi, j)
+
+
+@functools.lru_cache(maxsize=256)
+def _activation_coefficient(phi, j: int) -> float:
+    f = phi
+    for _ in range(j):
+        f = jax.grad(f)
+    with jax.ensure_compile_time_eval():
+        return float(f(jnp.zeros(()))) / math.factorial(j)
+
+
+def activation_next_order(phi, *, max_power: int = 8, rtol: float = 1e-12) -> int | None:
+    """`j + 1` for the first `j ≥ 2` with `φ⁽ʲ⁾(0) ≠ 0` (up to `max_power`), or `None` (a linear `φ`).
+
+    The order in the weights of the first term of `v φ(uᵀx)` beyond the NQF (Thm 13): `v` brings one
+    power, `(uᵀx)ʲ` brings `j`.
+    """
+    scale = abs(activation_coefficient(phi, 1))
+    for j in range(2, max_power + 1):
+        c = activation_coefficient(phi, j)
+        if not np.isfinite(c) or abs(c) > rtol * max(scale, 1e-300):
+            return j + 1
+    return None
+
+
+def pooled_expansion_term(phi, patches: Float[Array, "P n"], U: Float[Array, "n d"], V, order: int) -> Array:
+    """Thm 13's order-`k` term of `Σ_i v_i Σ_q φ(u_iᵀ x_q)`: `Σ_i v_i φ⁽ᵏ⁻¹⁾(0)/(k−1)! Σ_q (u_iᵀ x_q)^{k−1}`.
+
+    `patches` are the `x_q` (one row for an MLP), `U` the input weights `(n, d)` and `V` the readout
+    `(d,)` or `(k_out, d)`.
+    """
+    if order < 1:
+        return jnp.zeros(V.shape[:-1], dtype=U.dtype)
+    c = activation_coefficient(phi, order - 1)
+    return V @ (c * jnp.sum((patches @ U) ** (order - 1), axis=0))
 
 
 # ---------------------------------------------------------------------------------------------

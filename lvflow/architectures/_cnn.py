@@ -12,11 +12,13 @@ from ._base import (
     AbstractPooledPerceptron,
     AbstractVectorOutput,
     Activation,
+    activation_next_order,
     check_activation,
     check_input,
     check_out_size,
     check_size,
     init_W,
+    pooled_expansion_term,
 )
 
 
@@ -44,6 +46,8 @@ class CNN(AbstractVectorOutput, AbstractPooledPerceptron):
     `A⁽ᶜ⁾(X) = φ'(0)/2 · [[0, (Σ_p x_p) e_cᵀ], [e_c (Σ_p x_p)ᵀ, 0]]`.
 
     The learned map is `Θ = Σ_i k_i v_iᵀ` (`kh·kw × k`), read by `Φ_c(X) = φ'(0) (Σ_p x_p) e_cᵀ`.
+    The next term (Thm 13, `expansion_term`) is `Σ_i v_i φ⁽ʲ⁾(0)/j! Σ_p (k_iᵀx_p)ʲ`, of order `j + 1`
+    for the first `j ≥ 2` with `φ⁽ʲ⁾(0) ≠ 0` (order 4 for tanh).
 
     **Arguments:**
 
@@ -113,3 +117,12 @@ class CNN(AbstractVectorOutput, AbstractPooledPerceptron):
     def __call__(self, X: Float[ArrayLike, "H W"]) -> Float[Array, "*k"]:
         K, V = self._split(self.W)  # (m, d), (d,) or (k, d)
         return V @ jnp.sum(self.activation(self.patches(self._check(X)) @ K), axis=0)
+
+    def next_order(self, X=None) -> int | None:
+        """`j + 1` for the first `j ≥ 2` with `φ⁽ʲ⁾(0) ≠ 0` (Thm 13): 3 in general, 4 for an odd `φ`."""
+        return activation_next_order(self.activation)
+
+    def expansion_term(self, X: Float[ArrayLike, "H W"], order: int) -> Float[Array, "*k"]:
+        """Thm 13's order-`k` term, `Σ_i v_i φ⁽ᵏ⁻¹⁾(0)/(k−1)! Σ_p (k_iᵀx_p)^{k−1}` (Eq. 203, `λ = (k)`)."""
+        K, V = self._split(self.W)
+        return pooled_expansion_term(self.activation, self.patches(self._check(X)), K, V, order)

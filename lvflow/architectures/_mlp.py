@@ -11,10 +11,12 @@ from ._base import (
     AbstractVectorInput,
     AbstractVectorOutput,
     Activation,
+    activation_next_order,
     check_activation,
     check_out_size,
     check_size,
     init_W,
+    pooled_expansion_term,
 )
 
 
@@ -27,7 +29,9 @@ class MLP(AbstractVectorInput, AbstractVectorOutput, AbstractPooledPerceptron):
     `A⁽ᶜ⁾(x) = φ'(0)/2 · [[0, x e_cᵀ], [e_c xᵀ, 0]]`
 
     (for a scalar output, `φ'(0)/2 · [[0, x], [xᵀ, 0]]`). The error of the NQF is `O(|W|³)`, and
-    `O(|W|⁴)` for odd `φ` (per-neuron sign symmetry `(u, v) → (−u, −v)`). The learned map is
+    `O(|W|⁴)` for odd `φ` (per-neuron sign symmetry `(u, v) → (−u, −v)`). The next term (Thm 13,
+    `expansion_term`) is `Σ_i v_i φ⁽ʲ⁾(0)/j! (u_iᵀx)ʲ` of order `j + 1` for the first `j ≥ 2` with
+    `φ⁽ʲ⁾(0) ≠ 0`: `v φ''(0)/2 (uᵀx)²` (order 3) in general, `v φ'''(0)/6 (uᵀx)³` (order 4) for tanh. The learned map is
     `Θ = Σ_i u_i v_iᵀ` (`n × k`), read by `Φ_c(x) = φ'(0) x e_cᵀ`.
 
     **Arguments:**
@@ -68,3 +72,12 @@ class MLP(AbstractVectorInput, AbstractVectorOutput, AbstractPooledPerceptron):
     def __call__(self, x: Float[ArrayLike, " n"]) -> Float[Array, "*k"]:
         U, V = self._split(self.W)  # (n, d), (d,) or (k, d)
         return V @ self.activation(self._check(x) @ U)
+
+    def next_order(self, x=None) -> int | None:
+        """`j + 1` for the first `j ≥ 2` with `φ⁽ʲ⁾(0) ≠ 0` (Thm 13): 3 in general, 4 for an odd `φ`."""
+        return activation_next_order(self.activation)
+
+    def expansion_term(self, x: Float[ArrayLike, " n"], order: int) -> Float[Array, "*k"]:
+        """Thm 13's order-`k` term, `Σ_i v_i φ⁽ᵏ⁻¹⁾(0)/(k−1)! (u_iᵀx)^{k−1}` (Eq. 203, `λ = (k)`)."""
+        U, V = self._split(self.W)
+        return pooled_expansion_term(self.activation, self._check(x)[None, :], U, V, order)
