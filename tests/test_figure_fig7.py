@@ -46,6 +46,18 @@ def test_mlp_nqf_is_a_linear_model_bounded_by_least_squares():
     assert R["loss_train"][0, 0] == pytest.approx(R["loss_train"][0, 1], rel=1e-3)  # same weights at step 0
 
 
+def test_run_length_verdict_by_hand():
+    # a gap growing linearly to 0.1 over 1000 steps, against a bound of 0.05: it holds up to step 500,
+    # over 200 and 500 steps, not over 1000, and over the whole run for a bound ≥ 0.1
+    steps = np.arange(0, 1001, 10)
+    line, by = fig7.run_length_verdict(steps, 0.1 * steps / 1000, 0.05)
+    assert by == {200: True, 500: True, 1000: False}
+    assert line == (
+        "fails over our 1000 steps at our bound 0.05 (max gap 0.1); holds up to step 500; "
+        "over 200 / 500 / 1000 steps: holds / holds / fails; over the whole run for a bound ≥ 0.1"
+    )
+
+
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("fig7")
@@ -63,6 +75,13 @@ def test_quick_files_and_claims(quick):
         bound = fig7.LOSS_GAP if "training-loss" in c["claim"] else fig7.ACC_GAP
         gap = m["max_gap_rel_to_initial_loss"] if "training-loss" in c["claim"] else m["max_gap"]
         assert c["holds"] == (gap <= bound)
+        # the verdict as a function of our run length: over the first N steps it holds exactly when the
+        # step up to which it holds (found from the first failing record) is at least N
+        until = m["holds_until_step"]
+        assert sorted(m["holds_by_run_length"]) == [24, 60, 120]
+        for n, ok in m["holds_by_run_length"].items():
+            assert ok == (until is not None and until >= n), (c["claim"], n)
+        assert c["verdict"].startswith(("holds" if c["holds"] else "fails") + " over our 120 steps at our bound")
     for name, M in S["models"].items():
         for k, v in M["max_rel_err_fast_vs_architecture"].items():
             assert v < 1e-12, (name, k)

@@ -11,7 +11,9 @@ defines
   paper's setup (App. C).
 
 A summary holds `claims`: each statement the paper makes about the figure as `_style.claim`
-builds it (the claim, `holds` as measured, the criterion, the numbers); `deviations` where the
+builds it (the claim, `holds` as measured or `None` where the run cannot test it, the criterion,
+the numbers, and a `verdict` line that `lvflow figures` prints: where the verdict turns on a
+threshold or a run length of ours it says so, with the range over which the claim holds); `deviations` where the
 setup must differ from the paper's, with what that changes; `choices` for values the paper
 leaves out. docs/howto/figures.md collects them.
 

@@ -84,10 +84,17 @@ def write_summary(out: Path, name: str, summary: Mapping[str, Any]) -> Path:
     return save_json(Path(out) / f"{name}.json", summary)  # numpy → JSON, non-finite → null
 
 
-def claim(text: str, holds: bool, criterion: str, **measured) -> dict:
+def claim(text: str, holds: bool | None, criterion: str, *, verdict: str | None = None, **measured) -> dict:
     """One claim the paper makes about a figure, as its summary reports it: the claim in the
-    paper's words, whether it `holds` here, the `criterion` applied, and the numbers measured."""
-    return {"claim": text, "holds": bool(holds), "criterion": criterion, "measured": measured}
+    paper's words, whether it `holds` here (`None`: not tested, the run cannot show it), the
+    `criterion` applied, the numbers `measured`, and a one-line `verdict` (default "holds",
+    "fails" or "not tested"). Where the verdict turns on a threshold or a run length of ours,
+    the figure passes a `verdict` that says so: the measured number and the range of our choice
+    over which the claim holds."""
+    holds = None if holds is None else bool(holds)
+    if verdict is None:
+        verdict = "not tested" if holds is None else ("holds" if holds else "fails")
+    return {"claim": text, "holds": holds, "verdict": verdict, "criterion": criterion, "measured": measured}
 
 
 def band(

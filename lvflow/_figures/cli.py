@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{i}/{len(names)}] {name}: {mod.TITLE} ...", flush=True)
         t0 = time.perf_counter()
         try:
-            mod.make(out, quick=args.quick)
+            summary = mod.make(out, quick=args.quick)
         except Exception as e:  # one failing figure must not stop the others
             failed.append(name)
             print(f"[{i}/{len(names)}] {name}: FAILED ({type(e).__name__}: {e})", file=sys.stderr, flush=True)
@@ -72,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
             f"{out / (name + '.png')}, .pdf, .json",
             flush=True,
         )
+        for c in summary.get("claims", []):
+            print(f"    - {c['claim']}\n      {c['verdict']}", flush=True)
     print(
         f"{len(names) - len(failed)}/{len(names)} figure(s) in {time.perf_counter() - t_all:.1f} s"
         + (f"; failed: {', '.join(failed)}" if failed else ""),

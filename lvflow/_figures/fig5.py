@@ -34,6 +34,8 @@ MLP_WIDTH = 256
 EXPONENT_TOL = 0.10  # "matches the theory": fitted exponent within 10 % of (2β−1)/(θ+β)
 TRACK = 1.5  # "tracked by its NQF": network and NQF losses within this factor (0.18 decades) over the fit window
 K_STATED = 8  # a power law needs this many modes switched on (our quick fit window ends at mode 8)
+MLP_LR = 0.1  # the plain MLP's GD rate in the figure (App. C: 0.02), to reach the Fourier MLP's t
+PLATEAU_DROP = 0.05  # a run has left its initial plateau once its loss has fallen by this many decades (ours)
 
 
 def zeta(k, theta):
@@ -157,8 +159,9 @@ class _Theta:
         return E.mean(1)
 
 
-def _plain_mlp(init_scale: float, steps: int):
-    """The plain tanh MLP 1 → 256 → 1 on raw `x`, full-batch GD at the stated lr 0.02."""
+def _plain_mlp(init_scale: float, *, t_end: float, lr: float = STATED_LR):
+    """The plain tanh MLP 1 → 256 → 1 on raw `x`, full-batch GD at `lr` (App. C: 0.02) up to the
+    gradient-flow time `t_end`."""
     import jax
     import jax.numpy as jnp
 
@@ -171,15 +174,69 @@ def _plain_mlp(init_scale: float, steps: int):
     X1, yj = jnp.asarray(x), jnp.asarray(y)
     f_mlp = lambda u, v: jnp.tanh(X1[:, None] * u[None, :]) @ v
     check = float(jnp.max(jnp.abs(jax.vmap(mlp)(X1[:, None]) - f_mlp(u0, v0))))
-    t, E, _ = gd_losses(
-        lambda p: jnp.mean((f_mlp(*p) - yj) ** 2), (u0, v0), lr=STATED_LR, steps=steps, every=steps // 1000
+    steps = int(round(t_end / lr))
+    every = max(1, steps // 1500)
+    steps = every * (steps // every)
+    t, E, _ = gd_losses(lambda p: jnp.mean((f_mlp(*p) - yj) ** 2), (u0, v0), lr=lr, steps=steps, every=every)
+    left = np.flatnonzero(E <= E[0] * 10**-PLATEAU_DROP)
+    return dict(
+        t=t,
+        E=E,
+        fit=_auto_fit(t, E),
+        check=check,
+        drop_decades=math.log10(E[0] / E.min()),
+        init_scale=init_scale,
+        lr=lr,
+        steps=steps,
+        t_leaves_plateau=float(t[left[0]]) if left.size else None,
     )
-    try:
-        fit = _scaling.fit_power_law(t[1:], E[1:])
-        fit = dict(exponent=fit.exponent, window=list(fit.window), decades=fit.decades)
-    except Exception as e:  # no power-law window at all
-        fit = dict(exponent=None, reason=str(e))
-    return dict(t=t, E=E, fit=fit, check=check, drop_decades=math.log10(E[0] / E[-1]), init_scale=init_scale)
+
+
+def plain_mlp_claim(mlps: dict) -> dict:
+    """The paper's "a standard tanh MLP on the raw input x does not exhibit a power law", from the
+    plain-MLP runs `{ε: _plain_mlp(ε, ...)}`. A run that never leaves its initial plateau (its loss
+    never falls by `PLATEAU_DROP` decades) cannot show a power law or its absence: the claim is
+    not tested there. It holds where every run that leaves its plateau has no power-law window
+    (`lvflow.fit_power_law`), and is not tested when none does."""
+    per, parts = {}, []
+    for eps, R in mlps.items():
+        t_end = float(R["t"][-1])
+        if R["t_leaves_plateau"] is None:
+            per[eps] = None
+            parts.append(
+                f"ε = {eps:g}: not tested (never leaves its plateau by t = {t_end:.3g}; loss drop "
+                f"{R['drop_decades']:.2g} decades)"
+            )
+            continue
+        per[eps] = R["fit"]["exponent"] is None
+        found = "no power-law window" if per[eps] else f"a power law, exponent {R['fit']['exponent']:.3g}"
+        parts.append(
+            f"ε = {eps:g}: {found} (leaves its plateau at t ≈ {R['t_leaves_plateau']:.3g}; loss drop "
+            f"{R['drop_decades']:.2g} decades by t = {t_end:.3g})"
+        )
+    tested = [v for v in per.values() if v is not None]
+    holds = all(tested) if tested else None
+    if holds is None:
+        t_end = max(float(R["t"][-1]) for R in mlps.values())
+        verdict = (
+            f"not tested (never leaves its plateau by t = {t_end:.3g}: "
+            + ", ".join(f"ε = {eps:g} loss drop {R['drop_decades']:.2g} decades" for eps, R in mlps.items())
+            + ")"
+        )
+    else:
+        verdict = ("holds: " if holds else "fails: ") + "; ".join(parts)
+    return _style.claim(
+        "a standard tanh MLP trained on the raw input x does not exhibit a power law",
+        holds,
+        "no power-law window found (lvflow.fit_power_law) in a run that leaves its initial plateau (loss down by "
+        f"≥ {PLATEAU_DROP:g} decades, our threshold), at the stated ε = {EPS:g} and at ε = 0.1, each run as long "
+        "as the Fourier MLP's longest",
+        verdict=verdict,
+        tested_per_eps={f"{eps:g}": v for eps, v in per.items()},
+        loss_drop_decades={f"{eps:g}": R["drop_decades"] for eps, R in mlps.items()},
+        t_leaves_plateau={f"{eps:g}": R["t_leaves_plateau"] for eps, R in mlps.items()},
+        t_end={f"{eps:g}": float(R["t"][-1]) for eps, R in mlps.items()},
+    )
 
 
 def _auto_fit(t, E) -> dict:
@@ -237,8 +294,9 @@ def make(out: Path, *, quick: bool = False) -> dict:
         S["steps"] = steps_s
         stated[theta] = S
 
-    steps_mlp = 10_000 if quick else STATED_STEPS
-    mlps = {eps: _plain_mlp(eps, steps_mlp) for eps in (EPS, 0.1)}
+    # the control runs as long (in t = lr × step) as the Fourier MLP's longest run, at MLP_LR
+    t_mlp = max(float(R["t"][-1]) for R in runs.values())
+    mlps = {eps: _plain_mlp(eps, t_end=t_mlp, lr=MLP_LR) for eps in (EPS, 0.1)}
     for eps, R in mlps.items():
         checks[f"plain_mlp ε={eps:g}"] = R["check"]
 
@@ -290,16 +348,7 @@ def make(out: Path, *, quick: bool = False) -> dict:
                 nqf=R["fit_nqf"].exponent,
             )
         )
-    m1 = mlps[EPS]
-    claims.append(
-        _style.claim(
-            "a standard tanh MLP trained on the raw input x does not exhibit a power law",
-            m1["fit"]["exponent"] is None and mlps[0.1]["fit"]["exponent"] is None,
-            "no power-law window found (lvflow.fit_power_law), at the stated ε = 1e-4 and at ε = 0.1",
-            loss_drop_decades_eps_1e_4=m1["drop_decades"],
-            loss_drop_decades_eps_0_1=mlps[0.1]["drop_decades"],
-        )
-    )
+    claims.append(plain_mlp_claim(mlps))
     claims.append(
         _style.claim(
             "App. C's setup (full-batch GD, lr 0.02, 30000 steps, ε = 1e-4) produces the power law",
@@ -331,6 +380,12 @@ def make(out: Path, *, quick: bool = False) -> dict:
                 f"{lr} until mode {K2} has switched on (Eq. 158), the same gradient flow at fewer steps: "
                 "'lr_vs_flow' measures the effect of the learning rate against a 10× smaller one."
             ),
+        },
+        "choices": {
+            "plain_mlp_length": "the plain MLP runs as long in t = lr × step as the Fourier MLP's longest run (App. C "
+            f"states 30000 steps at lr 0.02, t = 600, for every panel), at lr {MLP_LR:g}: at the stated 0.02 that "
+            "is 1.1e6 steps per init at full size (about 9 min each on 2 shared cores). It counts as having left its "
+            f"plateau once its loss is {PLATEAU_DROP:g} decades down",
         },
         "stated_setup": {
             f"{theta:g}": {
@@ -373,8 +428,10 @@ def make(out: Path, *, quick: bool = False) -> dict:
         "max_abs_dev_fast_loss_vs_model_outputs": checks,
         "plain_mlp": {
             f"eps={eps:g}": {
-                "lr": STATED_LR,
-                "steps": steps_mlp,
+                "lr": R["lr"],
+                "steps": R["steps"],
+                "t_end": float(R["t"][-1]),
+                "t_leaves_plateau": R["t_leaves_plateau"],
                 "width": MLP_WIDTH,
                 "init_scale": eps,
                 "fit": R["fit"],

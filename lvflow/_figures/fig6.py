@@ -39,6 +39,7 @@ EPS = 1e-3
 BATCH = 64
 RUNS = 5
 DEPARTURE = 0.10  # relative loss gap that counts as "departed"
+THRESHOLDS = (0.05, 0.10, 0.20)  # our DEPARTURE, halved and doubled: the verdicts as a function of it
 TRACK_STEPS = 100  # "the trajectories match for the first 100 steps"
 D_QK, N_QK, DK_QK, HEADS_QK = 16, 10, 8, 4
 MLP_IN, MLP_WIDTH = 20, 100
@@ -143,12 +144,29 @@ def make(out: Path, *, quick: bool = False) -> dict:
         early = [float(np.max(R["rel"][R["steps"] <= TRACK_STEPS])) for R in runs]
         dep = [R["departure"] for R in runs]
         dep_f = np.array([np.nan if d is None else d for d in dep], float)
+        g100 = float(np.max(rel[s <= TRACK_STEPS]))
+        above = np.flatnonzero(rel > DEPARTURE)
+        within_until = int(s[-1]) if above.size == 0 else (int(s[above[0] - 1]) if above[0] > 0 else None)
+        deps = {th: departure_step(s, rel, th) for th in THRESHOLDS}
+        dep_words = ", ".join(f"{th:.0%}: {deps[th]}" for th in THRESHOLDS if th != DEPARTURE)
+        about = dep_mean is not None and TRACK_STEPS / 2 <= dep_mean <= 2 * TRACK_STEPS
+        in_window = [th for th in THRESHOLDS if deps[th] is not None and TRACK_STEPS / 2 <= deps[th] <= 2 * TRACK_STEPS]
+        window_words = (
+            "in the window for a " + " and ".join(f"{th:.0%}" for th in in_window) + " gap"
+            if in_window
+            else "in the window for none of the gaps " + " / ".join(f"{th:.0%}" for th in THRESHOLDS)
+        )
+        if dep_mean is not None and dep_mean > 2 * TRACK_STEPS:
+            window_words += f"; the NQF tracks longer than the paper's {TRACK_STEPS} steps"
         claims.append(
             _style.claim(
                 f"{LABELS[name]}: network and NQF match for the first {TRACK_STEPS} steps",
-                float(np.max(rel[s <= TRACK_STEPS])) <= DEPARTURE,
+                g100 <= DEPARTURE,
                 f"|L_net − L_NQF|/L_NQF of the run-averaged L/L(0) ≤ {DEPARTURE:.0%} over steps ≤ {TRACK_STEPS} "
-                "(each run's own maximum, noisier under SGD, is reported beside)",
+                "(each run's own maximum, noisier under SGD, is reported beside; the bound is ours)",
+                verdict=f"{'holds' if g100 <= DEPARTURE else 'fails'} at our {DEPARTURE:.0%} bound (max gap {g100:.3f} "
+                f"over steps ≤ {TRACK_STEPS}); the gap stays ≤ {DEPARTURE:.0%} up to step {within_until}; holds over "
+                f"the first {TRACK_STEPS} steps for a bound ≥ {g100:.3f}",
                 max_rel_gap_first_100_steps=float(np.max(rel[s <= TRACK_STEPS])),
                 median_rel_gap_first_100_steps=float(np.median(rel[(s > 0) & (s <= TRACK_STEPS)])),
                 per_run=early,
@@ -159,16 +177,23 @@ def make(out: Path, *, quick: bool = False) -> dict:
                 f"{LABELS[name]}: ... and then they become different (within the {steps} steps)",
                 dep_mean is not None,
                 f"the relative gap of the run-averaged L/L(0) stays above {DEPARTURE:.0%} from some step on",
+                verdict=f"{'holds' if dep_mean is not None else 'fails'}: departs at step {dep_mean} at our "
+                f"{DEPARTURE:.0%} gap ({dep_words}) within our {steps} steps",
                 departure_step=dep_mean,
+                departure_step_by_threshold={f"{th:g}": deps[th] for th in THRESHOLDS},
                 per_run=dep,
             )
         )
         claims.append(
             _style.claim(
                 f"{LABELS[name]}: the departure comes at about step {TRACK_STEPS}",
-                dep_mean is not None and TRACK_STEPS / 2 <= dep_mean <= 2 * TRACK_STEPS,
-                f"the departure step of the run-averaged L/L(0) within [{TRACK_STEPS // 2}, {2 * TRACK_STEPS}]",
+                about,
+                f"the departure step of the run-averaged L/L(0) within [{TRACK_STEPS // 2}, {2 * TRACK_STEPS}] (the "
+                "window and the gap that counts as departed are ours)",
+                verdict=f"{'holds' if about else 'fails'} at our {DEPARTURE:.0%} gap and window "
+                f"[{TRACK_STEPS // 2}, {2 * TRACK_STEPS}]: departure at step {dep_mean} ({dep_words}); {window_words}",
                 departure_step=dep_mean,
+                departure_step_by_threshold={f"{th:g}": deps[th] for th in THRESHOLDS},
                 per_run=dep,
                 per_run_mean=float(np.nanmean(dep_f)) if np.any(np.isfinite(dep_f)) else None,
                 per_run_std=float(np.nanstd(dep_f)) if np.any(np.isfinite(dep_f)) else None,

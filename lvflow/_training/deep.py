@@ -7,16 +7,20 @@
 is two two-layer blocks joined by `φ`: `h = W₂ φ(W₁ x)` (neurons: the rows of `W₁` with the
 columns of `W₂`) and `f = W₄ φ(W₃ φ(h))` (neurons: rows of `W₃` with columns of `W₄`). These two
 sets of neurons partition all weights. Expanding each block around its own zero weights
-(Thm 1) gives `h = Tr[M₁ A₁(x)] + O(|W₁₂|³)` and `f = Tr[M₂ A₂(φ(h))] + O(|W₃₄|³)`, and
-`φ(h) = φ'(0) h + O(|h|³)` with `h = O(|W|²)`. Dropping the higher orders,
+(Thm 1) gives `h = Tr[M₁ A₁(x)] + O(|W₁₂|³)` and `f = Tr[M₂ A₂(φ(h))] + O(|W₃₄|³)`.
+Def 2 lets layer `ℓ`'s structure matrix depend on the previous layer's output, `A⁽ˡ⁾(h⁽ˡ⁻¹⁾)`:
+block 2 reads `φ(h)`, and dropping only the higher orders inside each block gives
 
-`f_NQF(x) = Tr[M₂ A₂(φ'(0) · Tr[M₁ A₁(x)])]`,   `M_ℓ = W_ℓ W_ℓᵀ`,
+`f_NQF(x) = Tr[M₂ A₂(φ(Tr[M₁ A₁(x)]))]`,   `M_ℓ = W_ℓ W_ℓᵀ`,
 
-a composition of two quadratic forms: degree 4 in the weights, with the same leading term
-`φ'(0)³ W₄W₃W₂W₁x` as the network. We keep the link linear (`φ'(0)·h` rather than `φ(h)`) so the
-twin is exactly a polynomial "NQF of an NQF": the dropped `O(|h|³)` is two orders smaller than
-the error already made inside each block. A one-layer NQF is degree 2 and cannot reproduce the
-`W⁴` dynamics (saddle escape ∝ 1/t rather than exponential), which is Fig 8's point.
+a composition of two quadratic forms through the network's own activation, whose leading term
+is the network's `φ'(0)³ W₄W₃W₂W₁x`. Each block is then exactly the network block's second-order
+Taylor term in its own weights. Linearising the link as well (`φ(h) = φ'(0) h + O(|h|³)`) gives
+the polynomial "NQF of an NQF" `Tr[M₂ A₂(φ'(0) · Tr[M₁ A₁(x)])]`, degree 4 in the weights; for
+the MLP it is a linear map of `x`, the function class of a one-layer NQF. `DeepNQF` builds
+either (`activation`); `lvflow.nqf_twin` builds the linear one, Fig 8 the Def 2 one. A one-layer
+NQF is degree 2 and cannot reproduce the `W⁴` dynamics (saddle escape ∝ 1/t rather than
+exponential), which is Fig 8's point.
 
 Two-layer attention is the same with multi-head attention blocks: block 1 is applied with every
 token as the query (softmax attention is equivariant under permuting the keys, so token `n`
@@ -74,8 +78,8 @@ class AbstractDeepModel(eqx.Module):
 
     What `lvflow.nqf_twin` needs to build the two-layer NQF `DeepNQF`: the `blocks` (each an
     `lvflow.architectures.AbstractArchitecture`, whose twins are composed), the `chain` that reads
-    block 1 for block 2, and the slope `φ'(0)` of the link (`link_slope`), which the NQF keeps
-    linear: `f_NQF(x) = Q₂(φ'(0) · chain(Q₁, x))`.
+    block 1 for block 2, and the slope `φ'(0)` of the link (`link_slope`), with which `nqf_twin`
+    linearises the link: `f_NQF(x) = Q₂(φ'(0) · chain(Q₁, x))` (`DeepNQF` can keep it instead).
 
     **Raises:** `LvflowError` at construction when `blocks` is not two architectures.
     """
@@ -201,20 +205,30 @@ class DeepAttention(AbstractDeepModel):
 
 
 class DeepNQF(AbstractDeepModel):
-    """The two-layer NQF `f = Q₂(φ'(0) · chain(Q₁, x))`, `Q_ℓ(x) = Tr[M_ℓ A_ℓ(x)]` (module docstring).
+    """The two-layer NQF `f = Q₂(link(chain(Q₁, x)))`, `Q_ℓ(x) = Tr[M_ℓ A_ℓ(x)]` (App. B.4, Def 2).
 
     `blocks` are the NQF twins (`NQFModel`) of the deep network's blocks, holding the network's
-    own neuron arrays (so `train` records `M` as a tuple `(M₁, M₂)`); `chain` is the network's,
-    and the link is linear with slope `dphi0 = φ'(0)`.
+    own neuron arrays (so `train` records `M` as a tuple `(M₁, M₂)`); `chain` is the network's.
+    The link between the blocks is
+
+    - `activation=None` (the default, what `lvflow.nqf_twin` builds): linear, `φ'(0) · h`
+      (`dphi0 = φ'(0)`), so `f` is a polynomial of degree 4 in the weights — for the MLP a linear
+      map of `x`;
+    - `activation=φ`: the network's own activation, `φ(h)`. Def 2 lets the structure matrix of
+      layer `ℓ` depend on the previous layer's output, `A⁽ˡ⁾(h⁽ˡ⁻¹⁾)`; for the MLP block 2 reads
+      `φ(h)`, so `f = Q₂(φ(Q₁(x)))` keeps the nonlinearity of the network between the blocks,
+      and each block is exactly the second-order Taylor term of the network's block in its own
+      weights (Thm 1). Fig 8 uses this form.
     """
 
     blocks: tuple[AbstractArchitecture, AbstractArchitecture]
     chain: AbstractChain
     dphi0: float = eqx.field(static=True)
+    activation: Callable | None = eqx.field(default=None, static=True)
 
     @property
     def link_slope(self) -> float:
         return self.dphi0
 
     def link(self, h: Array) -> Array:
-        return self.dphi0 * h
+        return self.dphi0 * h if self.activation is None else self.activation(h)
