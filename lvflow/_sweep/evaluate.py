@@ -21,13 +21,14 @@ same flow rescaled, `z = s z'`, `C' = s C` (Eq. 32 is invariant), with `s` a pow
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .._glv.solve import _closed_form_core, solve_lv
@@ -51,7 +52,9 @@ def loss_floor(system: AbstractLotkaVolterra) -> tuple[np.ndarray, bool]:
     `z0`, but the minimum `L(z*)` does not)."""
     from .._glv.equilibrium import saturated_equilibrium
 
-    z, unique = saturated_equilibrium(np.asarray(system.r, dtype=float), **system._factors())
+    # through the class: equinox builds a module (`BoundMethod`) for each `system._factors` read
+    factors = {k: np.asarray(v, dtype=float) for k, v in type(system)._factors(system).items()}
+    z, unique = saturated_equilibrium(np.asarray(system.r, dtype=float), **factors)
     return np.asarray(z, dtype=float), bool(unique)
 
 
@@ -108,6 +111,27 @@ def _scale(r, Ckk, log_z0):
     return jnp.where(lo < _LOG2_TINY, 2 * jnp.round((top + lo + 600) / 4), 0.0)
 
 
+#: `_closed_form_core`'s curve at `t ∈ {0, t1}` is finite when every argument lies within these
+#: powers of ten (`_bounded`)
+_BOUND = 1e100
+
+
+def _bounded(
+    r: Float[Array, " K"], c: Float[Array, " K"], z0: Float[Array, " K"], t1: Float[Array, ""]
+) -> Bool[Array, ""]:
+    """Whether Thm 6's `z_k(t)` (`_thm6`, Eq. 32 with a diagonal `C = Diag(c)`) is finite at
+    `t = 0` and `t = t1`, read off the arguments without evaluating it: `|r_k|` (or 0), `c_k`, `z_k0`
+    in `[10⁻¹⁰⁰, 10¹⁰⁰]` and `t1` in `[0, 10¹⁰⁰]` (NaN: not bounded). Then `ln(c_k z_k0) ≥ −461`, so
+    `_thm6` takes no power-of-two rescaling; `e = e^{−|r_k| t} ≤ 1` and `φ = (1 − e)/|r_k| ≤ 10¹⁰⁰`
+    (`t` at `r_k = 0`); a mode that does not grow has `z = z_k0 e/(1 + c_k z_k0 φ) ≤ z_k0`, and a
+    growing one `z = z_k0/(e + c_k z_k0 φ)`, whose denominator is at least 1/2 (`e ≥ 1/2`) or at
+    least `c_k z_k0/(2 r_k) ≥ 5·10⁻³⁰¹`, a normal number (`e < 1/2`), so `z ≤ max(2 z_k0, 2 r_k/c_k)
+    ≤ 2·10²⁰⁰`."""
+    a = jnp.abs(r)
+    inside = lambda x: (x >= 1 / _BOUND) & (x <= _BOUND)  # noqa: E731
+    return (t1 >= 0.0) & (t1 <= _BOUND) & jnp.all(((a == 0) | inside(a)) & inside(c) & inside(z0))
+
+
 def configuration(
     r: Float[ArrayLike, " K"],
     Ckk: Float[ArrayLike, " K"],
@@ -128,6 +152,7 @@ def configuration(
     max_steps: int,
     z_inf_known: bool = True,
     progress: bool = False,
+    check_curve: bool = True,
 ) -> dict[str, Array]:
     """`predict` for one configuration of the gLV `ż_k = z_k (r_k − Σ_j C_kj z_j)` (Eq. 32) from
     `z_k0 = ε c_k`. Traceable (`jit`, `vmap`).
@@ -150,10 +175,15 @@ def configuration(
     - `rtol`, `atol`, `max_steps`: the ODE solver's.
     - `z_inf_known`: `z_floor` is the flow's limit (unique); otherwise `z(∞)` is `z(t1)` of a first solve.
     - `progress`: a progress bar during the ODE solve.
+    - `check_curve`: `success` includes the curve's being finite. With `False`, for a diagonal `C`
+      without `points`, it does not: where `bounded` (`_bounded`: the curve at `[0, t1]` is finite
+      for these arguments) the check is redundant, elsewhere the caller evaluates again with
+      `True` (`batched`, once per batch: the curve is not computed for a batch all `bounded`).
 
     **Returns:** a dict of arrays: `valid`, `success`, `t1`, `ts`, `num_steps`, `t_star`,
-    `z_inf`, `later_off` (per mode: measured against `z_on`), and with `points` also `loss` and
-    `excess_loss` at `ts`.
+    `z_inf`, `later_off` (per mode: measured against `z_on`), with `points` also `loss` and
+    `excess_loss` at `ts`, and with `check_curve=False` for a diagonal `C` without `points` also
+    `bounded`.
     """
     r, Ckk, c = jnp.asarray(r, float), jnp.asarray(Ckk, float), jnp.asarray(c, float)
     K = r.shape[0]
@@ -171,12 +201,17 @@ def configuration(
     zf = jnp.where(grow, r / Ck, 0.0) if z_floor is None else jnp.asarray(z_floor, float)
     zf = zf / s
     z_on = jnp.asarray(z_on, float) / s
+    bounded = None  # only for check_curve=False (the closed form, no curve)
     if lv is None:
         sol = _closed_form_core(r, Ck * s, z0, t1, ts, zf, jnp.asarray(True), rho, 0.0)
         z_lim, later_off, steps = zf, jnp.zeros(K, bool), jnp.zeros((), jnp.int64)
         Cz = lambda z: jnp.broadcast_to(Ck * s, z.shape) * z  # noqa: E731
         t_star = sol.switch_on_times
-        success = ~jnp.any(jnp.isnan(t_star)) & jnp.all(jnp.isfinite(sol.zs))
+        success = ~jnp.any(jnp.isnan(t_star))
+        if points or check_curve:
+            success &= jnp.all(jnp.isfinite(sol.zs))
+        else:  # the curve is [0, t1]: finite where bounded; the caller checks the rest (`batched`)
+            bounded = _bounded(r, Ck * s, z0, t1)
     else:
         lv_s = LotkaVolterra(r, lv.C * s, check=False) if not isinstance(lv, LowRankLotkaVolterra) else None
         lv_s = lv_s or LowRankLotkaVolterra(r, lv.d * s, lv.U * jnp.sqrt(s))
@@ -209,6 +244,8 @@ def configuration(
         "z_inf": z_lim * s,
         "later_off": later_off,
     }
+    if bounded is not None:
+        out["bounded"] = bounded
     if points:
         zs = sol.zs
         loss = jnp.sum(zs * Cz(zs), axis=-1) / 8 - zs @ r / 4  # Eq. 26 in modes, of z/s: times s
@@ -236,7 +273,7 @@ def make_member(group: Group, *, schedule: str, host_schedule: bool, max_steps: 
     fam = group.family
     K = fam.K
 
-    def member(x):
+    def member(x, *, check_curve: bool = True):
         r, Ckk, lv = fam.system(x)
         k = jnp.arange(1, K + 1, dtype=float)
         if group.init == "array":
@@ -271,8 +308,9 @@ def make_member(group: Group, *, schedule: str, host_schedule: bool, max_steps: 
             atol=group.atol,
             max_steps=max_steps,
             z_inf_known=fam.z_inf_known,
+            check_curve=check_curve,
         )
-        out = {k: res[k] for k in ("valid", "success", "t1", "num_steps", "t_star", "z_inf")}
+        out = {k: res[k] for k in ("valid", "success", "t1", "num_steps", "t_star", "z_inf", "bounded") if k in res}
         out.update(r=r, V=V)
         if schedule != "none":
             out["tau_star"], out["plateau_loss"] = tau, plateau
@@ -283,14 +321,33 @@ def make_member(group: Group, *, schedule: str, host_schedule: bool, max_steps: 
     return member
 
 
+#: configurations per vmapped slice where `batched` checks a batch's curves
+_CHECK_SLICE = 64
+
+
 def batched(member, *, per_member: bool):
     """`member` over a batch: `vmap`, or one after another (`lax.map`) where a vmapped batch would
     run batched LAPACK factorisations (a dense `C` under RODAS5P; a first pass for `z(∞)`), which
     deadlock on a CPU split into several devices (jaxlib's batched LU runs its batch on the thread
-    pool the devices' programs occupy)."""
+    pool the devices' programs occupy).
+
+    Vmapped, `member` runs with `check_curve=False`: a diagonal group without a curve then does not
+    evaluate Thm 6 at `[0, t1]` only to check it is finite (`configuration`), unless some member
+    of the batch is not `bounded`, when the batch's `success` comes from `member` as is."""
     if per_member:
         return lambda x: jax.lax.map(member, x)
-    return jax.vmap(member)
+
+    def run(x):
+        out = jax.vmap(functools.partial(member, check_curve=False))(x)
+        if "bounded" in out:
+            bounded, success = out.pop("bounded"), out["success"]
+            # in slices: vmapped over the whole batch, the check's temporaries would enlarge the
+            # working memory every call allocates (shared with the untaken branch), taken or not
+            checked = lambda: jax.lax.map(member, x, batch_size=_CHECK_SLICE)["success"]  # noqa: E731
+            out["success"] = jax.lax.cond(jnp.all(bounded), lambda: success, checked)
+        return out
+
+    return run
 
 
 # --------------------------------------------------------------------------------------------
