@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -12,7 +11,7 @@ import numpy as np
 from jaxtyping import Float
 
 from .._core.errors import LvflowError
-from .._workflow.io import csv_lines
+from .._workflow.io import csv_lines, read_json
 
 #: Column names accepted for each quantity (case-insensitive).
 STEP_NAMES = ("step", "steps", "iteration", "iter", "epoch")
@@ -114,14 +113,7 @@ def _named(source: str, p: Path) -> str:
 
 
 def _read_json(p: Path, source: str) -> dict:
-    try:
-        obj = json.loads(p.read_text(encoding="utf-8-sig"))  # a byte-order mark is not data
-    except (OSError, UnicodeDecodeError) as e:
-        raise LvflowError(f"{source}: cannot read {p}: {e.__class__.__name__}: {e}") from None
-    except json.JSONDecodeError as e:
-        raise LvflowError(f"{_named(source, p)}not valid JSON: {e.msg} at line {e.lineno}") from None
-    except RecursionError:
-        raise LvflowError(f"{_named(source, p)}JSON nested too deeply to read; expected lists of numbers") from None
+    obj = read_json(p, _named(source, p))
     if isinstance(obj, dict) and not any(isinstance(v, list) for v in obj.values()):
         raise LvflowError(f"{source}: {p} holds a JSON object without columns; expected lists under 'step' and 'loss'")
     if isinstance(obj, dict):

@@ -24,6 +24,7 @@ FLAGS = {name: p.flag for name, p in PARAMETERS.items()} | {
     "num_processes": "--num-processes",
     "process_id": "--process-id",
     "coordinator": "--coordinator",
+    "coordinator_timeout": "--coordinator-timeout",
     "out": "--out",
 }
 
@@ -73,6 +74,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     )
     dev.add_argument("--coordinator", metavar="HOST:PORT", help="jax.distributed coordinator ('auto': detect)")
+    dev.add_argument(
+        "--coordinator-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="wait this long for the coordinator and every process to join, then exit 2 with one line (default 120)",
+    )
     dev.add_argument("--num-processes", type=int, metavar="P", help="number of processes (one per host)")
     dev.add_argument("--process-id", type=int, metavar="I", help="this process's number, 0…P-1")
     out = parser.add_argument_group("output")
@@ -85,8 +93,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run `lvflow sweep`; returns the exit code (errors are reported by `lvflow`'s `main`).
 
-    The output directory is locked while the sweep runs (`run.out_lock`); a sweep that fails
-    before writing a chunk leaves no file behind.
+    The output directory is locked while the sweep runs (by `lvflow.sweep` itself,
+    `run.sweep_directory`); a sweep that fails before writing a chunk leaves no file behind.
 
     **Raises:** `LvflowError` for bad input, a directory in use or holding a different sweep;
     `SolverError` (after the summary is printed) when a configuration's solve failed.
@@ -112,108 +120,20 @@ def run(args: argparse.Namespace) -> int:
             "input: give the configurations as flags (e.g. --alpha1 2 --alpha2 0.8 --modes 100 "
             "--eps 1e-4,1e-6) or --spec FILE"
         )
-    from .run import lock_path, out_lock
     from .sweep import read_spec
 
     spec = read_spec(args.spec) if args.spec else None
-    out = Path(args.out)
-    alone = args.coordinator is None and args.num_processes is None  # no other process writes to out
-    top = _make_directory(out)
-    lock = None  # the lock file, once this run holds it, if this run created it
-    try:
-        index = _process_index(args)
-        fresh = not lock_path(out, index).exists()
-        with out_lock(out, index) as path:
-            lock = path if fresh else None
-            before = set(os.listdir(out))
-            try:
-                res = _sweep(args, grid, spec, out)
-            except BaseException:
-                _remove_new_files(out, before, alone)
-                raise
-    except BaseException:
-        _remove_new_directories(out, top, lock)
-        raise
-    return _report(args, res)
-
-
-def _process_index(args: argparse.Namespace) -> int:
-    """This process's number among the sweep's processes (0 for one process): it names the lock."""
-    if args.coordinator is not None:
+    if args.coordinator is not None:  # before anything touches a device; within --coordinator-timeout
         from .sweep import _distributed
 
-        return _distributed(args.coordinator, args.num_processes, args.process_id)[0]
-    p = args.process_id
-    return p if args.num_processes is not None and p is not None and 0 <= p < args.num_processes else 0
-
-
-def _make_directory(out):
-    """Create the directory `out` (and its parents) if missing.
-
-    **Returns:** the topmost directory created (`out` or one of its parents), or `None`.
-
-    **Raises:** `LvflowError` naming `out` when it is a file, or cannot be created or written to.
-    """
-    from .._core.errors import LvflowError
-
-    if out.exists() and not out.is_dir():
-        raise LvflowError(f"out: {out} exists and is not a directory")
-    top = None
-    for d in (out, *out.parents):
-        if d.exists():
-            break
-        top = d
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:  # a file on the path, no permission, a read-only file system
-        raise LvflowError(f"out: cannot create the directory {out}: {e.strerror or e}") from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        _remove_new_directories(out, top, None)
-        raise LvflowError(f"out: directory is not writable (permission denied): {out}")
-    return top
-
-
-def _has_chunks(out) -> bool:
-    try:
-        return any(name.startswith("chunk-") for name in os.listdir(out))
-    except OSError:
-        return True  # cannot tell: remove nothing
-
-
-def _remove_new_files(out, before: set[str], alone: bool) -> None:
-    """After a failed sweep, while it holds the lock: unless a chunk exists (a rerun resumes from
-    it), remove the files not in `out` before (`before`), its manifest only if `alone` (no other
-    process writes to `out`)."""
-    if _has_chunks(out):
-        return
-    for name in set(os.listdir(out)) - before:
-        if name == "manifest.json" and not alone:
-            continue
-        try:
-            os.remove(os.path.join(out, name))
-        except OSError:
-            pass
-
-
-def _remove_new_directories(out, top, lock) -> None:
-    """After a failed sweep, its lock released: unless a chunk exists, remove the lock file it
-    created (`lock`, or `None`) and the directories it created (`out` up to `top`), if empty."""
-    if _has_chunks(out):
-        return
-    if lock is not None:
-        try:
-            os.remove(lock)
-        except OSError:
-            pass
-    if top is None:
-        return
-    for d in (out, *out.parents):
-        try:
-            os.rmdir(d)
-        except OSError:  # not empty: another process's files
-            return
-        if d == top:
-            return
+        _distributed(
+            args.coordinator,
+            args.num_processes,
+            args.process_id,
+            timeout=args.coordinator_timeout,
+            flags=("--coordinator", "--coordinator-timeout"),
+        )
+    return _report(args, _sweep(args, grid, spec, Path(args.out)))
 
 
 def _sweep(args: argparse.Namespace, grid: dict, spec: dict | None, out):

@@ -93,6 +93,7 @@ def _range(name: str, text: str) -> list[float]:
         raise LvflowError(f"{name}: cannot read the range {text!r} (START, STOP numbers, COUNT an integer)") from None
     if n < 1:
         raise LvflowError(f"{name}: a range needs COUNT ≥ 1, got {n}")
+    check_values_memory(name, n, f"a range of {n} values")
     if parts[0] == "lin":
         return np.linspace(a, b, n).tolist()
     if parts[0] == "log":
@@ -115,8 +116,10 @@ def _scalar(name: str, kind: str, v: Any) -> Any:
                 return _scalar(name, kind, v.item())
             raise LvflowError(f"{name}: expected a {kind}, got {type(v).__name__}")
         if kind == "int":
-            if float(v) != int(v):
+            if not isinstance(v, (int, np.integer)) and not (math.isfinite(v) and float(v) == int(v)):
                 raise LvflowError(f"{name}: must be an integer, got {v!r}")
+            if not -(2**63) <= int(v) < 2**63:
+                raise LvflowError(f"{name}: {v} is beyond a 64-bit integer's range (its size at most 2^63 - 1)")
             return int(v)
         if not math.isfinite(float(v)):
             raise LvflowError(f"{name}: must be finite, got {v!r}")
@@ -166,7 +169,37 @@ def values_of(name: str, v: Any) -> list:
             out.append(_scalar(name, kind, item))
     if not out:
         raise LvflowError(f"{name}: no values given")
+    if name == "modes" and all(isinstance(K, int) for K in out):
+        from .._core.validate import check_memory, curve_bytes
+
+        K = max(out)
+        check_memory(name, curve_bytes(K, 2), f"a power-law spectrum of {K} modes")
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# Memory
+# --------------------------------------------------------------------------------------------
+
+#: Bytes a value of a range costs while it is read (a Python float in two lists), described (the
+#: canonical spec, its JSON for the hash and the manifest) and held (the parameter's column).
+VALUE_BYTES = 200
+#: The least bytes a configuration costs from its expansion to the `SweepResult`: its columns in
+#: the plan and the resolved sweep, and about 40 result columns (scalars and one mode's), read
+#: back from the chunks and concatenated (twice). `run.Runner` refines it with the modes and curve.
+ROW_BYTES = 2 * 8 * 48
+
+
+def check_values_memory(name: str, count: int, what: str, *, per_value: int = VALUE_BYTES + ROW_BYTES) -> None:
+    """Refuse `count` values or configurations before they are made, when a sweep of them needs
+    more memory than this machine has available (`lvflow._core.validate.check_memory`); every
+    value of a range becomes at least one configuration.
+
+    **Raises:** `LvflowError` `"{name}: {what} needs about N GiB, this machine has M GiB available"`.
+    """
+    from .._core.validate import check_memory
+
+    check_memory(name, float(count) * per_value, what)
 
 
 # --------------------------------------------------------------------------------------------
@@ -280,7 +313,14 @@ def expand(grids: Sequence[Mapping[str, Any]] = (), configs: Sequence[Mapping[st
         if not axes:
             continue
         sizes = [len(vals) for _, vals in axes]
-        n = int(np.prod(sizes, dtype=np.int64))
+        n = math.prod(sizes)  # a Python integer: no int64 overflow for a product of long lists
+        if len(axes) > 1:
+            check_values_memory(
+                axes[int(np.argmax(sizes))][0],
+                n,
+                f"a grid of {' × '.join(map(str, sizes))} = {n} configurations",
+                per_value=ROW_BYTES + 8 * len(axes),
+            )
         cols = {}
         stride = n
         for (name, vals), s in zip(axes, sizes):

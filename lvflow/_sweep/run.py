@@ -21,9 +21,10 @@ evaluated again from scratch.
 process `p` evaluates the chunks `c` with `c mod P = p`, on its own devices, and writes only
 those. The summary is written once every chunk exists.
 
-**Locks.** `out_lock` holds `out/.lvflow-sweep-p.lock` (an OS file lock, `p` the process number)
-while a sweep runs: a second sweep of the same share into the same directory is refused, and a
-lock held by a killed process is released by the operating system.
+**Locks.** `sweep_directory` (entered by `lvflow.sweep` itself, so the API and the CLI share it)
+holds `out/.lvflow-sweep-p.lock` (an OS file lock, `out_lock`; `p` the process number) while a
+sweep runs: a second sweep of the same share into the same directory, from another process or
+thread, is refused, and a lock held by a killed process is released by the operating system.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .._core.errors import LvflowError
-from .._workflow.io import atomic_write, atomic_write_text
+from .._workflow.io import atomic_write, atomic_write_text, read_document
 from .evaluate import batched, derived, make_member
 from .families import Group, Resolved, c_matrix
 from .grid import PARAMETERS, Chunk
@@ -90,6 +91,46 @@ class Runner:
         self.platform = mesh.devices.flat[0].platform
         self._schedules: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.evaluated_rows = 0
+        self.check_memory()
+
+    def check_memory(self) -> None:
+        """Refuse, before anything is evaluated or written, a sweep whose results (every
+        configuration's columns: `grid.ROW_BYTES`, and per mode and curve sample 8 bytes in each
+        of the `PER_MODE` and `CURVE` columns, read back and concatenated: twice) and largest
+        device call (`curve_bytes` of the group's modes and samples per configuration) need more
+        memory than this machine has available (`lvflow._core.validate.check_memory`).
+
+        **Raises:** `LvflowError` naming `num_points` or `modes` when the curve or the modes are
+        most of the need, else the parameter with the longest value list (the configurations'
+        count).
+        """
+        from .._core.validate import check_memory, curve_bytes
+        from .grid import ROW_BYTES
+
+        res = self.res
+        K = res.K.astype(np.float64)
+        samples = np.array([2.0 * g.points - 1 if g.points else 0.0 for g in res.groups])[res.group_of]
+        modes_part = float(np.sum(2 * 8 * len(PER_MODE) * K))
+        curve_part = float(np.sum(2 * 8 * len(CURVE) * samples))
+        calls = [
+            self.slice_rows(g) * self.n_dev * curve_bytes(group.family.K, max(group.points, 2))
+            for g, group in enumerate(res.groups)
+        ]
+        call = max(calls, default=0.0)
+        need = ROW_BYTES * res.plan.n + modes_part + curve_part + call
+        K_max, points = int(res.K.max()), max((g.points for g in res.groups), default=0)
+        if curve_part + (call if points > 2 else 0) >= max(modes_part, ROW_BYTES * res.plan.n):
+            name = "num_points"
+        elif modes_part + call >= ROW_BYTES * res.plan.n:
+            name = "modes"
+        else:  # the longest value list makes the most configurations
+            axes = [(len(v), k) for g in res.plan.definition.get("grids", []) for k, v in g if isinstance(v, list)]
+            name = max(axes)[1] if axes else "configs"
+        n = res.plan.n
+        what = f"a sweep of {n} configuration{'s' * (n != 1)} of up to {K_max} mode{'s' * (K_max != 1)}" + (
+            f" with curves of {2 * points - 1} samples" if points else ""
+        )
+        check_memory(name, need, what)
 
     # -- static choices per group ---------------------------------------------------------------
 
@@ -374,26 +415,12 @@ def manifest(
 
 
 def read_json(p: Path, name: str) -> Any:
-    """The JSON value in file `p` (UTF-8, a leading byte-order mark dropped).
+    """The JSON value in file `p` (`lvflow._workflow.io.read_document`).
 
     **Raises:** `LvflowError` naming `name` and `p` if the file cannot be read, is not JSON, or is
     nested too deeply for Python's parser.
     """
-    return _read_document(p, name, json.loads, json.JSONDecodeError, "JSON")
-
-
-def _read_document(p: Path, name: str, loads: Callable[[str], Any], invalid: type[Exception], kind: str) -> Any:
-    """`loads` of the text of `p` (UTF-8, a leading byte-order mark dropped), every failure one
-    `LvflowError` naming `name` and `p`; `invalid` is the parser's error for text that is not `kind`."""
-    try:
-        return loads(p.read_text(encoding="utf-8-sig"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise LvflowError(f"{name}: cannot read {p}: {e.__class__.__name__}: {e}") from None
-    except invalid as e:
-        detail = f"{e.msg} at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else str(e)
-        raise LvflowError(f"{name}: {p} is not valid {kind}: {detail}") from None
-    except RecursionError:
-        raise LvflowError(f"{name}: {p} is nested too deeply to read") from None
+    return read_document(p, f"{name}: {p}: ")
 
 
 def _check_manifest(m: Any) -> bool:
@@ -529,6 +556,112 @@ def out_lock(out: Path, process_index: int = 0) -> Iterator[Path]:
         lock.release()
 
 
+@contextlib.contextmanager
+def sweep_directory(out: Path, process_index: int = 0, *, alone: bool = True) -> Iterator[Path]:
+    """The output directory of a sweep, for the duration of the block: created if missing (with
+    its parents), locked (`out_lock`), and, should the block fail before a chunk exists, left as
+    it was: the files it added removed (the manifest only when `alone`), then the lock file and
+    the directories it created, if empty. A chunk on disk keeps everything: a rerun resumes.
+
+    **Arguments:**
+
+    - `out`: the sweep's directory.
+    - `process_index`: this process's number among the sweep's processes (it names the lock).
+    - `alone`: no other process writes to `out` (no coordinator, no process count).
+
+    **Returns:** a context manager yielding `out`.
+
+    **Raises:** `LvflowError` naming `out` when it is a file, cannot be created or written to, or
+    another sweep holds its lock.
+    """
+    top = _make_directory(out)
+    lock = None  # the lock file, once this sweep holds it, if this sweep created it
+    try:
+        fresh = not lock_path(out, process_index).exists()
+        with out_lock(out, process_index) as path:
+            lock = path if fresh else None
+            before = set(os.listdir(out))
+            try:
+                yield out
+            except BaseException:
+                _remove_new_files(out, before, alone)
+                raise
+    except BaseException:
+        _remove_new_directories(out, top, lock)
+        raise
+
+
+def _make_directory(out: Path) -> Path | None:
+    """Create the directory `out` (and its parents) if missing.
+
+    **Returns:** the topmost directory created (`out` or one of its parents), or `None`.
+
+    **Raises:** `LvflowError` naming `out` when it is a file, a name is too long for the file
+    system, or it cannot be created or written to.
+    """
+    from .._workflow.io import check_path_length
+
+    check_path_length(out, "out")
+    if out.exists() and not out.is_dir():
+        raise LvflowError(f"out: {out} exists and is not a directory")
+    top = None
+    for d in (out, *out.parents):
+        if d.exists():
+            break
+        top = d
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file on the path, no permission, a read-only file system, a long name
+        raise LvflowError(f"out: cannot create the directory {out}: {e.strerror or e}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        _remove_new_directories(out, top, None)
+        raise LvflowError(f"out: directory is not writable (permission denied): {out}")
+    return top
+
+
+def _has_chunks(out: Path) -> bool:
+    try:
+        return any(name.startswith("chunk-") for name in os.listdir(out))
+    except OSError:
+        return True  # cannot tell: remove nothing
+
+
+def _remove_new_files(out: Path, before: set[str], alone: bool) -> None:
+    """After a failed sweep, while it holds the lock: unless a chunk exists (a rerun resumes from
+    it), remove the files not in `out` before (`before`), its manifest only if `alone` (no other
+    process writes to `out`)."""
+    if _has_chunks(out):
+        return
+    for name in set(os.listdir(out)) - before:
+        if name == MANIFEST and not alone:
+            continue
+        try:
+            os.remove(os.path.join(out, name))
+        except OSError:
+            pass
+
+
+def _remove_new_directories(out: Path, top: Path | None, lock: Path | None) -> None:
+    """After a failed sweep, its lock released: unless a chunk exists, remove the lock file it
+    created (`lock`, or `None`) and the directories it created (`out` up to `top`), if empty."""
+    if _has_chunks(out):
+        return
+    if lock is not None:
+        try:
+            os.remove(lock)
+        except OSError:
+            pass
+    if top is None:
+        return
+    for d in (out, *out.parents):
+        try:
+            os.rmdir(d)
+        except OSError:  # not empty: another process's files
+            return
+        if d == top:
+            return
+
+
 def read_spec_file(path) -> dict[str, Any]:
     """A sweep spec from a `.toml` or `.json` file, with the types of its sections checked: a
     table (JSON object) at the top, holding `grid` (a table or a list of tables), `configs` (a list
@@ -552,7 +685,7 @@ def read_spec_file(path) -> dict[str, Any]:
     elif suffix == ".toml":
         import tomllib
 
-        data = _read_document(p, "spec", tomllib.loads, tomllib.TOMLDecodeError, "TOML")
+        data = read_document(p, f"spec: {p}: ", tomllib.loads, "TOML")
     else:
         raise LvflowError(f"spec: unsupported file type {p.suffix or '(none)'!r} for {p}; use .toml or .json")
     if not isinstance(data, dict):

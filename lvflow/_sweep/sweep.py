@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import math
 import os
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -27,6 +31,7 @@ from .run import (
     read_manifest,
     read_spec_file,
     remove_stale_temporaries,
+    sweep_directory,
     write_chunk,
     write_manifest,
 )
@@ -86,25 +91,53 @@ def _relative_to(data: dict, base: Path) -> dict:
     return data
 
 
-def _distributed(coordinator, num_processes, process_id) -> tuple[int, int, bool]:
-    """`(process index, process count, jax.distributed in use)`."""
+#: Seconds `jax.distributed` is given to reach the coordinator and the other processes, unless
+#: told otherwise (`lvflow sweep --coordinator-timeout`).
+COORDINATOR_TIMEOUT = 120.0
+
+
+def _distributed(
+    coordinator, num_processes, process_id, *, timeout: float = COORDINATOR_TIMEOUT, flags=None
+) -> tuple[int, int, bool]:
+    """`(process index, process count, jax.distributed in use)`, initialising `jax.distributed`
+    for a `coordinator` (`"host:port"` or `"auto"`).
+
+    XLA ends the process (SIGABRT, a C++ stack trace) when the coordinator or the other processes
+    do not answer within its own timeout. So XLA is given `timeout` + 60 s, and a watchdog thread
+    ends the process first, after `timeout` seconds, with one line on stderr naming the
+    coordinator and what did not answer, and exit status 2 (`jax.distributed.initialize` cannot
+    be interrupted: the process cannot go on either way).
+
+    **Arguments:** `coordinator`, `num_processes`, `process_id` as `sweep`'s; `timeout`: the
+    seconds to wait (positive); `flags`: the names to use in messages for `coordinator` and
+    `timeout` (default `("coordinator", "coordinator_timeout")`; the CLI passes its flags).
+
+    **Raises:** `LvflowError` for inconsistent process numbers, a bad timeout, or an
+    initialisation that fails with an error (rather than a timeout).
+    """
     import jax
 
     if coordinator is not None:
         if not jax.distributed.is_initialized():
+            name, timeout_name = flags or ("coordinator", "coordinator_timeout")
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+                raise LvflowError(f"{timeout_name}: must be a positive number of seconds, got {timeout!r}")
             kw = {}
             if coordinator != "auto":
                 kw = dict(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
+            watchdog = _Watchdog(coordinator, num_processes, float(timeout), name, timeout_name)
             try:
-                jax.distributed.initialize(**kw)
-            except (RuntimeError, ValueError) as e:
+                jax.distributed.initialize(**kw, initialization_timeout=int(math.ceil(timeout)) + 60)
+            except (RuntimeError, ValueError, TypeError) as e:
                 hint = ""
                 if "before any JAX" in str(e):
                     hint = (
                         "; JAX was already in use (e.g. systems built as Python objects): call "
                         "jax.distributed.initialize(...) first thing in the script, and lvflow.sweep uses it"
                     )
-                raise LvflowError(f"coordinator: jax.distributed.initialize failed: {e}{hint}") from None
+                raise LvflowError(f"{name}: jax.distributed.initialize failed: {e}{hint}") from None
+            finally:
+                watchdog.cancel()
         return jax.process_index(), jax.process_count(), True
     if jax.distributed.is_initialized():
         return jax.process_index(), jax.process_count(), True
@@ -119,6 +152,73 @@ def _distributed(coordinator, num_processes, process_id) -> tuple[int, int, bool
     if not 0 <= process_id < num_processes:
         raise LvflowError(f"process_id: must lie in [0, {num_processes}), got {process_id}")
     return int(process_id), int(num_processes), False
+
+
+class _Watchdog:
+    """Ends the process with one line and exit status 2 unless cancelled within `timeout` s: a
+    `jax.distributed.initialize` still waiting then (it releases the GIL while it waits)."""
+
+    def __init__(self, coordinator: str, num_processes, timeout: float, name: str, timeout_name: str):
+        self.coordinator, self.num_processes, self.timeout = coordinator, num_processes, timeout
+        self.name, self.timeout_name = name, timeout_name
+        self.done = threading.Event()
+        self.timer = threading.Timer(timeout, self.expire)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def cancel(self) -> None:
+        self.done.set()
+        self.timer.cancel()
+
+    def expire(self) -> None:
+        if self.done.is_set():
+            return
+        prog = "lvflow sweep" if self.name.startswith("--") else "lvflow.sweep"
+        sys.stderr.write(
+            f"{prog}: error: {self.name}: not connected within {self.timeout:g} s ({self.timeout_name}): "
+            f"{self.why()}; start every process of the sweep with the same coordinator address, or check it\n"
+        )
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(2)
+
+    def why(self) -> str:
+        """What did not answer: nothing listening, no answer at all, or missing processes."""
+        import socket
+
+        host, _, port = str(self.coordinator).rpartition(":")
+        if self.coordinator == "auto" or not port.isdigit():
+            return f"jax.distributed did not connect to the coordinator ({self.coordinator})"
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=2).close()
+        except ConnectionRefusedError:
+            return f"nothing listens on {self.coordinator} (connection refused)"
+        except OSError:
+            return f"no answer from {self.coordinator}"
+        n = f"all {self.num_processes}" if self.num_processes else "all the"
+        return f"{self.coordinator} answers, but not {n} processes joined"
+
+
+def _holding_out_lock(fn):
+    """`sweep` inside `run.sweep_directory`: with `out`, the directory is created, locked for the
+    whole sweep (a second sweep into it, from any process or thread, is refused) and, should the
+    sweep fail before a chunk exists, left as it was. `jax.distributed` starts first (its process
+    number names the lock)."""
+
+    @functools.wraps(fn)
+    def locked(*args, out=None, coordinator=None, num_processes=None, process_id=None, **kw):
+        call = dict(out=out, coordinator=coordinator, num_processes=num_processes, process_id=process_id)
+        if out is None:
+            return fn(*args, **call, **kw)
+        try:
+            out_dir = Path(os.fspath(out))
+        except TypeError:
+            raise LvflowError(f"out: expected a directory name, got {type(out).__name__}") from None
+        index = _distributed(coordinator, num_processes, process_id)[0]
+        with sweep_directory(out_dir, index, alone=coordinator is None and num_processes is None):
+            return fn(*args, **call, **kw)
+
+    return locked
 
 
 def _barrier(name: str, timeout_s: float = 24 * 3600.0) -> None:
@@ -152,6 +252,7 @@ def _recorded_batches(existing, out_dir, batch_size, runner: Runner) -> dict[int
     return recorded
 
 
+@_holding_out_lock
 def sweep(
     grid: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
     *,
@@ -216,7 +317,9 @@ def sweep(
     configurations each (the configuration beside its results), each written atomically; when all
     exist, `summary.json` and `summary.png`. Run the same sweep again into the same directory after
     a crash or `kill -9` and it resumes: finished chunks are skipped, none is evaluated twice.
-    Without `out` nothing is written.
+    The directory is locked while the sweep runs (`run.sweep_directory`): a second sweep into it,
+    from another process or thread, is refused with an `LvflowError`; a sweep that fails before
+    writing a chunk leaves no file behind. Without `out` nothing is written.
 
     **Arguments** (besides `grid`, `configs`, `spec`, `out`):
 
@@ -236,7 +339,9 @@ def sweep(
       `coordinator` (`"host:port"`, or `"auto"` for a cluster JAX detects) `jax.distributed` is
       initialised; without one each process just takes its share. Process `p` of `P` evaluates
       and writes chunks `c` with `c mod P = p` into the shared `out`; the summary comes once all
-      exist.
+      exist. `jax.distributed` waits at most `COORDINATOR_TIMEOUT` (120 s) for the coordinator and
+      the other processes, then ends the process with one line and exit status 2 (call
+      `jax.distributed.initialize` first for another timeout).
     - `on_chunk`: called as `on_chunk(chunk_id, path)` after each chunk is written (`path` None
       in memory).
 
@@ -245,7 +350,8 @@ def sweep(
 
     **Raises:** `LvflowError` naming the input and configuration for bad input (also a
     configuration `predict` would refuse, e.g. ε above a mode's plateau), for an `out` holding a
-    different sweep, and for a spec without configurations.
+    different sweep or locked by another sweep running, for a sweep whose results need more
+    memory than this machine has, and for a spec without configurations.
     """
     t_start = time.perf_counter()
     grids: list = []

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import os
 import re
+import signal
 import sys
+import threading
+import time
 import warnings
 
 from .. import _dependency_error
@@ -27,7 +31,129 @@ _COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Run `lvflow COMMAND …` (`argv`, default `sys.argv[1:]`); returns the exit status: 0, 2 for
+    bad input, 1 for a failed solve or an internal error, 130 when interrupted (Ctrl-C).
+
+    As the `lvflow` command (`argv` None), an interrupted run leaves at once after its one line
+    (`os._exit(130)`, stdout and stderr flushed): the interpreter's teardown would race XLA's
+    compilation threads (a segmentation fault) or wait for them (a hang). Files are written
+    atomically, so nothing half-written is left behind either way."""
+    if argv is not None:
+        return _main(list(argv))
+    name = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in _COMMANDS else ""
+    prog = f"lvflow {name}" if name else "lvflow"
+    _guard_interrupts(prog)
+    try:
+        code = _main(sys.argv[1:])
+    except KeyboardInterrupt:  # before the command ran (`_run_reporting` reports one while it runs)
+        code = 130
+    _FINISHED.set()  # the watcher leaves the exit to this thread now
+    with contextlib.suppress(ValueError, OSError):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # no KeyboardInterrupt in the teardown (death by SIGINT)
+    if code == 130:
+        _leave_now(prog, 130)
+    if _INTERRUPTED.is_set():  # Ctrl-C as the command finished: its outputs are complete
+        _leave_now(prog, code, say=False)
+    return code
+
+
+#: Set once SIGINT arrived (the `lvflow` command only).
+_INTERRUPTED = threading.Event()
+#: Set while a `KeyboardInterrupt` raised for it is on its way up (not swallowed).
+_RAISED = threading.Event()
+#: Set once the command returned: the main thread ends the process.
+_FINISHED = threading.Event()
+#: Set once the one line saying so is written.
+_REPORTED = threading.Event()
+#: Seconds the main thread has, after Ctrl-C, to unwind (remove its temporary files) and leave;
+#: then the interrupt watcher ends the process itself.
+_GRACE_S = 1.5
+
+
+def _guard_interrupts(prog: str) -> None:
+    """Make Ctrl-C end the `lvflow` command within `_GRACE_S` seconds with one line and status 130,
+    whatever the main thread is doing.
+
+    A Python handler marks the interrupt and raises `KeyboardInterrupt`, except inside an import
+    (where it could be printed, or turned into an `ImportError`). A watcher thread, woken through
+    `signal.set_wakeup_fd` even while the main thread runs compiled XLA code, interrupts the main
+    thread again every 0.1 s while no `KeyboardInterrupt` is on its way up (one deferred in an
+    import, or swallowed: JAX's garbage-collection callback ignores exceptions), and ends the
+    process itself, removing the temporary files of writes in progress
+    (`io.remove_pending_temporaries`), if it is still there after the grace period."""
+    import _thread
+
+    def handler(signum, frame):
+        _INTERRUPTED.set()
+        while frame is not None:  # inside an import an exception can be printed, or become another
+            if frame.f_code.co_filename.startswith("<frozen importlib"):
+                return  # the watcher interrupts again
+            frame = frame.f_back
+        _RAISED.set()
+        raise KeyboardInterrupt
+
+    def unraisable(u, default=sys.unraisablehook):
+        if issubclass(u.exc_type, KeyboardInterrupt):  # swallowed, silently: the watcher interrupts again
+            _RAISED.clear()
+        else:
+            default(u)
+
+    try:
+        signal.signal(signal.SIGINT, handler)
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    except (ValueError, OSError, AttributeError):  # not the main thread, or no pipes: Python's default
+        return
+    sys.unraisablehook = unraisable
+
+    def watch():
+        while signal.SIGINT not in os.read(read, 64):
+            pass
+        _INTERRUPTED.set()
+        deadline = time.monotonic() + _GRACE_S
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            if _FINISHED.is_set():
+                return
+            if not _RAISED.is_set():
+                _thread.interrupt_main(signal.SIGINT)
+        if _FINISHED.is_set():
+            return
+        from .io import remove_pending_temporaries
+
+        remove_pending_temporaries()
+        _leave_now(prog, 130)
+
+    threading.Thread(target=watch, name="lvflow-interrupt", daemon=True).start()
+
+
+def _leave_now(prog: str, code: int, *, say: bool = True) -> None:
+    """Say `interrupted` (once; unless `say` is False), flush stdout and stderr and end the
+    process with `code`, skipping the interpreter's teardown: it would race XLA's compilation
+    threads (a segmentation fault) or wait for them (a hang)."""
+    if say and not _REPORTED.is_set():
+        _say_interrupted(prog)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream
+            pass
+    os._exit(code)
+
+
+def _say_interrupted(prog: str) -> None:
+    """The one line of an interrupted command (a sweep resumes from its finished chunks)."""
+    _REPORTED.set()
+    try:
+        sys.stderr.write(
+            f"{prog}: interrupted" + (" (rerun the same command to resume)" if prog == "lvflow sweep" else "") + "\n"
+        )
+    except (OSError, ValueError):
+        pass
+
+
+def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="lvflow",
         description="Neural quadratic forms: predict plateaus, sudden drops and power laws of training.",
@@ -55,11 +181,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         mod = importlib.import_module(_COMMANDS[argv[0]][0])
     except Exception as e:
+        if _INTERRUPTED.is_set():  # Ctrl-C inside an extension's import can come out as ImportError
+            raise KeyboardInterrupt from None
         return _missing_dependency(f"lvflow {argv[0]}", e)
+    if _INTERRUPTED.is_set():  # Ctrl-C during the import (`_guard_interrupts` defers it)
+        raise KeyboardInterrupt
     sp = argparse.ArgumentParser(prog=f"lvflow {argv[0]}", description=_COMMANDS[argv[0]][1])
     mod.add_arguments(sp)
     sp.error = _one_line_error(sp.prog)  # one line, not usage + message
     args = sp.parse_args(_negative_values_attached(argv[1:]))
+    beyond = _beyond_int64(sp, args)
+    if beyond is not None:
+        sys.stderr.write(f"{sp.prog}: error: {beyond}\n")
+        return 2
     if argv[0] != "bench" and not getattr(args, "debug", False) and "equinox" not in sys.modules:
         # equinox's runtime checks inside compiled programs (diffrax's checks of its own save
         # times, lineax's of its outputs) give NaN, which lvflow reports as a failed solve, instead
@@ -158,9 +292,8 @@ def _run_reporting(prog: str, mod, args: argparse.Namespace) -> int:
     except SystemExit:
         raise
     except KeyboardInterrupt:  # a sweep resumes from its finished chunks when rerun
-        sys.stderr.write(
-            f"{prog}: interrupted" + (" (rerun the same command to resume)" if "sweep" in prog else "") + "\n"
-        )
+        if not _REPORTED.is_set():
+            _say_interrupted(prog)
         return 130
     except Warning as e:  # PYTHONWARNINGS=error (or -W error) turns a warning into an exception
         sys.stderr.write(
@@ -172,6 +305,10 @@ def _run_reporting(prog: str, mod, args: argparse.Namespace) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except Exception as e:  # noqa: BLE001 — one line per failure, the traceback only on request
+        if _INTERRUPTED.is_set():  # Ctrl-C turned into another exception (an extension's ImportError)
+            if not _REPORTED.is_set():
+                _say_interrupted(prog)
+            return 130
         if getattr(args, "debug", False):
             raise
         from .._core.errors import LvflowError, SolverError
@@ -223,6 +360,26 @@ def _missing_dependency(prog: str, error: Exception) -> int:
         raise error
     sys.stderr.write(f"{prog}: error: {missing}\n")
     return 2
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _beyond_int64(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """The first integer flag whose value lies outside a 64-bit integer's range (NumPy and JAX
+    would raise `OverflowError` on it), as `"--flag: … "`; `None` when every one fits. (Sizes
+    within the range are checked against the memory they need where they are used.)"""
+    for action in parser._actions:
+        if action.type is not int or not action.option_strings:
+            continue
+        value = getattr(args, action.dest, None)
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, int) and not _INT64[0] <= v <= _INT64[1]:
+                return (
+                    f"{action.option_strings[0]}: {v} is beyond a 64-bit integer's range "
+                    "(its size at most 2^63 - 1, about 9.2e18)"
+                )
+    return None
 
 
 def _negative_values_attached(argv: list[str]) -> list[str]:

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import signal
+import sys
 import tempfile
 import threading
 import zipfile
@@ -128,6 +129,42 @@ def _load_csv(p: Path, name: str) -> dict[str, np.ndarray]:
     return {k: (v[0] if len(v) == 1 else np.stack(v, axis=1)) for k, v in out.items()}
 
 
+def read_document(p: Path, head: str, loads: Callable[[str], Any] = json.loads, kind: str = "JSON") -> Any:
+    """The value in the text file `p` (UTF-8, a leading byte-order mark dropped) as `loads` parses
+    it (default JSON; `tomllib.loads` for TOML): the one reader of lvflow's JSON and TOML inputs
+    (logs, sweep specs, manifests).
+
+    **Arguments:**
+
+    - `p`: the file.
+    - `head`: the start of every error message, naming the input and the file (e.g.
+      `"spec: sweep.json: "`).
+    - `loads`, `kind`: the parser and the format's name.
+
+    **Raises:** `LvflowError` `head` + the problem: unreadable, not UTF-8, not valid `kind`, or
+    nested deeper than Python's recursion limit allows to parse.
+    """
+    import tomllib
+
+    try:
+        return loads(p.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise LvflowError(f"{head}cannot read the file: {e.__class__.__name__}: {e}") from None
+    except json.JSONDecodeError as e:
+        raise LvflowError(f"{head}not valid {kind}: {e.msg} at line {e.lineno}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise LvflowError(f"{head}not valid {kind}: {e}") from None
+    except (RecursionError, MemoryError):
+        raise LvflowError(
+            f"{head}{kind} nested too deeply to read (Python's recursion limit is {sys.getrecursionlimit()})"
+        ) from None
+
+
+def read_json(p: Path, head: str) -> Any:
+    """`read_document` of a JSON file."""
+    return read_document(p, head)
+
+
 def load_arrays(path, *, name: str = "file") -> dict[str, np.ndarray]:
     """Load numeric arrays from `.npz`, `.npy` or `.csv`, never unpickling.
 
@@ -192,12 +229,14 @@ def atomic_write_bytes(path, data: bytes, *, name: str = "output") -> Path:
 
 def check_writable(path, name: str = "output") -> Path:
     """Refuse an output path before a long computation: its directory must exist and be writable,
-    and the path must not be a directory.
+    the path must not be a directory, and its file name and whole path must be no longer than
+    the file system allows (`NAME_MAX` and `PATH_MAX` of the directory, in bytes).
 
     **Raises:** `LvflowError` naming `name` and the user's path.
     """
     p = Path(os.fspath(path))
     parent = p.parent if str(p.parent) else Path(".")
+    check_path_length(p, name)
     if not parent.is_dir():
         raise LvflowError(f"{name}: directory does not exist: {parent}")
     if p.is_dir():
@@ -206,6 +245,41 @@ def check_writable(path, name: str = "output") -> Path:
         raise LvflowError(f"{name}: directory is not writable (permission denied): {parent}")
     if p.exists() and not os.access(p, os.W_OK):
         raise LvflowError(f"{name}: file is not writable (permission denied): {p}")
+    return p
+
+
+def _limit(directory: Path, which: str, default: int) -> int:
+    """`os.pathconf(directory, which)` of the nearest existing directory, else `default`."""
+    d = directory
+    while not d.is_dir() and d != d.parent:
+        d = d.parent
+    try:
+        value = os.pathconf(d if d.is_dir() else ".", which)
+    except (OSError, ValueError, AttributeError):  # no such limit here (or not POSIX)
+        return default
+    return value if value is not None and value > 0 else default
+
+
+def check_path_length(path, name: str = "output") -> Path:
+    """Refuse a path with a component longer than `NAME_MAX` bytes, or longer in all than
+    `PATH_MAX` bytes, of the file system it is (to be) on: the write would fail with `OSError`
+    after the computation (and `Path.exists` raises on it).
+
+    **Returns:** the path. **Raises:** `LvflowError` naming `name` and the component.
+    """
+    p = Path(os.fspath(path))
+    parent = p.parent if str(p.parent) else Path(".")
+    name_max = _limit(parent, "PC_NAME_MAX", 255)
+    for part in p.parts:
+        size = len(os.fsencode(part))
+        if size > name_max:
+            raise LvflowError(
+                f"{name}: the name {part[:40] + '…'!r} is {size} bytes long; the file system allows at most {name_max}"
+            )
+    full = len(os.fsencode(os.path.abspath(p)))
+    path_max = _limit(parent, "PC_PATH_MAX", 4096)
+    if full >= path_max:
+        raise LvflowError(f"{name}: the path is {full} bytes long; the file system allows less than {path_max}")
     return p
 
 
@@ -236,6 +310,20 @@ def _signals_raise():
             signal.signal(sig, h)
 
 
+#: The temporary files of writes in progress (`atomic_write`), for `remove_pending_temporaries`.
+_PENDING: set[str] = set()
+
+
+def remove_pending_temporaries() -> None:
+    """Delete the temporary files of the writes in progress: what the `lvflow` command does
+    before it ends the process on Ctrl-C while the write's own thread cannot run its cleanup."""
+    for tmp in list(_PENDING):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
 def atomic_write(path, write: Callable[[BinaryIO], object], *, name: str = "output") -> Path:
     """Write `path` atomically: `write(f)` fills a temporary file in the same directory, which is
     flushed, fsync'ed and `os.replace`d onto `path` (removed instead if anything fails, including
@@ -256,9 +344,11 @@ def atomic_write(path, write: Callable[[BinaryIO], object], *, name: str = "outp
         mode = 0o666 & ~umask
     with _signals_raise():
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+            # the name's first 64 characters: a name near NAME_MAX leaves room for the suffixes
+            fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:64]}.", suffix=".tmp", dir=parent)
         except OSError as e:
             raise LvflowError(f"{name}: cannot write {p}: {e.strerror or e}") from None
+        _PENDING.add(tmp)
         try:
             with os.fdopen(fd, "wb") as f:
                 write(f)
@@ -274,6 +364,8 @@ def atomic_write(path, write: Callable[[BinaryIO], object], *, name: str = "outp
             if isinstance(e, OSError):
                 raise LvflowError(f"{name}: cannot write {p}: {e.strerror or e}") from None
             raise
+        finally:
+            _PENDING.discard(tmp)
     return p
 
 

@@ -9,7 +9,15 @@ from typing import Any, Mapping
 import numpy as np
 
 from .._core.errors import LvflowError, NotPSDError, SymmetryError
-from .._core.validate import as_array, check_in_open_interval, check_positive, check_positive_int, check_psd
+from .._core.validate import (
+    as_array,
+    check_in_open_interval,
+    check_memory,
+    check_positive,
+    check_positive_int,
+    check_psd,
+    curve_bytes,
+)
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 
 _positive_int = check_positive_int
@@ -26,7 +34,8 @@ def lv_from_arrays(arrays: Mapping[str, Any], *, name: str = "system") -> Abstra
 
     **Raises:** `LvflowError` naming `name` and the problem (missing, unexpected or doubly given
     keys, no modes, shapes, NaN/inf, `V ≤ 0`, `y2 < 0` or not one number, plateaus `r_k/C_kk`
-    beyond float64); `SymmetryError` / `NotPSDError` when `C` is not symmetric PSD.
+    or loss drops `V_k = r_k²/(8 C_kk)` (and their sum, the loss's scale) beyond float64);
+    `SymmetryError` / `NotPSDError` when `C` is not symmetric PSD.
     """
     keys = {k.lower(): k for k in arrays}
     lv = _lv_from_keys(arrays, keys, name)
@@ -41,7 +50,29 @@ def lv_from_arrays(arrays: Mapping[str, Any], *, name: str = "system") -> Abstra
             f"{name}: mode {k + 1}'s plateau z_k = r_k/C_kk = {r[k]:.3g}/{Ckk[k]:.3g} overflows float64; "
             "rescale r and C (the loss is then too large to represent)"
         )
+    _check_drops_finite(name, r, Ckk)
     return lv
+
+
+def _check_drops_finite(name: str, r: np.ndarray, Ckk: np.ndarray) -> None:
+    """Refuse a system whose loss drops `V_k = r_k²/(8 C_kk)` overflow float64, or whose loss
+    (`Σ_k V_k`, and `8 V_k = C_kk z_k²` on the plateaus, summed while the curve is computed) does.
+
+    **Raises:** `LvflowError` naming `name`, the first mode to blame and its `r_k`, `C_kk`.
+    """
+    grow = (r > 0) & (Ckk > 0)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        V = np.where(grow, r**2 / (8 * np.where(grow, Ckk, 1.0)), 0.0)
+        total = 16 * np.sum(V)
+    if np.all(np.isfinite(V)) and np.isfinite(total):
+        return
+    bad = np.flatnonzero(~np.isfinite(V))
+    k = int(bad[0]) if bad.size else int(np.argmax(V))
+    what = "overflows float64" if bad.size else "is too close to float64's largest number for the loss's sums"
+    raise LvflowError(
+        f"{name}: mode {k + 1}'s loss drop V_k = r_k²/(8 C_kk) with r_k = {r[k]:.3g}, C_kk = {Ckk[k]:.3g} {what}; "
+        "rescale r and C (divide r by a factor s and C by s: the same dynamics in time units of 1/s)"
+    )
 
 
 def _lv_from_keys(arrays: Mapping[str, Any], keys: dict[str, str], name: str) -> AbstractLotkaVolterra:
@@ -121,11 +152,13 @@ def power_law_lv(*, alpha1: float, alpha2: float, modes: int) -> LowRankLotkaVol
     its diagonal (a `LowRankLotkaVolterra` with no low-rank columns): `O(K)` memory and time.
 
     **Raises:** `LvflowError` naming `alpha1`/`alpha2` when `r_k`, `V_k` or `C_kk` leave float64's
-    normal range (computed as `exp(−α ln k)`, so the message is not an overflow warning).
+    normal range (computed as `exp(−α ln k)`, so the message is not an overflow warning), naming
+    `modes` when this machine lacks the memory for that many modes (`check_memory`).
     """
     a1 = float(as_array("alpha1", alpha1, ndim=0))
     a2 = check_positive("alpha2", alpha2)
     K = _positive_int("modes", modes)
+    check_memory("modes", curve_bytes(K, 2), f"a power-law spectrum of {K} modes")
     lk = np.log(np.arange(1, K + 1, dtype=np.float64))
     limit = math.log(np.finfo(np.float64).tiny)  # −708.4: below it a value is subnormal, then 0
     for name, a, what in (("alpha2", a2, "r_k = k^-alpha2"), ("alpha1", a1, "V_k = k^-alpha1")):
@@ -141,6 +174,27 @@ def power_law_lv(*, alpha1: float, alpha2: float, modes: int) -> LowRankLotkaVol
             "use fewer modes or alpha1 closer to 2 alpha2"
         )
     return LowRankLotkaVolterra(np.exp(-a2 * lk), np.exp(lC), np.zeros((K, 0)))
+
+
+def check_curve_memory(K: int, num_points: int, *, modes_name: str = "modes") -> None:
+    """Refuse, before the solve, a prediction whose curve (`2·num_points − 1` samples of every
+    one of `K` modes) needs more memory than this machine has available (`check_memory`).
+
+    **Arguments:**
+
+    - `K`: the system's modes (an `NQF`'s: its neurons' count, or 1 when not known yet).
+    - `num_points`: `predict`'s `num_points`.
+    - `modes_name`: the input that set `K` (`"modes"`, `"--system"`), named when the modes
+      rather than the curve's length are to blame.
+
+    **Raises:** `LvflowError` `"num_points: a curve of … needs about N GiB, this machine has M GiB
+    available"` (or naming `modes_name` when `num_points` is at most predict's default, 400).
+    """
+    K, n = int(K), int(num_points)
+    if n < 2 or K < 1:
+        return  # `predict` names these
+    name = "num_points" if n > 400 else modes_name
+    check_memory(name, curve_bytes(K, n), f"a curve of {2 * n - 1} samples of {K} mode{'s' * (K != 1)}")
 
 
 def check_below_plateau(lv: AbstractLotkaVolterra, eps, c, *, name: str = "c") -> None:
