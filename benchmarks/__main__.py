@@ -24,6 +24,7 @@ BENCHMARKS = {
     "fit": "benchmarks.fit",
     "sweep": "benchmarks.sweep",
     "realdata": "benchmarks.realdata",
+    "predict_train": "benchmarks.predict_train",
 }
 
 

@@ -311,7 +311,7 @@ def run_case(case: Case, cfg: Config) -> Row:
     p = pred()
     t_first = time.perf_counter() - t0
     t_pred, all_pred, p = best_of(pred, cfg.repeats)
-    d = p.drops
+    d = p.matrix
     horizon = int(math.ceil(d.t_end / LR))
     every = max(1, horizon // 400)
     eps = case.width * SIGMA**2

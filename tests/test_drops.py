@@ -235,7 +235,7 @@ def test_gd_map_fixed_horizon_and_divergence():
     pred = lvflow.predict(nqf, eps=1e-3, learning_rate=50.0 / lam)
     flow = lvflow.matrix_drops(nqf, 1e-3 * np.eye(3))
     assert pred.method == "matrix_flow" and any(f"by step {err.value.step})" in n for n in pred.notes)
-    np.testing.assert_allclose(pred.drops.t_star, flow.t_star, rtol=1e-12)
+    np.testing.assert_allclose(pred.matrix.t_star, flow.t_star, rtol=1e-12)
     assert "gradient descent's exact map" in lvflow.predict(nqf, eps=1e-3, learning_rate=0.01).notes[0]
     with pytest.raises(lvflow.LvflowError, match="learning_rate"):
         lvflow.matrix_drops(nqf, 1e-3 * np.eye(3), learning_rate=-1.0)
@@ -275,15 +275,20 @@ def test_predict_on_digits_matches_gradient_descent_and_prints_a_drop_table(tmp_
     cmd += ["--init-std", "1e-3", "--width", "65", "--lr", "0.01", "--quiet", "--save", str(tmp_path / "res.json")]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "drops (directions of M switching on)" in out.stdout and "loss at the end" in out.stdout
+    assert "drops of the predicted loss" in out.stdout and "directions of M" in out.stdout
+    assert "loss at the end" in out.stdout
+    # a tanh MLP is its NQF only to second order (Thm 13: next term of order 4): said at the floor
+    assert "next term is of order 4" in out.stdout and "keep learning below" in out.stdout
     res = json.loads((tmp_path / "res.json").read_text())
-    assert res["method"] == "matrix_gd" and len(res["drops"]) >= 1
+    assert res["method"] == "matrix_gd" and len(res["drops"]) >= 1 and len(res["directions"]) >= 1
     first = res["drops"][0]
-    assert np.shape(first["input_direction"]) == (8, 8) and len(first["output_direction"]) == 1
+    assert first["directions"] == [1]
+    direction = res["directions"][0]
+    assert np.shape(direction["input_direction"]) == (8, 8) and len(direction["output_direction"]) == 1
     # independent: GD on the NQF of the linearised network, lr 0.01
     Xf = X.reshape(len(X), -1)
     W = math.sqrt(65 * 1e-6) * np.eye(65)
-    steps, losses = int(first["steps_half"] * 2), []
+    steps, losses = int(first["steps"] * 2), []
     for _ in range(steps):
         U, v = W[:64], W[64]
         res_ = Xf @ U @ v - y
@@ -294,7 +299,7 @@ def test_predict_on_digits_matches_gradient_descent_and_prints_a_drop_table(tmp_
     losses = np.asarray(losses)
     level = (first["loss_before"] + first["loss_after"]) / 2
     gd_half = int(np.argmax(losses <= level))
-    assert gd_half - 1 <= first["steps_half"] <= gd_half
+    assert gd_half - 1 <= first["steps"] <= gd_half
 
 
 def test_attention_value_copies_are_one_drop(tmp_path):
@@ -306,8 +311,9 @@ def test_attention_value_copies_are_one_drop(tmp_path):
     nqf = lvflow.nqf_from_data("attention", {"x": x, "y": y}, value_size=3)
     pred = lvflow.predict(nqf, eps=1e-4, learning_rate=0.01)
     assert pred.method == "matrix_gd"
-    assert np.asarray(pred.drops.multiplicity).tolist() == [3]
-    assert "dim" in pred.drop_table()
+    assert np.asarray(pred.matrix.multiplicity).tolist() == [3]
+    assert "dim" in pred.direction_table()
+    assert pred.drop_members() == [[1]]  # one drop, of that one three-dimensional direction
     # two neurons cannot hold three directions: said in a note
     narrow = lvflow.predict(nqf, init_std=1e-2, width=2, learning_rate=0.01)
     assert any("rank ≤ 2" in n for n in narrow.notes)

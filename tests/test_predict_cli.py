@@ -2,12 +2,14 @@
 stderr naming the input; good input gives the table, JSON, plot and saved files."""
 
 import json
+import math
 import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from scipy.optimize import brentq, minimize_scalar
 
 # internal on purpose: the `lvflow` command's entry point ([project.scripts]), run in-process
 from lvflow._workflow.cli import main
@@ -144,18 +146,25 @@ r,C0,C1,C2
 0.5,0,1,0
 0.25,0,0,1
 """
-README_CMD = "--system sys.csv --eps 1e-4 --lr 0.01 --plot loss.png --save out.json"
+README_CMD = "--system sys.csv --eps 1e-6 --lr 0.01 --plot loss.png --save out.json"
 README_OUTPUT = """\
 lvflow predict: 3-mode gLV from sys.csv
-method lv, eps = 0.0001 (ln 1/eps = 9.21034), rho = 0.5, learning rate 0.01, horizon t1 = 76.2096
+method lv, eps = 1e-06 (ln 1/eps = 13.8155), rho = 0.5, learning rate 0.01, horizon t1 = 98.3145
+drops of the predicted excess loss (t: where it crosses the midpoint between the plateaus):
+#      t  step  excess loss before  excess loss after  modes
+1  12.94  1294              0.1641             0.0383      1
+2  24.59  2459              0.0383           0.007558      2
+3  46.41  4641            0.007558                  0      3
+directions (modes) in switch-on order (t*_k: z_k at rho = 0.5 of its final value):
 #  mode   r_k  V_k alone     t*_k  steps*_k  tau*_k  plateau loss       drop    eps merge
-1     1     1      0.125  9.21024   921.024       1      0.164062      0.125  0.000342583
-2     2   0.5    0.03125   17.034    1703.4       2     0.0390625    0.03125  0.000171292
-3     3  0.25  0.0078125  31.2946   3129.46       4     0.0078125  0.0078125            -
+1     1     1      0.125  13.8155   1381.55       1      0.164062      0.125  0.000342583
+2     2   0.5    0.03125  26.2447   2624.47       2     0.0390625    0.03125  0.000171292
+3     3  0.25  0.0078125  49.7168   4971.68       4     0.0078125  0.0078125            -
 saved: out.json
 plot: loss.png
 """
-README_TABLE = "\n".join(README_OUTPUT.splitlines()[2:6])  # header + 3 rows
+README_DROPS = README_OUTPUT.splitlines()[4:7]  # the drops table's 3 rows
+README_TABLE = "\n".join(README_OUTPUT.splitlines()[8:12])  # the directions table: header + 3 rows
 
 
 @pytest.mark.smoke
@@ -166,10 +175,31 @@ def test_readme_example(capsys, tmp_path, monkeypatch):
     assert rc == 0, err
     assert out == README_OUTPUT  # exactly what the README shows
     assert "%|" not in err  # diagonal C: the exact solution (Thm 6) takes no steps, so no bar
-    # Every number of the table against its closed form, to the printed digits.
-    r, eps, eta = np.array([1.0, 0.5, 0.25]), 1e-4, 0.01
+    # Every number of the tables against its closed form, to the printed digits.
+    r, eps, eta = np.array([1.0, 0.5, 0.25]), 1e-6, 0.01
     t_star = np.log((r - eps) / eps) / r  # Eq. 158, a = 1, C_kk = c_k = 1, ρ = ½
     V = r**2 / 8  # V_k = r_k² / (8 C_kk)
+
+    def z(t):  # Thm 6: z_k = r_k / (1 + ((r_k − ε)/ε) e^{−r_k t})
+        return r / (1 + (r - eps) / eps * np.exp(-r * t))
+
+    def excess(t):  # Σ_k (r_k − z_k)²/8
+        return float(np.sum((r - z(t)) ** 2) / 8)
+
+    def rate(x):  # the fall per e-fold of time, −t dL/dt, at t = e^x
+        t = math.exp(x)
+        return float(t * np.sum((r - z(t)) / 4 * r * z(t) * (1 - z(t) / r)))
+
+    # the closed form's plateaus: where it falls slowest between switch-ons; then the crossings
+    flat = [minimize_scalar(rate, bounds=tuple(np.log(t_star[k : k + 2])), method="bounded").x for k in range(2)]
+    levels = [excess(0.0)] + [excess(math.exp(x)) for x in flat] + [0.0]
+    for k, row in enumerate(ln.split() for ln in README_DROPS):
+        mid = 0.5 * (levels[k] + levels[k + 1])
+        t_mid = brentq(lambda t: excess(t) - mid, 1e-3, t_star[k] + 5 / r[k], xtol=1e-12)
+        assert float(row[1]) == pytest.approx(t_mid, rel=2e-3) and row[5] == str(k + 1)
+        assert float(row[2]) == pytest.approx(t_mid / eta, rel=2e-3)
+        assert float(row[3]) == pytest.approx(levels[k], rel=0.01)
+        assert float(row[4]) == pytest.approx(levels[k + 1], rel=0.01, abs=1e-12)
     rows = [ln.split() for ln in README_TABLE.splitlines()[1:]]
     for k, row in enumerate(rows):
         assert float(row[3]) == float(f"{V[k]:.6g}")
@@ -185,7 +215,7 @@ def test_readme_example(capsys, tmp_path, monkeypatch):
         assert resolved_steps(r, e * 0.999, C=np.ones(3)).resolved[k]
         assert not resolved_steps(r, e * 1.001, C=np.ones(3)).resolved[k]
     saved = json.loads((tmp_path / "out.json").read_text())
-    np.testing.assert_allclose([m["t_star"] for m in saved["modes"]], t_star, rtol=1e-7)
+    np.testing.assert_allclose([m["t_star"] for m in saved["directions"]], t_star, rtol=1e-7)
     assert (tmp_path / "loss.png").read_bytes()[:4] == b"\x89PNG"
     assert sorted(os.listdir(tmp_path)) == ["loss.png", "out.json", "sys.csv"]  # no temporaries left
 
@@ -212,8 +242,8 @@ def test_json_quiet_and_npz(capsys, tmp_path):
     zeta, V = np.array([1.0, 0.5, 0.25]), np.array([0.5, 0.1, 0.05])
     Ckk = zeta**2 / (8 * V)
     t_ref = (np.log(1e4) - np.log(Ckk / (zeta - Ckk * 1e-4))) / zeta  # Eq. 158
-    np.testing.assert_allclose([m["t_star"] for m in d["modes"]], t_ref, rtol=1e-7)
-    np.testing.assert_allclose([m["V"] for m in d["modes"]], V, rtol=1e-12)
+    np.testing.assert_allclose([m["t_star"] for m in d["directions"]], t_ref, rtol=1e-7)
+    np.testing.assert_allclose([m["V"] for m in d["directions"]], V, rtol=1e-12)
     assert d["learning_rate"] is None and d["curve"]["steps"] is None
     with np.load(tmp_path / "o.npz", allow_pickle=False) as z:
         np.testing.assert_allclose(z["t_star"], t_ref, rtol=1e-7)
@@ -228,7 +258,7 @@ def test_json_quiet_and_npz(capsys, tmp_path):
     assert d["eps"] == 2e-4
     np.testing.assert_allclose(np.array(d["curve"]["loss"]) - d["curve"]["excess_loss"], 1.0 - V.sum(), rtol=1e-12)
     t_ref = np.log((zeta - Ckk * z0) / (Ckk * z0)) / zeta
-    np.testing.assert_allclose([m["t_star"] for m in d["modes"]], t_ref[np.argsort(-zeta)], rtol=1e-7)
+    np.testing.assert_allclose([m["t_star"] for m in d["directions"]], t_ref[np.argsort(-zeta)], rtol=1e-7)
 
 
 def test_power_law_and_init_std(capsys):
@@ -256,7 +286,7 @@ def test_power_law_and_init_std(capsys):
     C = r**2 / (8 * V)
     z0 = 1e-4 * np.arange(1, 4.0) ** -1.2  # z_k0 = ε c_k, c_k = k^-β
     np.testing.assert_allclose(d["c"], np.arange(1, 4.0) ** -1.2, rtol=1e-12)
-    np.testing.assert_allclose([m["t_star"] for m in d["modes"]], np.log((r - C * z0) / (C * z0)) / r, rtol=1e-7)
+    np.testing.assert_allclose([m["t_star"] for m in d["directions"]], np.log((r - C * z0) / (C * z0)) / r, rtol=1e-7)
 
 
 def test_architecture_route(capsys, tmp_path):
@@ -275,8 +305,8 @@ def test_architecture_route(capsys, tmp_path):
     assert rc == 0, err
     d = json.loads(out)
     assert d["method"] == "lv"
-    np.testing.assert_allclose([m["r"] for m in d["modes"]], r, rtol=1e-9)
-    np.testing.assert_allclose([m["t_star"] for m in d["modes"]], np.log((r - 1e-5) / 1e-5) / r, rtol=1e-7)
+    np.testing.assert_allclose([m["r"] for m in d["directions"]], r, rtol=1e-9)
+    np.testing.assert_allclose([m["t_star"] for m in d["directions"]], np.log((r - 1e-5) / 1e-5) / r, rtol=1e-7)
 
 
 def test_console_script(tmp_path):
@@ -436,14 +466,14 @@ def test_subnormal_eps_gives_the_exact_times(capsys, tmp_path):
         assert rc == 0, err
         T = 0.5 * r / 1e300
         exact = (np.log(T) - np.log(eps) + np.log((r - 1e300 * eps) / (r - 1e300 * T))) / r
-        np.testing.assert_allclose([m["t_star"] for m in json.loads(out)["modes"]], exact, rtol=1e-7)
+        np.testing.assert_allclose([m["t_star"] for m in json.loads(out)["directions"]], exact, rtol=1e-7)
 
 
 def test_many_modes_are_held_diagonal(capsys):
     # 20000 modes: a dense C would be 3.2 GB; the diagonal representation solves in O(K).
     rc, out, err = cli(capsys, "--alpha1", 2, "--alpha2", 0.8, "--modes", 20000, "--eps", 1e-6, "--json", "--quiet")
     assert rc == 0, err
-    modes = json.loads(out)["modes"]
+    modes = json.loads(out)["directions"]
     assert len(modes) == 20000
     k = np.array([m["mode"] for m in modes[:5]])
     r = k**-0.8
@@ -460,7 +490,7 @@ def test_spreadsheet_csv_headers(capsys, tmp_path, header):
     f.write_text(header + "\n" + rows + "\n", encoding="utf-8")
     rc, out, err = cli(capsys, "--system", f, "--eps", "1e-3", "--json", "--quiet")
     assert rc == 0, err
-    np.testing.assert_allclose([m["r"] for m in json.loads(out)["modes"]], R3)
+    np.testing.assert_allclose([m["r"] for m in json.loads(out)["directions"]], R3)
 
 
 def test_sigterm_during_save_leaves_no_temporary(tmp_path):
@@ -525,7 +555,8 @@ def test_beta_far_apart_is_not_called_merged(capsys):
     C = r**2 / (8 * np.arange(1, 4.0) ** -2.0)
     c = np.arange(1, 4.0) ** -500.0
     t = (np.log(1 / 1e-4) - np.log(C * c / (r - C * c * 1e-4))) / r  # Eq. 158, ρ = ½
-    rows = [ln.split() for ln in out.splitlines() if ln[:2].strip().isdigit()]
+    table = out.split("directions (modes)")[1]
+    rows = [ln.split() for ln in table.splitlines() if ln[:2].strip().isdigit()]
     np.testing.assert_allclose([float(x[4]) for x in rows], t, rtol=1e-5)
 
 
@@ -543,7 +574,7 @@ def test_signed_diagonal_decaying_modes_listed_last(capsys, tmp_path):
     np.savez(f, x=rng.standard_normal((3, 5)), y=rng.standard_normal(3))
     rc, out, err = cli(capsys, "--architecture", "signed-diagonal", "--data", f, "--eps", 1e-4, "--json", "--quiet")
     assert rc == 0, err
-    modes = json.loads(out)["modes"]
+    modes = json.loads(out)["directions"]
     t = [m["t_star"] for m in modes]
     n_on = sum(x is not None for x in t)
     assert 0 < n_on < len(t) and all(x is None for x in t[n_on:])  # switch-ons first, decaying modes last

@@ -187,7 +187,7 @@ def test_cli_horizon_before_the_first_switch_on(tmp_path, capsys, t1):
     assert rc == 0, err
     assert "no mode has switched on" in text
     d = json.loads(out.read_text())
-    assert all(m["t_star"] is None for m in d["modes"])
+    assert all(m["t_star"] is None for m in d["directions"])
     exc = np.asarray(d["curve"]["excess_loss"], dtype=float)
     assert d["curve"]["t"][-1] == pytest.approx(float(t1), rel=1e-12)
     # Eq. 163 with Thm 6's z_k(t) = r_k z0 / (z0 + (r_k − z0) e^{−r_k t}) (C = I): Σ V_k (1 − z_k/z_k(∞))²

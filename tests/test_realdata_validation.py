@@ -60,7 +60,7 @@ def test_first_drop_matches_gd(layout, build, width, tol):
     pred = lvflow.predict(
         lvflow.NQF(features=features, basis=basis, y=y), init_std=SIGMA, width=width, learning_rate=LR
     )
-    drops = pred.drops
+    drops = pred.matrix
     assert drops.converged
     horizon = int(math.ceil(drops.t_end / LR))
     steps = np.arange(horizon + 1)

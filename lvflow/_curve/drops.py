@@ -12,6 +12,9 @@ from jaxtyping import ArrayLike, Float
 from .._core.errors import LvflowError
 from .._core.validate import check_in_open_interval
 
+# The end of a curve is a plateau when its drop rate is at most this fraction of the last peak.
+_END_FLAT = 0.1
+
 
 class LossDrops(eqx.Module):
     """The drops of a sampled loss curve `L(t)`, in time order.
@@ -31,7 +34,8 @@ class LossDrops(eqx.Module):
       interpolation in `ln t` between samples).
     - `loss_before`, `loss_after`: the plateau levels on either side.
     - `t_before`, `t_after`: where those levels were read: the drop lies in `(t_before, t_after]`.
-    - `complete`: `False` for a last drop still under way at the curve's end (its `loss_after`
+    - `complete`: `False` for a last drop still under way at the curve's end: the drop rate
+      there is above a tenth of that drop's peak (its `loss_after`
       is the last sample, not a plateau).
     """
 
@@ -60,7 +64,7 @@ def loss_drops(
     ts: Float[ArrayLike, " T"],
     loss: Float[ArrayLike, " T"],
     *,
-    plateau: float = 0.25,
+    plateau: float = 0.5,
     min_drop: float = 0.01,
 ) -> LossDrops:
     """The drops of the loss curve `loss` sampled at times `ts` (see `LossDrops`).
@@ -71,7 +75,8 @@ def loss_drops(
       per e-fold of time, `g = −dL/d ln t`; a sample at `t = 0` gives the initial level).
     - `loss`: the loss at those times (finite).
     - `plateau`: two peaks of `g` are separate drops when `g` between them falls to at most
-      `plateau` × the smaller peak; in (0, 1).
+      `plateau` × the smaller peak (the default ½: the loss falls at most half as fast there as
+      in the drops on either side, a visible shoulder); in (0, 1).
     - `min_drop`: drops that remove less than this fraction of `loss[0] − min(loss)` are left
       out; in (0, 1).
 
@@ -109,7 +114,9 @@ def loss_drops(
     first, last = peaks[0][0], peaks[-1][1]
     head = int(np.argmin(g[:first])) if first > 0 else None
     tail = last + 1 + int(np.argmin(g[last + 1 :])) if last + 1 < g.size else None
-    ends_flat = tail is not None and g[tail] <= plateau * max(h for *_, h in peaks[-1:])
+    # the curve has levelled off at its end only where it falls at most a tenth as fast as in the
+    # last drop (a half-peak rate would still take several percent of that drop)
+    ends_flat = tail is not None and g[tail] <= _END_FLAT * peaks[-1][2]
     sides = [head] + valleys + [tail if ends_flat else None]
 
     def level(k: int, before: bool) -> tuple[float, float]:

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
+from jaxtyping import Array, Float
 
 from .base import AbstractCurveModel
 
@@ -251,11 +252,41 @@ def log_loss_and_jac(template: AbstractCurveModel, theta, t):
     return f(theta), jax.jacfwd(f)(theta)
 
 
+def _ln_crossing(model: AbstractCurveModel, ln_t0: Float[Array, " n"], ln_level: Float[Array, " n"]):
+    """Per entry, the `ln t` at which the model's loss (non-increasing in `t`) crosses `level`,
+    searched within 40 e-folds of `t0` (`optx.Bisection`; its derivative with respect to the
+    model is the implicit function theorem's, `optx.ImplicitAdjoint`). NaN where the loss does
+    not cross the level in that range."""
+
+    def fn(x, args):
+        m, level = args
+        return m.log_loss(jnp.exp(x)[None])[0] - level
+
+    def one(x0, level):
+        x0 = jax.lax.stop_gradient(x0)
+        lo, hi = x0 - 40.0, x0 + 40.0
+        crosses = (fn(lo, (model, level)) > 0) & (fn(hi, (model, level)) < 0)
+        sol = optx.root_find(
+            fn,
+            optx.Bisection(rtol=1e-13, atol=1e-13, flip=True),
+            x0,
+            (model, level),
+            options=dict(lower=lo, upper=hi),
+            max_steps=200,
+            throw=False,
+        )
+        ok = crosses & (sol.result == optx.RESULTS.successful)
+        return jnp.where(ok, sol.value, jnp.nan)
+
+    return jax.vmap(one)(ln_t0, ln_level)
+
+
 @eqx.filter_jit
 def summaries_and_jac(template: AbstractCurveModel, theta, t_curve, t_horizon, order):
     """Every quantity `fit` reports as a function of the fit's coordinates, and its Jacobian
-    (`jax.jacfwd`): the reported parameters, the drops `order` (their `ln t*`, and the `ln` of
-    the plateau levels before and after each), `ln L̂` at the horizon and on the curve grid."""
+    (`jax.jacfwd`): the reported parameters, the drops `order` (their `ln t*`, the `ln` of the
+    plateau levels before and after each, and the `ln t` at which the loss crosses their
+    midpoint), `ln L̂` at the horizon and on the curve grid."""
 
     def g(th):
         m = template.from_vector(th)
@@ -269,6 +300,7 @@ def summaries_and_jac(template: AbstractCurveModel, theta, t_curve, t_horizon, o
         return {
             "reported": m.reported(),
             "ln_t_star": jnp.log(t_sel),
+            "ln_t_mid": _ln_crossing(m, jnp.log(t_sel), jnp.log(jnp.maximum(0.5 * (before + after), tiny))),
             "ln_before": jnp.log(jnp.maximum(before, tiny)),
             "ln_after": jnp.log(jnp.maximum(after, tiny)),
             "ln_final": m.log_loss(t_horizon),

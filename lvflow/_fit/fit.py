@@ -48,9 +48,12 @@ class FitResult(eqx.Module):
     - `criterion`, `scores`: the information criterion and its value for every model tried.
     - `log`: the whole log (`TrainingLog`), and `fit_until`: the last step fitted (the rest is
       held out).
-    - `drops`: one row per drop, in time order (dict of arrays): `t_star`, `step`, `step_lo`,
-      `step_hi`, `V`, `rate`, `loss_before`, `loss_after` (the plateau levels on either side,
-      with `_lo`/`_hi`), `resolved` (its gap to the next drop exceeds their widths) and `future`
+    - `drops`: one row per drop, in time order (dict of arrays): `step` (where the fitted loss
+      crosses the midpoint between the plateau levels on either side: what one reads off the
+      curve) with its interval `step_lo`, `step_hi`; `t_star` and `step_strength` (when the
+      mode reaches half its final strength, Eq. 158: later than `step`); `V`, `rate`,
+      `loss_before`, `loss_after` (the plateau levels, the ε → 0 staircase, with `_lo`/`_hi`),
+      `resolved` (its gap to the next drop exceeds their widths) and `future`
       (after `fit_until`).
     - `curve`: the fitted and extrapolated loss on `_CURVE` steps up to the horizon (`step`,
       `loss`, and the band `lo`, `hi`).
@@ -206,7 +209,7 @@ class FitResult(eqx.Module):
                 lines.append(f"{k:<12} {float(P[k]):>12.6g}  {_fmt_se(S[k])}")
             lines.append("")
         lines.append(
-            f"{'#':>2} {'step*':>11} {pct + ' interval':>25} {'t*':>10} {'r':>9} {'V':>10} "
+            f"{'#':>2} {'step':>11} {pct + ' interval':>25} {'step*':>10} {'t*':>10} {'r':>9} {'V':>10} "
             f"{'c':>8} {'loss before':>11} {'loss after':>11}  note"
         )
         d = self.drops
@@ -218,7 +221,7 @@ class FitResult(eqx.Module):
             ck = f"{float(np.asarray(c)[i]):8.3g}" if c is not None else f"{'-':>8}"
             interval = "[{:.5g}, {:.5g}]".format(d["step_lo"][i], d["step_hi"][i])
             lines.append(
-                f"{i + 1:>2} {d['step'][i]:>11.6g} {interval:>25} "
+                f"{i + 1:>2} {d['step'][i]:>11.6g} {interval:>25} {d['step_strength'][i]:>10.5g} "
                 f"{d['t_star'][i]:>10.5g} {d['rate'][i]:>9.4g} {d['V'][i]:>10.4g} {ck} "
                 f"{_loss(d['loss_before'][i]):>11} {_loss(d['loss_after'][i]):>11}  {note}"
             )
@@ -736,18 +739,19 @@ def _drop_order(model, is_modes: bool) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _drop_table(out, sd, model, order, resolved, lg: TrainingLog, fit_until: float, z: float):
-    lt, st = out["ln_t_star"], sd["ln_t_star"]
+    lm, sm = out["ln_t_mid"], sd["ln_t_mid"]
     lb, sb = out["ln_before"], sd["ln_before"]
     la, sa = out["ln_after"], sd["ln_after"]
     _, V, r = (np.asarray(a) for a in engine.drops_of(model))
-    t_star = np.exp(lt)
-    step = lg.step_of(t_star)
+    t_star = np.exp(out["ln_t_star"])
+    step = lg.step_of(np.exp(lm))
     expo = lambda a: np.where(a < 690.0, np.exp(np.minimum(a, 690.0)), np.inf)
     return {
         "t_star": t_star,
+        "step_strength": lg.step_of(t_star),
         "step": step,
-        "step_lo": lg.step_of(np.exp(lt - z * st)),
-        "step_hi": lg.step_of(expo(lt + z * st)),
+        "step_lo": lg.step_of(np.exp(lm - z * sm)),
+        "step_hi": lg.step_of(expo(lm + z * sm)),
         "V": V[order],
         "rate": r[order],
         "loss_before": np.exp(lb),

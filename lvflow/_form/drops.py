@@ -15,6 +15,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._core.errors import DivergenceError, LvflowError, SolverError
 from .._core.validate import check_in_open_interval, check_positive, check_positive_int
+from .._curve.drops import LossDrops, loss_drops
 from .flow import check_state
 from .nqf import NQF
 from .recursion import _gd_step
@@ -31,19 +32,16 @@ class MatrixDrops(eqx.Module):
     A *direction* is an eigenvector `u_i` of the final `M(t_end)` whose eigenvalue `λ_i` grew at
     least 100-fold from `M0`; its *strength* is `s_i(t) = u_iᵀ M(t) u_i` (for commuting data, the
     gLV's `z_k`, Eq. 31). It switches on at `t*_i`, the first time `s_i = ρ λ_i` (Thm 8's
-    definition). Directions are listed in switch-on order; the loss before drop `i` is the loss
-    when `s_i` is halfway from `ε` to `λ_i` in `ln s` (`s_i = √(ε λ_i)`, mid-plateau in the
-    `τ` of Eq. 168), and the loss after it is the loss before the next drop (the loss at `t_end`
-    for the last one), as on the staircase of Eq. 168 (where drops overlap, each level is capped
-    by the one before it).
+    definition). Directions are listed in switch-on order. The drops of the loss are those of
+    its curve (`loss_drops`: plateau to plateau, timed where the loss crosses the midpoint);
+    directions that switch on too close together for a plateau between them share one drop.
 
     **Fields:**
 
     - `ts`, `loss`: the loss curve on `[0, t_end]` (linear and logarithmic samples merged).
-    - `t_star`, `loss_before`, `loss_after`, `strength`: per direction, `t*_i`, the two losses,
-      `λ_i`.
-    - `t_half`: per direction, the time the loss (non-increasing along the flow) falls halfway
-      from `loss_before` to `loss_after` — what one reads off a training curve.
+    - `drops`: the drops of that curve (`LossDrops`); `drops.containing(t_star)` says which drop
+      each direction switches on in.
+    - `t_star`, `strength`: per direction, `t*_i` and `λ_i`.
     - `multiplicity`: the dimension of each drop's eigenspace (directions with equal strength
       and `t*` to 1e-6 relative are one drop; `directions` holds one of them).
     - `directions`: `u_i` as rows, shape `(n, p)`, sign fixed so that the largest entry is positive.
@@ -60,10 +58,8 @@ class MatrixDrops(eqx.Module):
 
     ts: Float[Array, " T"]
     loss: Float[Array, " T"]
+    drops: LossDrops
     t_star: Float[Array, " n"]
-    t_half: Float[Array, " n"]
-    loss_before: Float[Array, " n"]
-    loss_after: Float[Array, " n"]
     strength: Float[Array, " n"]
     multiplicity: Int[Array, " n"]
     directions: Float[Array, "n p"]
@@ -323,22 +319,13 @@ def _drops(ts, Ms, loss, eps, rho, floor, converged, lr) -> MatrixDrops:
     first = np.asarray(first, dtype=int)
     multiplicity = np.diff(np.append(first, order.size))
     lead = order[first]
-    t_before = np.array([_crossing(ts, strength[:, i], math.sqrt(eps * lam[i]), lam[i]) for i in lead])
-    # the staircase: a drop ends where the next begins (when drops overlap, a later one's
-    # mid-plateau can come first: the levels are capped to stay in order); the last at t_end
-    before = np.minimum.accumulate(np.interp(t_before, ts, loss))
-    after = np.append(before[1:], loss[-1]) if before.size else before
-    # the loss is non-increasing along a gradient flow: its first passage below a level is one interp
-    t_half = np.interp(-(before + after) / 2, -np.minimum.accumulate(loss), ts)
     U = U[:, lead]
     U = U * np.where(U[np.argmax(np.abs(U), axis=0), np.arange(U.shape[1])] < 0, -1.0, 1.0)[None, :]
     return MatrixDrops(
         ts=jnp.asarray(ts),
         loss=jnp.asarray(loss),
+        drops=loss_drops(ts, loss),
         t_star=jnp.asarray(t_star[lead]),
-        t_half=jnp.asarray(t_half),
-        loss_before=jnp.asarray(before),
-        loss_after=jnp.asarray(after),
         strength=jnp.asarray(lam[lead]),
         multiplicity=jnp.asarray(multiplicity),
         directions=jnp.asarray(U.T),

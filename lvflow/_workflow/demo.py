@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     pred = lvflow.predict(system, eps=args.eps, learning_rate=0.01)
     print(f"Five modes r_k = {', '.join(f'{v:g}' for v in r)}, C = I, z_k(0) = ε = {args.eps:g}, lr 0.01\n")
     print(pred.table())
+    print(pred.direction_table())
     # Independent check: Thm 6 is exact here, so Eq. 158 must reproduce the solver's times.
     eq158 = np.asarray(lvflow.ignition_time(r, np.ones(5), np.ones(5), args.eps))
     t_star = np.asarray(pred.t_star)[np.argsort(np.asarray(pred.order))]

@@ -27,6 +27,7 @@ import numpy as np
 
 from .._core.errors import DivergenceError, LvflowError, NotCommutingError, SolverError
 from .._core.validate import check_in_open_interval, check_positive
+from .._curve.drops import loss_drops
 from .._form.nqf import NQF
 from .._glv.lv import AbstractLotkaVolterra
 from .._glv.reduce import reduce_to_lv
@@ -35,7 +36,7 @@ from .._schedule.scaling import predicted_exponent
 from .._schedule.schedule import plateau_excess_in_order, plateau_schedule
 from .._sweep.evaluate import configuration, loss_floor, switch_off_levels
 from .eps_merge import eps_merge
-from .predict_inputs import initial_scale
+from .predict_inputs import check_curve_memory, initial_scale
 from .prediction import Prediction
 
 
@@ -143,6 +144,7 @@ def predict(
             f"system: expected a LotkaVolterra, LowRankLotkaVolterra or an NQF, got {type(system).__name__}"
         )
     K = lv.K
+    check_curve_memory(K, num_points)
     eps, c = initial_scale(K, eps=eps, c=c, z0=z0, init_std=init_std, width=width)
     z0 = eps * c
     r = np.asarray(lv.r)
@@ -224,6 +226,7 @@ def predict(
         ts=jnp.asarray(ts),
         loss=jnp.asarray(loss),
         excess_loss=jnp.asarray(out["excess_loss"]),
+        **_curve_drops(ts, loss, out["excess_loss"]),
         drop=jnp.asarray(drop),
         limit_tau=jnp.asarray(sched.tau),
         limit_excess=jnp.asarray(_excess(sched)),
@@ -353,6 +356,13 @@ def _hessian_max_eig(lv: AbstractLotkaVolterra, z_inf: np.ndarray) -> float:
     return float(eigsh(op, k=1, which="LA", return_eigenvectors=False)[0])
 
 
+def _curve_drops(ts, loss, excess) -> dict:
+    """The drops of the predicted curve (`loss_drops`), read off the loss where it is known, else
+    off the excess loss (the same drops, shifted by the final loss)."""
+    known = bool(np.all(np.isfinite(loss)))
+    return dict(drops=loss_drops(ts, loss if known else excess), drops_of="loss" if known else "excess_loss")
+
+
 def _header(source, eps, rho, lr, t1, exponent) -> dict:
     """The `Prediction` fields every method fills alike."""
     return dict(source=source, eps=float(eps), rho=float(rho), learning_rate=lr, t1=float(t1), exponent=float(exponent))
@@ -408,7 +418,7 @@ def _predict_matrix_flow(
     notes.insert(
         0,
         f"structure matrices do not commute ({reason}); used {dynamics} from M0 = eps·I: "
-        "a drop is a direction of M (an eigenvector of M(t_end)) switching on",
+        "the directions are eigenvectors of M(t_end) that switch on",
     )
     grown = int(np.sum(np.asarray(drops.multiplicity)))
     if width is not None and grown > width:
@@ -437,6 +447,8 @@ def _predict_matrix_flow(
         ts=drops.ts,
         loss=drops.loss,
         excess_loss=jnp.asarray(loss - floor),
-        drops=drops,
+        drops=drops.drops,
+        drops_of="loss",
+        matrix=drops,
         input_shape=input_shape,
     )

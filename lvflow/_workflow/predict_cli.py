@@ -1,4 +1,4 @@
-"""`lvflow predict`: the plateau table, loss curve and saved results of a training run.
+"""`lvflow predict`: the drops table, directions table, loss curve and saved results of a training run.
 
 Exit codes: 0 success, 2 bad input (one line on stderr naming the input and the problem),
 1 a solver failure or an internal error (one line; `--debug` shows the traceback).
@@ -12,6 +12,14 @@ import sys
 from .cli import check_output_names, write_outputs
 
 EXAMPLES = """\
+output:
+  drops       one row per drop of the predicted loss curve: t (and step) where the loss crosses
+              the midpoint between the plateaus before and after it, those plateau levels, and
+              the modes/directions that switch on within it (several when they switch on too
+              close together for a plateau between them)
+  directions  one row per mode (gLV) or direction of M: t* is when its strength reaches rho of
+              its final value; it is not when the loss drops (that is the drops table)
+
 examples:
   lvflow predict --system sys.npz --eps 1e-5 --lr 0.01          # r, C (or zeta, V) from a file
   lvflow predict --alpha1 2 --alpha2 0.8 --modes 50 --eps 1e-6  # power-law spectrum (Thm 9)
@@ -218,5 +226,38 @@ def run(args: argparse.Namespace) -> int:
             f"--data: {args.architecture} on {args.data} does not reduce to a gLV (--force-lv): {e}; "
             "drop --force-lv to integrate the full M-flow instead"
         ) from None
+    if args.architecture is not None:
+        pred = _note_nqf_floor(pred, args)
     write_outputs(pred, args)
     return 0
+
+
+def _note_nqf_floor(pred, args):
+    """`pred` with a note when a network that is not exactly its NQF (a next term in Thm 13's
+    expansion, Eq. 200) is predicted to level off at the NQF's floor (least squares over its
+    features): the network itself can learn below it once it leaves its NQF."""
+    import dataclasses
+    import math
+
+    import numpy as np
+
+    from .io import load_arrays
+    from .predict_data import architecture_next_order
+
+    floor = float(pred.matrix.loss_floor) if pred.matrix is not None else math.nan
+    loss = np.asarray(pred.loss)
+    if not (math.isfinite(floor) and loss.size and loss[0] > floor):
+        return pred
+    if (loss[-1] - floor) > 0.01 * (loss[0] - floor):
+        return pred  # the prediction does not reach the floor
+    arrays = load_arrays(args.data, name="--data")
+    order = architecture_next_order(args.architecture, arrays, kernel=args.kernel, value_size=args.value_size)
+    if order is None:
+        return pred
+    note = (
+        f"the predicted loss levels off at {floor:.4g}, the least loss of this network's NQF (least squares over "
+        f"its features); the {args.architecture} itself is its NQF only to second order in its weights (Thm 13's "
+        f"next term is of order {order}), so once its weights grow it can keep learning below {floor:.4g}; "
+        "lvflow.nqf_horizon estimates from when (a rough estimate: 33-42 % early on two tanh MLPs)"
+    )
+    return dataclasses.replace(pred, notes=(*pred.notes, note))

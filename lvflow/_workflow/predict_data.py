@@ -140,6 +140,16 @@ def nqf_from_data(
 
     **Raises:** `LvflowError` for an unknown architecture or data of the wrong shape.
     """
+    model, x, y = _model(architecture, arrays, kernel=kernel, value_size=value_size, name=name)
+    if isinstance(model, architectures.AbstractLearnedMap):
+        features, basis = model.factors(x)
+        return NQF(features=features, basis=basis, y=y)
+    A = jax.vmap(model.structure)(jnp.asarray(x))
+    return NQF(A, y)
+
+
+def _model(architecture: str, arrays: Mapping[str, Any], *, kernel, value_size, name: str):
+    """The architecture's module sized for the data, and the data (`x` flattened for the MLP)."""
     names = architecture_names()
     if architecture not in names:
         raise LvflowError(f"architecture: unknown {architecture!r}; built-in: {', '.join(names)}")
@@ -151,8 +161,17 @@ def nqf_from_data(
     model = _ARCHITECTURES[architecture][1](x, k, kernel, value_size)
     if architecture == "mlp":
         x = x.reshape(x.shape[0], -1)
-    if isinstance(model, architectures.AbstractLearnedMap):
-        features, basis = model.factors(x)
-        return NQF(features=features, basis=basis, y=y)
-    A = jax.vmap(model.structure)(jnp.asarray(x))
-    return NQF(A, y)
+    return model, x, y
+
+
+def architecture_next_order(
+    architecture: str, arrays: Mapping[str, Any], *, kernel=None, value_size: int = 1, name: str = "data"
+) -> int | None:
+    """The order of the first term beyond the NQF in the network's expansion (Thm 13, Eq. 200) for a
+    built-in architecture on this data (`AbstractSumForm.next_order` at the first sample), or
+    `None` when the network is exactly its NQF (quadratic in each neuron).
+
+    **Raises:** as `nqf_from_data`.
+    """
+    model, x, _ = _model(architecture, arrays, kernel=kernel, value_size=value_size, name=name)
+    return model.next_order(np.asarray(x[0]))

@@ -14,6 +14,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from .._core.errors import LvflowError
+from .._curve.drops import LossDrops
 from .io import save_json, save_npz, to_json
 
 if TYPE_CHECKING:
@@ -21,7 +22,14 @@ if TYPE_CHECKING:
 
 
 class Prediction(eqx.Module):
-    """What `predict` returns: the plateau table and the predicted loss curve.
+    """What `predict` returns: the predicted loss curve, its drops, and the directions that switch on.
+
+    **Drops and directions.** A *drop* is what the loss curve shows: a fall from one plateau to
+    the next (`loss_drops`), timed where the loss crosses the midpoint between them (`table`,
+    `drop_rows`). A *direction* is a mode of the gLV (or a direction of `M` for the matrix flow)
+    with its own switch-on time `t*` — when its strength reaches `ρ` of its final value, not when
+    the loss drops (`direction_table`, `direction_rows`). Directions that switch on too close
+    together for a plateau between them share one drop (`drop_members`).
 
     **Rows.** The per-mode arrays (`r`, `C_diag`, `V`, `t_star`, `tau_star`, `plateau_loss`,
     `drop`, `steps_star`) are in *switch-on order*, not the input's mode order: row `i` is mode
@@ -59,8 +67,10 @@ class Prediction(eqx.Module):
     - `limit_tau`, `limit_excess`: the ε → 0 staircase (`plateau_schedule`): event times in `τ`
       and the excess loss before the first event and after each (`n + 1` levels).
     - `notes`: human-readable remarks (fallbacks taken, modes that do not switch on, warnings).
-    - `drops`: for the matrix flow, its drops (`MatrixDrops`: the directions of `M` that switch
-      on, when, and the loss before and after each); `None` for the gLV.
+    - `drops`: the drops of the predicted curve (`LossDrops`, read off `loss`, or `excess_loss`
+      when `y2` is unknown: `drops_of` says which).
+    - `matrix`: for the matrix flow, its directions (`MatrixDrops`: the directions of `M` that
+      switch on, when, and how strong); `None` for the gLV.
     - `input_shape`: the shape of the input side of a direction (its first entries; the rest is
       the output side), when the architecture is known; `None` otherwise.
     """
@@ -86,11 +96,17 @@ class Prediction(eqx.Module):
     ts: Float[Array, " T"]
     loss: Float[Array, " T"]
     excess_loss: Float[Array, " T"]
+    drops: LossDrops
+    drops_of: str = eqx.field(static=True)
     drop: Float[Array, " K"] | None = None
     limit_tau: Float[Array, " n"] | None = None
     limit_excess: Float[Array, " n+1"] | None = None
-    drops: MatrixDrops | None = None
+    matrix: MatrixDrops | None = None
     input_shape: tuple[int, ...] | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        if self.drops_of not in ("loss", "excess_loss"):
+            raise LvflowError(f"drops_of: 'loss' or 'excess_loss', got {self.drops_of!r}")
 
     @property
     def steps_star(self) -> Float[Array, " K"]:
@@ -112,8 +128,90 @@ class Prediction(eqx.Module):
         out[np.asarray(self.order)] = a
         return jnp.asarray(out)
 
-    def rows(self) -> list[dict[str, Any]]:
-        """The table, one dict per mode in ignition order."""
+    def _direction_times(self) -> tuple[np.ndarray, list[int]]:
+        """Per row of the directions table, its switch-on time and the number it is known by (the
+        input's mode number, 1-based, for the gLV; the row number for the matrix flow)."""
+        if self.matrix is not None:
+            t = np.asarray(self.matrix.t_star)
+            return t, list(range(1, t.shape[0] + 1))
+        return np.asarray(self.t_star), [int(k) + 1 for k in np.asarray(self.order)]
+
+    def drop_members(self) -> list[list[int]]:
+        """Per drop of the curve, the directions that switch on within it (their `t*` lies between
+        the plateaus on either side): mode numbers (1-based, the input's) for the gLV, row numbers
+        of the directions table for the matrix flow. A direction whose switch-on removes too little
+        loss to show on the curve lies on a plateau and is in no drop."""
+        t, ids = self._direction_times()
+        where = self.drops.containing(t)
+        return [[ids[j] for j in np.flatnonzero(where == i)] for i in range(len(self.drops))]
+
+    def drop_rows(self) -> list[dict[str, Any]]:
+        """The drops of the predicted curve (`drops`, see `loss_drops`), one dict each in time order:
+        `t` and `steps` where the loss crosses the midpoint between its plateaus, `loss_before` and
+        `loss_after` (the plateau levels, of `drops_of`), `complete` (False: still falling at the
+        horizon) and the `modes` (gLV) or `directions` (matrix flow) that switch on within it."""
+        d, key = self.drops, ("directions" if self.matrix is not None else "modes")
+        out = []
+        for i, members in enumerate(self.drop_members()):
+            t = float(d.t_mid[i])
+            out.append(
+                {
+                    "rank": i + 1,
+                    "t": t,
+                    "steps": t / self.learning_rate if self.learning_rate else math.nan,
+                    "loss_before": float(d.loss_before[i]),
+                    "loss_after": float(d.loss_after[i]),
+                    "complete": bool(d.complete[i]),
+                    key: members,
+                }
+            )
+        return out
+
+    def table(self, *, digits: int = 4, max_rows: int | None = None) -> str:
+        """The drops of the predicted loss as aligned text (what `lvflow predict` prints first): per
+        drop, when the loss crosses the midpoint between its plateaus, the plateau levels, and
+        the directions that switch on in it; with `max_rows`, only the first rows."""
+        matrix = self.matrix is not None
+        lr = bool(self.learning_rate)
+        what = "excess loss" if self.drops_of == "excess_loss" else "loss"
+        head = ["#", "t"] + (["step"] if lr else []) + [f"{what} before", f"{what} after"]
+        head.append("directions" if matrix else "modes")
+        fmt = lambda v: "-" if not np.isfinite(v) else f"{v:.{digits}g}"  # noqa: E731
+        # a level below the first one by more than float64 can resolve reads as the floor: 0
+        tiny = 1e-9 * (abs(float(self.drops.loss_before[0])) if len(self.drops) else 0.0)
+        level = lambda v: "0" if self.drops_of == "excess_loss" and abs(v) < tiny else fmt(v)  # noqa: E731
+        body = []
+        for d in self.drop_rows():
+            members = d["directions" if matrix else "modes"]
+            cells = [str(d["rank"]), fmt(d["t"])] + ([fmt(d["steps"])] if lr else [])
+            after = level(d["loss_after"]) + ("" if d["complete"] else " (still falling)")
+            cells += [level(d["loss_before"]), after, ", ".join(map(str, members)) or "-"]
+            body.append(cells)
+        title = f"drops of the predicted {what} (t: where it crosses the midpoint between the plateaus):"
+        if not body:
+            return f"the predicted {what} has no drop before t1 = {self.t1:.{digits}g}"
+        w = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+        line = lambda cells: "  ".join(c.rjust(w[i]) for i, c in enumerate(cells))  # noqa: E731
+        cut = body if max_rows is None else body[:max_rows]
+        more = [f"… {len(body) - len(cut)} more drops (all of them in --save / --json)"] if len(cut) < len(body) else []
+        t, ids = self._direction_times()
+        quiet = [ids[j] for j in np.flatnonzero((self.drops.containing(t) < 0) & (t > 0) & np.isfinite(t))]
+        if quiet:
+            names = ", ".join(map(str, quiet[:10])) + (" …" if len(quiet) > 10 else "")
+            more.append(
+                f"{'directions' if matrix else 'modes'} {names}: switch on (directions table) without a drop the "
+                "curve shows (each removes under 1 % of its whole fall)"
+            )
+        return "\n".join([title, line(head)] + [line(b) for b in cut] + more)
+
+    def direction_rows(self) -> list[dict[str, Any]]:
+        """The directions that can switch on, one dict per row of the directions table: for the gLV
+        each mode in switch-on order (`r`, `C_kk`, `V`, `t_star`, `steps_star`, `tau_star`,
+        `plateau_loss`, `drop`, `eps_merge_next`); for the matrix flow each direction of `M` that
+        switched on (`t_star`, `steps_star`, `strength`, `multiplicity`, `direction`, and its
+        input and output sides when the architecture is known)."""
+        if self.matrix is not None:
+            return self._matrix_rows()
         # one conversion per column: indexing a device array per entry costs ~10 µs each
         columns = (self.r, self.C_diag, self.V, self.t_star, self.tau_star, self.plateau_loss, self.eps_merge)
         r, Cd, V, ts, tau, pl, em = (np.asarray(a) for a in columns)
@@ -138,6 +236,58 @@ class Prediction(eqx.Module):
             )
         return out
 
+    def _matrix_rows(self) -> list[dict[str, Any]]:
+        d, out = self.matrix, []
+        for i in range(d.t_star.shape[0]):
+            t = float(d.t_star[i])
+            u = np.asarray(d.directions[i])
+            row = dict(
+                rank=i + 1,
+                t_star=t,
+                steps_star=t / self.learning_rate if self.learning_rate else math.nan,
+                strength=float(d.strength[i]),
+                multiplicity=int(d.multiplicity[i]),
+                direction=u.tolist(),
+            )
+            parts = self._split(u)
+            if parts is not None:
+                row.update(input_direction=parts[0].tolist(), output_direction=parts[1].tolist())
+            out.append(row)
+        return out
+
+    def direction_table(self, *, digits: int = 6, max_rows: int | None = None) -> str:
+        """The directions table as aligned text (see `direction_rows`); `t*` is when a direction
+        reaches `ρ` of its final strength, not when the loss drops (that is `table`)."""
+        fmt = lambda v: "-" if not np.isfinite(v) else f"{v:.{digits}g}"  # noqa: E731
+        if self.matrix is not None:
+            head = ["#", "t*", "steps*", "strength", "dim", "output direction"]
+            body = []
+            for d in self._matrix_rows():
+                out = d.get("output_direction")
+                if out is None or len(out) < 2:
+                    desc = "-"
+                else:
+                    v = np.asarray(out) / max(np.linalg.norm(out), np.finfo(float).tiny)
+                    top = np.argsort(-np.abs(v))[:3]
+                    desc = " ".join(f"{v[j]:+.2f}·y{j}" for j in top)
+                cells = [fmt(d[k]) for k in ("t_star", "steps_star", "strength")]
+                body.append([str(d["rank"])] + cells + [str(d["multiplicity"]), desc])
+            title = f"directions of M that switch on (t*: strength u·M·u at rho = {self.rho:g} of its final value):"
+            empty = "no direction of M switched on (grew 100-fold) before the dynamics stopped"
+        else:
+            head = ["#", "mode", "r_k", "V_k alone", "t*_k", "steps*_k", "tau*_k", "plateau loss", "drop", "eps merge"]
+            keys = ("r", "V", "t_star", "steps_star", "tau_star", "plateau_loss", "drop", "eps_merge_next")
+            body = [[str(d["rank"]), str(d["mode"])] + [fmt(d[k]) for k in keys] for d in self.direction_rows()]
+            title = f"directions (modes) in switch-on order (t*_k: z_k at rho = {self.rho:g} of its final value):"
+            empty = "no modes"
+        if not body:
+            return empty
+        w = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+        line = lambda cells: "  ".join(c.rjust(w[i]) for i, c in enumerate(cells))  # noqa: E731
+        cut = body if max_rows is None else body[:max_rows]
+        more = [f"… {len(body) - len(cut)} more (all of them in --save / --json)"] if len(cut) < len(body) else []
+        return "\n".join([title, line(head)] + [line(b) for b in cut] + more)
+
     def to_dict(self) -> dict[str, Any]:
         """Everything, as plain Python (floats, lists, strings): JSON-ready via `lvflow._workflow.io.to_json`."""
         return dict(
@@ -151,8 +301,9 @@ class Prediction(eqx.Module):
             t1=self.t1,
             exponent=self.exponent,
             notes=list(self.notes),
-            modes=self.rows(),
+            drops_of=self.drops_of,
             drops=self.drop_rows(),
+            directions=self.direction_rows(),
             curve=dict(
                 t=np.asarray(self.ts).tolist(),
                 steps=np.asarray(self.steps).tolist() if self.learning_rate else None,
@@ -166,41 +317,24 @@ class Prediction(eqx.Module):
         return to_json(self.to_dict())
 
     def save(self, path) -> Path:
-        """Write atomically as `.json` (the `to_dict` tree) or `.npz` (flat arrays + metadata)."""
+        """Write atomically as `.json` (the `to_dict` tree) or `.npz` (flat arrays + metadata; the
+        curve's drops as `drops_*`, the matrix flow's directions as `matrix_*`)."""
         p = Path(path)
         if p.suffix.lower() == ".json":
             return save_json(p, self.to_dict())
         if p.suffix.lower() == ".npz":
-            skip = ("drops", "input_shape")
+            skip = ("drops", "matrix", "input_shape")
             fields = [f.name for f in dataclasses.fields(self) if f.name not in skip]
             arrays = {n: getattr(self, n) for n in fields if getattr(self, n) is not None}
-            if self.drops is not None:
-                names = [f.name for f in dataclasses.fields(self.drops) if f.name != "learning_rate"]  # = this one's
-                arrays.update({f"drops_{n}": getattr(self.drops, n) for n in names})
+            arrays.update({f"drops_{f.name}": getattr(self.drops, f.name) for f in dataclasses.fields(self.drops)})
+            if self.matrix is not None:
+                names = [f.name for f in dataclasses.fields(self.matrix) if f.name not in ("learning_rate", "drops")]
+                arrays.update({f"matrix_{n}": getattr(self.matrix, n) for n in names})
             arrays["notes"] = np.asarray(list(self.notes) or [""])
             arrays["learning_rate"] = np.nan if self.learning_rate is None else self.learning_rate
             arrays["steps_star"] = self.steps_star
             return save_npz(p, {k: np.asarray(v) for k, v in arrays.items()})
         raise LvflowError(f"save: unsupported file type {p.suffix or '(none)'!r} for {p}; use .json or .npz")
-
-    def table(self, *, digits: int = 6, max_rows: int | None = None) -> str:
-        """The plateau table as aligned text (what `lvflow predict` prints); with `max_rows`,
-        only the first rows (and a line saying how many were left out)."""
-        head = ["#", "mode", "r_k", "V_k alone", "t*_k", "steps*_k", "tau*_k", "plateau loss", "drop", "eps merge"]
-        fmt = lambda v: "-" if not np.isfinite(v) else f"{v:.{digits}g}"
-        body = [
-            [str(d["rank"]), str(d["mode"])]
-            + [
-                fmt(d[k])
-                for k in ("r", "V", "t_star", "steps_star", "tau_star", "plateau_loss", "drop", "eps_merge_next")
-            ]
-            for d in self.rows()
-        ]
-        w = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
-        line = lambda cells: "  ".join(c.rjust(w[i]) for i, c in enumerate(cells))
-        cut = body if max_rows is None else body[:max_rows]
-        more = [f"… {len(body) - len(cut)} more modes (all of them in --save / --json)"] if len(cut) < len(body) else []
-        return "\n".join([line(head)] + [line(b) for b in cut] + more)
 
     def _split(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """A direction's input side (reshaped to `input_shape`) and output side, when known."""
@@ -209,85 +343,8 @@ class Prediction(eqx.Module):
         n = math.prod(self.input_shape)
         return u[:n].reshape(self.input_shape), u[n:]
 
-    def drop_rows(self) -> list[dict[str, Any]]:
-        """The drops of the matrix flow, one dict per direction in switch-on order (empty for the gLV)."""
-        if self.drops is None:
-            return []
-        d, out = self.drops, []
-        for i in range(d.t_star.shape[0]):
-            t, th = float(d.t_star[i]), float(d.t_half[i])
-            u = np.asarray(d.directions[i])
-            row = dict(
-                rank=i + 1,
-                t_star=t,
-                steps_star=t / self.learning_rate if self.learning_rate else math.nan,
-                t_half=th,
-                steps_half=th / self.learning_rate if self.learning_rate else math.nan,
-                loss_before=float(d.loss_before[i]),
-                loss_after=float(d.loss_after[i]),
-                strength=float(d.strength[i]),
-                multiplicity=int(d.multiplicity[i]),
-                direction=u.tolist(),
-            )
-            parts = self._split(u)
-            if parts is not None:
-                row.update(input_direction=parts[0].tolist(), output_direction=parts[1].tolist())
-            out.append(row)
-        return out
-
-    def drop_table(self, *, digits: int = 4, max_rows: int | None = None) -> str:
-        """The drops of the matrix flow as aligned text: per direction, its switch-on time `t*`
-        (strength at `ρ` of final), the time the loss is halfway through its drop, the loss
-        before and after, and (for a vector output) the output direction's largest entries."""
-        head = ["#", "t*", "steps*", "t half", "steps half", "loss before", "loss after", "strength", "dim"]
-        head.append("output direction")
-        fmt = lambda v: "-" if not np.isfinite(v) else f"{v:.{digits}g}"  # noqa: E731
-        body = []
-        for d in self.drop_rows():
-            out = d.get("output_direction")
-            if out is None or len(out) < 2:
-                desc = "-"
-            else:
-                v = np.asarray(out) / max(np.linalg.norm(out), np.finfo(float).tiny)
-                top = np.argsort(-np.abs(v))[:3]
-                desc = " ".join(f"{v[j]:+.2f}·y{j}" for j in top)
-            keys = ("t_star", "steps_star", "t_half", "steps_half", "loss_before", "loss_after", "strength")
-            body.append([str(d["rank"])] + [fmt(d[k]) for k in keys] + [str(d["multiplicity"]), desc])
-        if not body:
-            return "no direction of M switched on (grew 100-fold) before the dynamics stopped"
-        w = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-        line = lambda cells: "  ".join(c.rjust(w[i]) for i, c in enumerate(cells))  # noqa: E731
-        cut = body if max_rows is None else body[:max_rows]
-        more = [f"… {len(body) - len(cut)} more drops (all of them in --save / --json)"] if len(cut) < len(body) else []
-        floor = self.drops.loss_floor
-        tail = [f"loss at the end {float(self.loss[-1]):.{digits}g} (t = {self.t1:.{digits}g})"]
-        if np.isfinite(floor):
-            tail[0] += f"; least loss over the features {floor:.{digits}g}"
-        return "\n".join(["drops (directions of M switching on):", line(head)] + [line(b) for b in cut] + more + tail)
-
-    def merged_pairs(self) -> np.ndarray:
-        """For consecutive rows that both switch on: whether their drops merge at this ε, measured
-        on the switch-on times — the gap `t*_{i+1} − t*_i` is within the mean 10–90 % rise time
-        `½(w_i + w_{i+1})`, `w = ln 81/r` (the criterion of `lvflow._schedule.scaling.resolved_steps`).
-        Pairs with a mode that never switches on, or with `r ≤ 0` (no rise time to compare), are
-        left out: the result has one entry per pair of consecutive switch-ons measured."""
-        t, r = np.asarray(self.t_star), np.asarray(self.r)
-        n = max(int(np.count_nonzero(np.isfinite(t))) - 1, 0)  # pairs of consecutive switch-ons
-        ta, tb, ra, rb = t[:n], t[1 : n + 1], r[:n], r[1 : n + 1]
-        measurable = (ra > 0) & (rb > 0)
-        with np.errstate(divide="ignore"):
-            width = 0.5 * math.log(81.0) * (1 / ra + 1 / rb)
-        return np.where(measurable, tb - ta <= width, False)
-
-    def n_resolved(self) -> int:
-        """How many leading switch-ons stand apart at this ε: measured on the switch-on times
-        (`merged_pairs`), not on `eps_merge`."""
-        n_on = int(np.count_nonzero(np.isfinite(np.asarray(self.t_star))))
-        bad = np.flatnonzero(self.merged_pairs())
-        return int(bad[0]) if bad.size else n_on
-
     def summary(self, *, max_rows: int | None = 40) -> str:
-        """Header lines, the table, and the notes."""
+        """Header lines, the drops table, the directions table, and the notes."""
         lines = [
             f"lvflow predict: {self.source}",
             f"method {self.method}, eps = {self.eps:.6g} (ln 1/eps = {-math.log(self.eps):.6g}), rho = {self.rho:g}"
@@ -296,29 +353,15 @@ class Prediction(eqx.Module):
         ]
         if np.isfinite(self.exponent):
             lines.append(f"predicted loss exponent (alpha1 - 1)/alpha2 = {self.exponent:.6g} (Thm 9)")
-        if self.order.shape[0]:
-            lines += self._resolution_lines()
-            lines.append(self.table(max_rows=max_rows))
-        if self.drops is not None:
-            lines.append(self.drop_table(max_rows=max_rows))
+        lines.append(self.table(max_rows=max_rows))
+        if self.order.shape[0] or self.matrix is not None:
+            lines.append(self.direction_table(max_rows=max_rows))
+        if self.matrix is not None:
+            floor = self.matrix.loss_floor
+            end = f"loss at the end {float(self.loss[-1]):.4g} (t = {self.t1:.4g})"
+            lines.append(end + (f"; least loss over the features {floor:.4g}" if np.isfinite(floor) else ""))
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
-
-    def _resolution_lines(self) -> list[str]:
-        """What the switch-on times say about merging (measured, `merged_pairs`); nothing where
-        there is nothing to measure."""
-        merged = self.merged_pairs()
-        if not merged.any():
-            return []
-        n, m = self.n_resolved(), int(merged.sum())
-        where = f"{m} of the {merged.size} pairs of consecutive switch-ons are closer than their rise times"
-        if m == merged.size:
-            head = "at this eps no switch-on stands apart: every drop merges with the next into one smooth decay"
-        elif n == 0:
-            head = f"at this eps the first switch-on merges with the second ({where})"
-        else:
-            head = f"at this eps the first {n} switch-ons stand apart; #{n + 1} merges with #{n + 2} ({where})"
-        return [head + " (eps merge: the eps above which a step merges with the next)"]
 
     def plot(self, path, *, title: str | None = None) -> Path:
         """Save the predicted loss curve in linear and log time (two panels), atomically."""

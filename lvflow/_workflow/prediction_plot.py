@@ -1,6 +1,6 @@
-"""`plot_prediction`: the predicted loss curve of a `Prediction`, in linear and log time, with the
-switch-on times, the ε → 0 staircase (Eq. 168) and Thm 9's slope marked; for the M-flow, the
-drops' switch-on times, the loss floor, and each drop's input direction as a picture.
+"""`plot_prediction`: the predicted loss curve of a `Prediction`, in linear and log time, with its
+drops (midpoint crossings, as in the drops table), the ε → 0 staircase (Eq. 168) and Thm 9's slope
+marked; for the M-flow, the loss floor and each direction's input side as a picture.
 
 The drawing (`draw`) takes plain numpy arrays (`plot_data`) and imports neither JAX nor the rest of
 lvflow, so that the CLI can run it in a process started before JAX is imported (`plot_worker`)."""
@@ -25,7 +25,7 @@ _MAX_PICTURES = 8
 
 
 def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path:
-    """Two panels: excess loss vs time (linear) and vs time (log), switch-on times marked; drawn
+    """Two panels: excess loss vs time (linear) and vs time (log), the drops marked; drawn
     by the CLI's plot process where one was started (`plot_worker`), else here.
 
     **Raises:** `LvflowError` for a file type other than `.png`, `.pdf`, `.svg`.
@@ -51,14 +51,13 @@ def plot_data(pred: Prediction, *, title: str | None = None) -> dict[str, Any]:
     """What `draw` needs from a `Prediction`, as numpy arrays and Python scalars (picklable without JAX)."""
     steps = pred.learning_rate is not None
     flow = pred.method in ("matrix_flow", "matrix_gd")  # the loss of M, not the gLV's excess
-    xs = np.asarray(pred.steps_star if steps else pred.t_star)
+    xs = np.asarray(pred.drops.t_mid) / (pred.learning_rate or 1.0)  # the drops, as the table gives them
     pictures, floor = [], math.nan
-    if flow and pred.drops is not None:
-        xs = np.asarray(pred.drops.t_star) / (pred.learning_rate or 1.0)
+    if flow and pred.matrix is not None:
         pictures = [
-            np.asarray(r["input_direction"]) for r in pred.drop_rows() if np.ndim(r.get("input_direction")) == 2
+            np.asarray(r["input_direction"]) for r in pred.direction_rows() if np.ndim(r.get("input_direction")) == 2
         ]
-        floor = float(pred.drops.loss_floor)
+        floor = float(pred.matrix.loss_floor)
     limit = not flow and pred.limit_tau is not None
     return dict(
         steps=steps,
@@ -66,6 +65,8 @@ def plot_data(pred: Prediction, *, title: str | None = None) -> dict[str, Any]:
         x=np.asarray(pred.steps if steps else pred.ts),
         xs=xs,
         y=np.asarray(pred.loss if flow else pred.excess_loss),
+        y_drops=np.asarray(pred.loss if pred.drops_of == "loss" else pred.excess_loss),
+        drops_label="loss" if pred.drops_of == "loss" else "excess loss",
         pictures=pictures[:_MAX_PICTURES],
         loss_floor=floor,
         exponent=float(pred.exponent),
@@ -87,6 +88,8 @@ def warm_up() -> None:
             x=t,
             xs=np.array([10.0, 100.0]),
             y=excess,
+            y_drops=excess,
+            drops_label="excess loss",
             pictures=[],
             loss_floor=math.nan,
             exponent=1.0,
@@ -127,23 +130,26 @@ def _figure_bytes(data: dict[str, Any], fmt: str) -> bytes:
             ax.imshow(pic, cmap="RdBu_r", vmin=-lim, vmax=lim)
             ax.set_xticks([])
             ax.set_yticks([])
-            ax.set_title(f"drop {i + 1}: input side", fontsize=8)
+            ax.set_title(f"direction {i + 1}: input side", fontsize=8)
         fig.subplots_adjust(left=0.07, right=0.98, bottom=0.04, top=0.9, wspace=0.22)
     else:
         fig.subplots_adjust(left=0.07, right=0.98, bottom=0.14, top=0.85, wspace=0.22)
         axes = fig.subplots(1, 2)
     for ax, logx in zip(axes, (False, True)):
+        # The linear panel shows the quantity the drops table is read off, on a linear scale (the
+        # drops are falls of the loss itself); the log panel the excess loss on log-log axes.
         keep = x > 0 if logx else np.ones_like(x, bool)
+        yk, label = (y, ylabel) if logx else (data["y_drops"], data["drops_label"])
         # Floor the log axis ten decades below the start: the tail's 1e-300 says nothing.
-        floor = max(float(np.nanmax(np.abs(y))) if y.size else 1.0, np.finfo(float).tiny) * 1e-8
-        ax.plot(x[keep], np.maximum(y[keep], floor), lw=1.8, label=f"predicted {ylabel}")
+        floor = max(float(np.nanmax(np.abs(yk))) if yk.size else 1.0, np.finfo(float).tiny) * 1e-8 if logx else -np.inf
+        ax.plot(x[keep], np.maximum(yk[keep], floor), lw=1.8, label=f"predicted {label}")
         if flow and np.isfinite(data["loss_floor"]):
             ax.axhline(data["loss_floor"], color="C2", lw=0.9, ls=":", label="least loss over the features")
         for t in xs[np.isfinite(xs)][:_MAX_MARKS]:  # more would hide the curve
             ax.axvline(t, color="0.6", lw=0.8, ls="--")
         fin = xs[np.isfinite(xs) & (xs > 0)]
         if logx and np.isfinite(data["exponent"]) and fin.size >= 2:
-            # Thm 9's slope −(α₁−1)/α₂, anchored on the curve midway (in log t) through the switch-ons.
+            # Thm 9's slope −(α₁−1)/α₂, anchored on the curve midway (in log t) through the drops.
             tm = math.sqrt(fin[0] * fin[-1])
             ym = float(np.interp(math.log(tm), np.log(x[keep]), y[keep]))
             tt = np.geomspace(fin[0], fin[-1], 20)
@@ -162,8 +168,9 @@ def _figure_bytes(data: dict[str, Any], fmt: str) -> bytes:
             tu = np.unique(tev)
             levels = np.concatenate([lev[:1], lev[np.searchsorted(tev, tu, side="right")]])
             edges = np.clip(np.concatenate([[x[keep][0]], tu, [x[-1]]]), x[keep][0], x[-1])
+            shift = 0.0 if logx else float(np.nanmedian(data["y_drops"] - y))  # loss = excess + final loss
             ax.stairs(
-                np.maximum(levels, floor),
+                np.maximum(levels, floor) + shift,
                 edges,
                 color="C1",
                 lw=1.2,
@@ -174,17 +181,17 @@ def _figure_bytes(data: dict[str, Any], fmt: str) -> bytes:
         fin_all = xs[np.isfinite(xs)]
         if not logx and fin_all.size and x[-1] > 20 * fin_all.max() > 0:
             ax.set_xlim(0.0, 3 * fin_all.max())  # a t1 far past the dynamics would flatten this panel
-        ax.legend(fontsize=8, loc="lower left")
-        ax.set_yscale("log")
+        ax.legend(fontsize=8, loc="lower left" if logx else "upper right")
         if logx:
+            ax.set_yscale("log")
             ax.set_xscale("log")
         # no minor ticks on the log axes: they are most of the drawing time, and carry no label
         ax.minorticks_off()
         ax.set_xlabel("training step" if steps else "time t (gradient flow)")
-        ax.set_ylabel(ylabel)
+        ax.set_ylabel(ylabel if logx else data["drops_label"])
         ax.set_title(
-            ("log" if logx else "linear")
-            + " time; dashed: switch-on times t*_k"
+            ("log-log" if logx else "linear")
+            + "; dashed: the drops (halfway between plateaus)"
             + (f" (first {_MAX_MARKS})" if np.count_nonzero(np.isfinite(xs)) > _MAX_MARKS else ""),
             fontsize=10,
         )
