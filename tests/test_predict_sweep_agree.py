@@ -195,3 +195,21 @@ def test_cli_horizon_before_the_first_switch_on(tmp_path, capsys, t1):
     z = R3 * 1e-4 / (1e-4 + (R3 - 1e-4) * np.exp(-R3 * t))
     np.testing.assert_allclose(exc, np.sum(R3**2 / 8 * (1 - z / R3) ** 2, axis=1), rtol=1e-10)
     assert exc[0] == pytest.approx(0.1640625, rel=1e-3)  # the whole staircase, Eq. 168
+
+
+def test_sweep_drops_are_predicts_drops():
+    """With curves kept, a sweep's configuration has the drops `predict` prints for it (one
+    implementation, `loss_drops`, on one curve), and the first drop's midpoint crossing comes before
+    the first switch-on `t_first`; without curves it says how to get them."""
+    eps = [1e-6, 1e-4]
+    res = lvflow.sweep({"system": {"r": R3, "C": np.eye(3)}, "eps": eps}, curve=True, progress=False, summary=False)
+    for i, e in enumerate(eps):
+        want = lvflow.predict(lvflow.LotkaVolterra(R3, np.eye(3)), eps=e).drops
+        got = res.drops(i)
+        assert len(got) == len(want)
+        np.testing.assert_allclose(got.t_mid, want.t_mid, rtol=1e-9)
+        np.testing.assert_allclose(got.loss_before, want.loss_before, rtol=1e-9)
+        assert got.t_mid[0] < res["t_first"][i]
+    bare = lvflow.sweep({"system": {"r": R3, "C": np.eye(3)}, "eps": eps}, progress=False, summary=False)
+    with pytest.raises(lvflow.LvflowError, match="curve=True"):
+        bare.drops(0)

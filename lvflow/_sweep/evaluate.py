@@ -360,7 +360,8 @@ def derived(out: dict[str, np.ndarray], eps: np.ndarray, lr: np.ndarray, alpha: 
 
     - `ln_inv_eps` = ln(1/ε);
     - `n_on`: modes that switch on by `t1`; `t_first`, `t_last`: the first and last switch-on (the
-      first is the length of the initial plateau); `steps_first = t_first/η`;
+      times `t*` a mode reaches `ρ` of its final strength: not when the loss drops, see
+      `SweepResult.drops`); `steps_first = t_first/η`;
     - `tau_first`: the first ε → 0 ignition (`t_first ≈ tau_first · ln(1/ε)`);
     - `exponent`: Thm 9's `(α₁ − 1)/α₂` for a power-law spectrum with `α₁ > 1` (else NaN);
     - `exponent_fit`: the decay exponent the finite-ε staircase shows, the least-squares slope of

@@ -23,12 +23,15 @@ class SweepResult(eqx.Module):
       spec (files and Python values by name; NaN, −1 or "" where a configuration leaves it out),
       and as used: `eps` (also from `z0` or `init_std`/`width`), `modes` (K), `rho`;
     - per configuration: `t1` (the horizon), `success` (the ODE solve succeeded; always for a
-      diagonal `C`), `num_steps`, `ln_inv_eps`, `n_on`, `t_first` (the initial plateau's length),
+      diagonal `C`), `num_steps`, `ln_inv_eps`, `n_on`, `t_first` (the first switch-on time `t*`:
+      a mode at `ρ` of its final strength; the loss's first drop crosses its midpoint earlier,
+      see `drops`),
       `t_last`, `steps_first`, `tau_first`, `exponent` (Thm 9) and `exponent_fit` (the finite-ε
       staircase's), as described in `lvflow.sweep`;
     - per mode, shape `(n, K)` in each system's own mode order (NaN-padded to the largest `K` when
       groups differ): `t_star`, `tau_star`, `plateau_loss`, `z_inf`, `r`, `V`;
-    - with `curve=True`, shape `(n, T)`: `ts` and `excess_loss` (`predict`'s time grid).
+    - with `curve=True`, shape `(n, T)`: `ts` and `excess_loss` (`predict`'s time grid); then
+      `drops(i)` gives configuration `i`'s drops as `predict`'s drops table.
 
     **Fields:** `columns`, `out` (the directory, or `None` for an in-memory sweep), `complete`
     (every chunk present), `stats` (chunks and configurations evaluated and skipped by this call,
@@ -71,6 +74,20 @@ class SweepResult(eqx.Module):
             else:
                 out[k] = x.item() if isinstance(x, (np.ndarray, np.generic)) else x
         return out
+
+    def drops(self, i: int):
+        """The drops of configuration `i`'s excess-loss curve, as `predict`'s drops table reads them
+        (`loss_drops`: plateau to plateau, timed where the loss crosses their midpoint).
+
+        **Raises:** `LvflowError` when the sweep kept no curves (run it with `curve=True`);
+        `KeyError` for a configuration not in this result.
+        """
+        from .._curve.drops import loss_drops
+
+        if "ts" not in self.columns:
+            raise LvflowError("drops: this sweep kept no curves; run it with curve=True (--curve)")
+        row = self.row(i)
+        return loss_drops(np.asarray(row["ts"]), np.asarray(row["excess_loss"]))
 
     def summary(self) -> dict[str, Any]:
         """The swept quantities against the parameters (see `lvflow.sweep`), as a JSON-ready dict."""

@@ -1,6 +1,6 @@
 """A sweep's summary: the swept quantities against the parameters, as JSON and as a plot.
 
-- **Plateau law.** The initial plateau (the first switch-on, `t_first`) against `ln(1/ε)`, one
+- **Plateau law.** The first switch-on time `t_first` against `ln(1/ε)`, one
   least-squares line per setting of the other swept parameters: as ε → 0 its slope tends to the
   first ε → 0 ignition time `tau_first` (`t*_k = τ*_k ln(1/ε) + O(1)`, Eq. 158/168).
 - **Exponents.** For power-law spectra, the decay exponent the finite-ε staircase shows

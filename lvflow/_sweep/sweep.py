@@ -296,7 +296,8 @@ def sweep(
     **What is computed**, per configuration (columns of the `SweepResult`): per mode `t_star` (the
     finite-ε switch-on time, Eq. 158 for diagonal `C`, the ODE otherwise), `tau_star` and
     `plateau_loss` (the ε → 0 schedule, Eq. 168), `z_inf`, `r`, `V`; and `t1`, `success`,
-    `num_steps`, `n_on`, `t_first` (the length of the initial plateau), `t_last`, `steps_first`
+    `num_steps`, `n_on`, `t_first` (the first switch-on time `t*`; the loss's first drop, read off
+    the curve, comes earlier: `SweepResult.drops(i)` with `curve=True`), `t_last`, `steps_first`
     (`t_first/η`), `tau_first`, `exponent` (Thm 9's `(α₁−1)/α₂`) and `exponent_fit` (the slope of
     −ln(plateau loss) against ln t* over the 2nd to ⌈K/10⌉-th switch-ons: the exponent a finite-ε run
     shows). They are `predict`'s numbers for the same inputs, its time grid included: both evaluate
