@@ -242,6 +242,12 @@ def _active_set(r, Cz, column, solve, diag, allowed, tol, start, xp, while_loop,
         """A mode with `w_k > 0` enters the support, or the loss is minimal (or unbounded)."""
         w = r - Cz(z)
         candidate = ~F & allowed & (w > atol)
+        optimal = lambda: (F, z, xp.asarray(_OPTIMAL, dtype=xp.int32))  # noqa: E731
+        return cond(xp.any(candidate), lambda: step(F, z, w, candidate), optimal)  # no column when none enters
+
+    def step(F, z, w, candidate):
+        """Mode `k` (the largest `w_k`) enters; if it depends on `F`, `z` moves along `C v = 0`
+        until a mode of `F` reaches 0 (it leaves), or without bound (the loss is unbounded)."""
         k = xp.argmax(xp.where(candidate, w, -xp.inf))
         c = column(k)
         x = solve(F, c)
@@ -251,15 +257,13 @@ def _active_set(r, Cz, column, solve, diag, allowed, tol, start, xp, while_loop,
         falls = F & (v < 0)
         ratio = xp.where(falls, z / xp.where(falls, -v, 1.0), xp.inf)
         j = xp.argmin(ratio)
-        some = xp.any(candidate)
-        moving = some & dependent & xp.any(falls)
-        step = xp.where(moving, ratio[j], 0.0)
-        z = xp.where(moving, xp.where(idx == j, 0.0, xp.maximum(z + step * v, 0.0)), z)
-        F = xp.where(some, F | (idx == k), F)
+        moving = dependent & xp.any(falls)
+        length = xp.where(moving, ratio[j], 0.0)
+        z = xp.where(moving, xp.where(idx == j, 0.0, xp.maximum(z + length * v, 0.0)), z)
+        F = F | (idx == k)
         F = xp.where(moving, F & (idx != j), F)
-        unbounded = some & dependent & ~xp.any(falls)
-        status = xp.where(~some, _OPTIMAL, xp.where(unbounded, _UNBOUNDED, _RUNNING))
-        return F, z, xp.asarray(status, dtype=xp.int32)
+        unbounded = dependent & ~xp.any(falls)
+        return F, z, xp.asarray(xp.where(unbounded, _UNBOUNDED, _RUNNING), dtype=xp.int32)
 
     def descend(F, z):
         """`z_F` moves towards `C_FF⁻¹ r_F`, stopping where a mode of `F` reaches 0 (it leaves)."""
