@@ -360,3 +360,12 @@ def test_any_flag_value_exits_0_or_2(tmp_path_factory, command, values):
         assert len(text.strip().splitlines()) == 1, (argv, text)
         left = [p for p in out.rglob("*") if p.is_file()]
         assert left == [], (argv, left)
+
+
+def test_fit_offset_above_the_log_is_refused(log, capsys):
+    """Class 5: a floor L_inf above where the log ends contradicts a loss that falls towards it."""
+    L = np.loadtxt(log, delimiter=",", skiprows=1)[:, 1]
+    end = float(np.median(L[-max(1, L.size // 10) :]))
+    assert main(["fit", str(log), "--offset", "1"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith("lvflow fit: error: --offset: 1 is above where the log ends") and f"{end:.4g}" in line

@@ -344,7 +344,7 @@ def test_decaying_modes_are_not_switch_ons():
         else:
             assert abs(t[i] - first_crossing(sol, k, 0.5 * z_T[k], T)) < 1e-3
     assert np.all(np.isfinite(t[: int((~decays).sum())]))  # switch-ons first, decaying modes last
-    assert any("only decay" in n for n in p.notes)
+    assert any("end at or below their start" in n for n in p.notes)
 
 
 def test_mode_switched_off_later_keeps_its_switch_on():

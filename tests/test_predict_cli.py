@@ -579,7 +579,7 @@ def test_signed_diagonal_decaying_modes_listed_last(capsys, tmp_path):
     n_on = sum(x is not None for x in t)
     assert 0 < n_on < len(t) and all(x is None for x in t[n_on:])  # switch-ons first, decaying modes last
     notes = json.loads(out)["notes"]
-    decay = next(n for n in notes if "only decay" in n)
+    decay = next(n for n in notes if "end at or below their start" in n)
     assert all(str(m["mode"]) in decay for m in modes[n_on:])
     # a t* of 0 only for a mode that starts above its target, and said so
     zero = [m["mode"] for m in modes if m["t_star"] == 0.0]

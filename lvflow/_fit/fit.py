@@ -476,6 +476,14 @@ def fit(
         )
     fit_until = float(lg.steps[sel][-1])
     t, y = lg.t[sel], lg.loss[sel]
+    # the loss falls towards L_∞ from above (Eq. 163): a floor above where the fitted log ends
+    # (the median of its last tenth, robust to minibatch noise) contradicts the log
+    end = float(np.median(y[-max(1, y.size // 10) :]))
+    if offset is not None and offset > end:
+        raise LvflowError(
+            f"offset: {offset:g} is above where the log ends ({end:.4g}, the median of its last tenth up to step "
+            f"{fit_until:g}); the loss falls towards L_inf from above, so L_inf must lie below it"
+        )
     data = engine.bin_log(t, y, int(bins), SIGMA_FLOOR)
 
     cands: list[Candidate] = []

@@ -299,7 +299,11 @@ def _mode_notes(order, t_star, kinds, t1) -> list[str]:
         out.append(f"no mode has switched on by t1 = {t1:.4g}: the loss is still on its first plateau")
     for kind, text in (
         ("late", "do not switch on before t1 = {t1:.4g}"),
-        ("decays", "only decay (z_k(inf) ≤ z_k(0)): no switch-on"),
+        (
+            "decays",
+            "end at or below their start (z_k(inf) ≤ z_k(0)): no switch-on (a mode may grow for a while before "
+            "competitors push it down)",
+        ),
         ("from_start", "start at or above rho z_k(inf) (z_k(0) ≥ rho z_k(inf)): t*_k = 0, no switch-on to see"),
         (
             "off_later",
