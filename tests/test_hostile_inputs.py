@@ -369,3 +369,11 @@ def test_fit_offset_above_the_log_is_refused(log, capsys):
     assert main(["fit", str(log), "--offset", "1"]) == 2
     line = _one_line(capsys.readouterr().err)
     assert line.startswith("lvflow fit: error: --offset: 1 is above where the log ends") and f"{end:.4g}" in line
+
+
+def test_fit_api_refuses_a_size_beyond_memory(log, monkeypatch):
+    """The memory check is `fit`'s own, so the Python API refuses what the CLI refuses."""
+    monkeypatch.setattr(validate, "available_memory", lambda: 8 * GIB)
+    L = np.loadtxt(log, delimiter=",", skiprows=1)
+    with pytest.raises(lvflow.LvflowError, match=r"^max_modes: .*needs about .* 8 GiB available"):
+        lvflow.fit(L[:, 0], L[:, 1], max_modes=1000)

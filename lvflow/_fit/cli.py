@@ -89,7 +89,6 @@ def run(args: argparse.Namespace) -> int:
     from .fit import fit
 
     check_output_names(args)
-    check_memory(args)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the result's warnings are printed with the table
         result = fit(
@@ -110,55 +109,3 @@ def run(args: argparse.Namespace) -> int:
         )
     write_outputs(result, args)
     return 0
-
-
-#: The power law's parameters per start (rate and drop exponents, scales, `ε`, `β`, the cutoff,
-#: the offset): the width of its Jacobian.
-_POWER_LAW_PARAMETERS = 8
-#: The power-law modes `fit` evaluates unless `--modes` fixes them (`fit`'s `max_spectrum_modes`).
-_SPECTRUM_MODES = 2048
-
-
-def fit_bytes(*, bins: int, slots: int, spectrum_modes: int, power_law: bool, modes_family: bool) -> float:
-    """The peak bytes of `fit`'s Levenberg–Marquardt search: `engine.BATCH` starts at once, each
-    pushing one forward-mode tangent per parameter (`3·slots + 2` for decoupled modes) through
-    every bin's every mode, `BATCH · p · bins · modes` float64 (measured: 1.58e11 bytes for 1000
-    slots and 200 bins, this formula 1.54e11); the binned log besides. Exact Python integers,
-    returned as a float (no overflow for any input).
-
-    **Arguments:** `bins`; `slots` (the decoupled modes tried: `--modes`, else `--max-modes`);
-    `spectrum_modes` (the power law's modes); which families are tried.
-    """
-    from .engine import BATCH
-
-    bins, slots, spectrum_modes = max(int(bins), 0), max(int(slots), 0), max(int(spectrum_modes), 0)
-    need = 8 * 16 * bins
-    if modes_family:
-        need += 8 * BATCH * (3 * slots + 2) * bins * slots
-    if power_law:
-        need += 8 * BATCH * _POWER_LAW_PARAMETERS * bins * spectrum_modes
-    return float(need)
-
-
-def check_memory(args: argparse.Namespace) -> None:
-    """Refuse, before the log is read, `--bins`, `--max-modes` or `--modes` whose fit needs more
-    memory than this machine has available (`fit_bytes`; `lvflow._core.validate.check_memory`).
-
-    **Raises:** `LvflowError` naming the flag to blame: `--bins` when above its default (200),
-    else `--modes` when given, else `--max-modes`.
-    """
-    from .._core.validate import check_memory as refuse
-
-    slots = args.modes if args.modes is not None else args.max_modes
-    if not all(isinstance(v, int) and v > 0 for v in (args.bins, slots)):
-        return  # `fit` names these
-    need = fit_bytes(
-        bins=args.bins,
-        slots=slots,
-        spectrum_modes=args.modes if args.modes is not None else _SPECTRUM_MODES,
-        power_law=args.family != "modes",
-        modes_family=args.family != "power-law",
-    )
-    name = "bins" if args.bins > 200 else ("modes" if args.modes is not None else "max_modes")
-    what = f"a fit of {slots} mode{'s' * (slots != 1)} over {args.bins} bins"
-    refuse(name, need, what)

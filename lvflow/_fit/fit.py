@@ -15,6 +15,7 @@ import numpy as np
 from jaxtyping import ArrayLike, Float
 
 from .._core.errors import LvflowError
+from .._core.validate import check_memory
 from . import engine
 from .base import AbstractCurveModel
 from .log import MIN_POINTS, TrainingLog, check_log, read_log, rises
@@ -443,9 +444,10 @@ def fit(
     **Returns:** a `FitResult`.
 
     **Raises:** `LvflowError` with one line for a bad log (not numeric, NaN or inf, fewer than 10
-    points, steps not increasing, a loss `≤ 0` or one that ends above its start) or bad options.
-    A log that climbs back up part way, or a fit the log cannot pin down, gives warnings in the
-    result (and a `UserWarning`).
+    points, steps not increasing, a loss `≤ 0` or one that ends above its start), bad options, an
+    `offset` above where the log ends, or sizes (`bins`, `modes`, `max_modes`) whose fit needs more
+    memory than this machine has available. A log that climbs back up part way, or a fit the log
+    cannot pin down, gives warnings in the result (and a `UserWarning`).
     """
     lg = _load(log, loss, learning_rate)
     if family not in FAMILIES:
@@ -459,6 +461,16 @@ def fit(
         raise LvflowError(f"modes: must be a positive integer, got {modes!r}")
     if beta is not None and not math.isfinite(beta):
         raise LvflowError(f"beta: must be finite, got {beta!r}")
+    slots = int(modes if modes is not None else max_modes)
+    need = _fit_bytes(
+        bins=bins,
+        slots=slots,
+        spectrum_modes=modes if modes is not None else max_spectrum_modes,
+        power_law=family != "modes",
+        modes_family=family != "power_law",
+    )
+    what = f"a fit of {slots} mode{'s' * (slots != 1)} over {bins} bins"
+    check_memory("bins" if bins > 200 else ("modes" if modes is not None else "max_modes"), need, what)
     if offset is not None and not (math.isfinite(offset) and offset >= 0):
         raise LvflowError(f"offset: must be finite and >= 0, got {offset!r}")
     if not 0 < level < 1:
@@ -812,3 +824,27 @@ def _load(log, loss, learning_rate) -> TrainingLog:
             return check_log(steps, values, lr, source=str(log))
         raise LvflowError("loss: missing; pass fit(path) or fit(steps, loss)")
     return check_log(log, loss, learning_rate, source="arrays")
+
+
+#: The power law's parameters per start (rate and drop exponents, scales, `ε`, `β`, the cutoff,
+#: the offset): the width of its Jacobian.
+_POWER_LAW_PARAMETERS = 8
+
+
+def _fit_bytes(*, bins: int, slots: int, spectrum_modes: int, power_law: bool, modes_family: bool) -> float:
+    """The peak bytes of `fit`'s Levenberg–Marquardt search: `engine.BATCH` starts at once, each
+    pushing one forward-mode tangent per parameter (`3·slots + 2` for decoupled modes) through
+    every bin's every mode, `BATCH · p · bins · modes` float64 (measured: 1.58e11 bytes for 1000
+    slots and 200 bins, this formula 1.54e11); the binned log besides. Exact Python integers,
+    returned as a float (no overflow for any input).
+
+    **Arguments:** `bins`; `slots` (the decoupled modes tried: `modes`, else `max_modes`);
+    `spectrum_modes` (the power law's: `modes`, else `max_spectrum_modes`); which families are tried.
+    """
+    bins, slots, spectrum_modes = max(int(bins), 0), max(int(slots), 0), max(int(spectrum_modes), 0)
+    need = 8 * 16 * bins
+    if modes_family:
+        need += 8 * engine.BATCH * (3 * slots + 2) * bins * slots
+    if power_law:
+        need += 8 * engine.BATCH * _POWER_LAW_PARAMETERS * bins * spectrum_modes
+    return float(need)
