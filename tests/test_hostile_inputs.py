@@ -377,3 +377,10 @@ def test_fit_api_refuses_a_size_beyond_memory(log, monkeypatch):
     L = np.loadtxt(log, delimiter=",", skiprows=1)
     with pytest.raises(lvflow.LvflowError, match=r"^max_modes: .*needs about .* 8 GiB available"):
         lvflow.fit(L[:, 0], L[:, 1], max_modes=1000)
+
+
+def test_predict_api_refuses_an_overflowing_system():
+    """The same check guards `lvflow.predict` on a system built in Python, not only files."""
+    lv = lvflow.LotkaVolterra(np.array([1e200, 1.0]), np.eye(2))
+    with pytest.raises(lvflow.LvflowError, match=r"^system: mode 1's loss drop V_k .* overflows float64"):
+        lvflow.predict(lv, eps=1e-4)

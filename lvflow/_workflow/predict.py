@@ -36,7 +36,7 @@ from .._schedule.scaling import predicted_exponent
 from .._schedule.schedule import plateau_excess_in_order, plateau_schedule
 from .._sweep.evaluate import configuration, loss_floor, switch_off_levels
 from .eps_merge import eps_merge
-from .predict_inputs import check_curve_memory, initial_scale
+from .predict_inputs import check_curve_memory, check_drops_finite, initial_scale
 from .prediction import Prediction
 
 
@@ -154,6 +154,7 @@ def predict(
         raise LvflowError(f"C: diagonal entries C_kk must be positive (modes {(bad + 1).tolist()[:5]} have C_kk ≤ 0)")
     if not np.any(r > 0):
         raise LvflowError("system: no mode has r_k > 0, so nothing is ever learned (the loss stays flat)")
+    check_drops_finite("system", r, Ckk)
     if np.any((r > 0) & (Ckk * z0 >= r)):
         k = int(np.flatnonzero((r > 0) & (Ckk * z0 >= r))[0])
         raise LvflowError(

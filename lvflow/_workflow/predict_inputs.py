@@ -50,11 +50,11 @@ def lv_from_arrays(arrays: Mapping[str, Any], *, name: str = "system") -> Abstra
             f"{name}: mode {k + 1}'s plateau z_k = r_k/C_kk = {r[k]:.3g}/{Ckk[k]:.3g} overflows float64; "
             "rescale r and C (the loss is then too large to represent)"
         )
-    _check_drops_finite(name, r, Ckk)
+    check_drops_finite(name, r, Ckk)
     return lv
 
 
-def _check_drops_finite(name: str, r: np.ndarray, Ckk: np.ndarray) -> None:
+def check_drops_finite(name: str, r: np.ndarray, Ckk: np.ndarray) -> None:
     """Refuse a system whose loss drops `V_k = r_k²/(8 C_kk)` overflow float64, or whose loss
     (`Σ_k V_k`, and `8 V_k = C_kk z_k²` on the plateaus, summed while the curve is computed) does.
 
