@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _cli import cli_env, one_line
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import lvflow
@@ -27,16 +28,6 @@ from lvflow._workflow.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "LVFLOW_CACHE_DIR": "off"}
-
-
-def _one_line(text: str) -> str:
-    lines = text.strip().splitlines()
-    assert len(lines) == 1, text
-    return lines[0]
 
 
 @pytest.fixture
@@ -86,7 +77,7 @@ def test_sizes_beyond_memory_are_refused_before_the_run(tmp_path, system, log, m
     for argv, flag in cases:
         t0 = time.perf_counter()
         assert main(argv) == 2, argv
-        line = _one_line(capsys.readouterr().err)
+        line = one_line(capsys.readouterr().err)
         assert line.startswith(f"lvflow {argv[0]}: error: {flag}: "), line
         assert "needs about" in line and "this machine has 8 GiB available" in line, line
         assert time.perf_counter() - t0 < 30, argv  # refused, not attempted
@@ -97,7 +88,7 @@ def test_sizes_beyond_memory_are_refused_before_the_run(tmp_path, system, log, m
         ([*sweep, "--eps", "1e-4", "--modes", "99999999999999999999"], "--modes"),
     ]:
         assert main(argv) == 2, argv
-        line = _one_line(capsys.readouterr().err)
+        line = one_line(capsys.readouterr().err)
         assert line.startswith(f"lvflow {argv[0]}: error: {flag}: ") and "64-bit" in line, line
         assert not out.exists(), argv
     monkeypatch.undo()
@@ -115,7 +106,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_unreachable_coordinator_times_out_with_one_line(tmp_path, system):
+def test_unreachable_coordinator_times_out_withone_line(tmp_path, system):
     """A coordinator nobody runs: exit 2 within `--coordinator-timeout` (plus start-up), one line
     naming it, no C++ stack trace, no directory made (XLA alone waits 300 s, then aborts)."""
     out = tmp_path / "out"
@@ -124,11 +115,11 @@ def test_unreachable_coordinator_times_out_with_one_line(tmp_path, system):
     argv += ["--coordinator", address, "--num-processes", "2", "--process-id", "1", "--coordinator-timeout", "2"]
     t0 = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "lvflow", *argv], capture_output=True, text=True, env=_env(), timeout=60
+        [sys.executable, "-m", "lvflow", *argv], capture_output=True, text=True, env=cli_env(), timeout=60
     )
     elapsed = time.perf_counter() - t0
     assert done.returncode == 2, done
-    line = _one_line(done.stderr)
+    line = one_line(done.stderr)
     assert line.startswith("lvflow sweep: error: --coordinator: not connected within 2 s"), line
     assert address in line and "connection refused" in line, line
     assert elapsed < 20, elapsed
@@ -150,7 +141,7 @@ def test_names_and_nesting_beyond_the_limits(tmp_path, system, log, capsys):
     ):
         t0 = time.perf_counter()
         assert main(argv) == 2, argv
-        line = _one_line(capsys.readouterr().err)
+        line = one_line(capsys.readouterr().err)
         assert (
             line.startswith(f"lvflow {argv[0]}: error: --")
             and f"bytes long; the file system allows at most {name_max}" in line
@@ -163,7 +154,7 @@ def test_names_and_nesting_beyond_the_limits(tmp_path, system, log, capsys):
     capsys.readouterr()
     out = tmp_path / ("d" * (name_max + 1))
     assert main(["sweep", "--system", str(system), "--eps", "1e-4", "--out", str(out), "--quiet"]) == 2
-    assert f"the file system allows at most {name_max}" in _one_line(capsys.readouterr().err)
+    assert f"the file system allows at most {name_max}" in one_line(capsys.readouterr().err)
 
     deep = "[" * 100_000 + "]" * 100_000
     (tmp_path / "deep.json").write_text(deep)
@@ -173,7 +164,7 @@ def test_names_and_nesting_beyond_the_limits(tmp_path, system, log, capsys):
         ["sweep", "--spec", str(tmp_path / "spec.json"), "--out", str(tmp_path / "o")],
     ):
         assert main(argv) == 2, argv
-        assert "nested too deeply to read" in _one_line(capsys.readouterr().err)
+        assert "nested too deeply to read" in one_line(capsys.readouterr().err)
     assert not (tmp_path / "o").exists()
 
 
@@ -195,7 +186,7 @@ def test_ctrl_c_leaves_with_130_and_no_partial_file(tmp_path, system, log):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=_env(),
+            env=cli_env(),
         )
         time.sleep(delay)
         p.send_signal(signal.SIGINT)
@@ -204,7 +195,7 @@ def test_ctrl_c_leaves_with_130_and_no_partial_file(tmp_path, system, log):
         assert time.perf_counter() - t0 < 10, delay
         assert p.returncode in (0, 130), (delay, p.returncode, stderr)
         if p.returncode == 130:
-            assert _one_line(stderr) == f"lvflow {command[0]}: interrupted", stderr
+            assert one_line(stderr) == f"lvflow {command[0]}: interrupted", stderr
         # nothing half-written: no temporary file, and a result only if complete
         left = sorted(f.name for f in out.iterdir())
         assert left in ([], ["p.json"]), (delay, left)
@@ -265,7 +256,7 @@ def test_system_whose_loss_overflows_is_refused(tmp_path, capsys):
         ["sweep", "--system", str(p), "--eps", "1e-4", "--out", str(tmp_path / "o"), "--quiet"],
     ):
         assert main(argv) == 2, argv
-        line = _one_line(capsys.readouterr().err)
+        line = one_line(capsys.readouterr().err)
         assert "system" in line and "mode 1's loss drop V_k = r_k²/(8 C_kk)" in line, line
         assert "r_k = 1e+200" in line and "overflows float64" in line, line
     assert not (tmp_path / "o").exists()
@@ -367,7 +358,7 @@ def test_fit_offset_above_the_log_is_refused(log, capsys):
     L = np.loadtxt(log, delimiter=",", skiprows=1)[:, 1]
     end = float(np.median(L[-max(1, L.size // 10) :]))
     assert main(["fit", str(log), "--offset", "1"]) == 2
-    line = _one_line(capsys.readouterr().err)
+    line = one_line(capsys.readouterr().err)
     assert line.startswith("lvflow fit: error: --offset: 1 is above where the log ends") and f"{end:.4g}" in line
 
 

@@ -13,21 +13,12 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+from _cli import cli_env, one_line
 
 from lvflow._workflow.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 POWER = ["--alpha1", "2", "--alpha2", "0.8", "--modes", "10", "--chunk-size", "2", "--quiet"]
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "LVFLOW_CACHE_DIR": "off"}
-
-
-def _one_line(text: str) -> str:
-    lines = text.strip().splitlines()
-    assert len(lines) == 1, text
-    return lines[0]
 
 
 _HOLDER = """
@@ -49,14 +40,14 @@ def test_one_directory_one_sweep_at_a_time(tmp_path, capsys):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=_env(),
+            env=cli_env(),
         )
         for eps in grids
     ]
     done = [(p.wait(timeout=240), *p.communicate()) for p in procs]
     assert sorted(rc for rc, _, _ in done) == [0, 2], done
     (winner,) = [i for i, (rc, _, _) in enumerate(done) if rc == 0]
-    refusal = _one_line(done[1 - winner][2])  # running ("in use") or finished ("a different sweep")
+    refusal = one_line(done[1 - winner][2])  # running ("in use") or finished ("a different sweep")
     assert refusal.startswith(f"lvflow sweep: error: --out: {out} ") and ("in use" in refusal or "eps" in refusal)
     argv = ["sweep", *POWER, "--eps", grids[winner], "--out", str(out)]
     import lvflow
@@ -68,13 +59,13 @@ def test_one_directory_one_sweep_at_a_time(tmp_path, capsys):
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env=_env(),
+        env=cli_env(),
     )
     try:
         assert holder.stdout.readline().strip() == "held"
         capsys.readouterr()
         assert main(argv) == 2  # the same sweep, while another process holds the directory
-        assert "is in use by another lvflow sweep" in _one_line(capsys.readouterr().err)
+        assert "is in use by another lvflow sweep" in one_line(capsys.readouterr().err)
     finally:
         holder.send_signal(signal.SIGKILL)  # kill -9: the OS drops its lock
         holder.wait(timeout=60)
@@ -83,10 +74,10 @@ def test_one_directory_one_sweep_at_a_time(tmp_path, capsys):
     assert "evaluated 1 chunks (2 configurations), skipped 1 already done" in capsys.readouterr().out
 
     assert main(["sweep", *POWER, "--eps", grids[1 - winner], "--out", str(out)]) == 2
-    err = _one_line(capsys.readouterr().err)
+    err = one_line(capsys.readouterr().err)
     assert f"--out: {out} holds a different sweep (eps: " in err and "here" in err and "there" in err
     assert main(["sweep", *POWER, "--eps", grids[winner], "--max-steps", "5", "--out", str(out)]) == 2
-    assert "(max_steps: 5 here, 16384 there)" in _one_line(capsys.readouterr().err)
+    assert "(max_steps: 5 here, 16384 there)" in one_line(capsys.readouterr().err)
 
 
 def test_failed_rows_are_counted_and_exit_1(tmp_path, capsys):
@@ -96,7 +87,7 @@ def test_failed_rows_are_counted_and_exit_1(tmp_path, capsys):
     assert main([*argv, "--max-steps", "1"]) == 1
     cap = capsys.readouterr()
     assert "2 configurations (2 failed)" in cap.out
-    err = _one_line(cap.err)
+    err = one_line(cap.err)
     assert err.startswith("lvflow sweep: solver failed: 2 of 2 configurations failed")
     assert f"in {out}/chunk-*.npz" in err and "summary.json" in err
     summary = json.loads((out / "summary.json").read_text())
@@ -105,7 +96,7 @@ def test_failed_rows_are_counted_and_exit_1(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["n_failed"] == 2
 
 
-def test_json_at_pythons_limits_is_one_line(tmp_path, capsys):
+def test_json_at_pythons_limits_isone_line(tmp_path, capsys):
     deep = "[" * 5000 + "]" * 5000  # deeper than Python's recursion limit
     cases = {
         "list.json": '[{"grid": {"alpha1": 2}}]',
@@ -116,22 +107,22 @@ def test_json_at_pythons_limits_is_one_line(tmp_path, capsys):
     for name, text in cases.items():
         (tmp_path / name).write_text(text)
         assert main(["sweep", "--spec", str(tmp_path / name), "--out", str(tmp_path / "D")]) == 2, name
-        assert _one_line(capsys.readouterr().err).startswith(f"lvflow sweep: error: spec: {tmp_path / name}")
+        assert one_line(capsys.readouterr().err).startswith(f"lvflow sweep: error: spec: {tmp_path / name}")
     assert not (tmp_path / "D").exists()
 
     (tmp_path / "log.json").write_text(deep)
     assert main(["fit", str(tmp_path / "log.json")]) == 2
-    assert "nested too deeply" in _one_line(capsys.readouterr().err)
+    assert "nested too deeply" in one_line(capsys.readouterr().err)
     rows = [{"step": s, "loss": 1.0 / (1 + s)} for s in range(5)]
     (tmp_path / "bom.json").write_text(json.dumps(rows), encoding="utf-8-sig")
     assert main(["fit", str(tmp_path / "bom.json")]) == 2  # read (the byte-order mark dropped), then refused:
-    assert "only 5 logged point(s)" in _one_line(capsys.readouterr().err)  # too short to fit, quickly
+    assert "only 5 logged point(s)" in one_line(capsys.readouterr().err)  # too short to fit, quickly
 
 
 def test_failed_sweep_leaves_no_file(tmp_path, capsys):
     out = tmp_path / "new" / "D"
     assert main(["sweep", *POWER, "--eps", "1e-4,3", "--out", str(out)]) == 2
-    assert "--eps: must lie in (0, 1)" in _one_line(capsys.readouterr().err)
+    assert "--eps: must lie in (0, 1)" in one_line(capsys.readouterr().err)
     assert not (tmp_path / "new").exists()
     (tmp_path / "empty").mkdir()
     assert main(["sweep", *POWER, "--eps", "1e-4,3", "--out", str(tmp_path / "empty")]) == 2

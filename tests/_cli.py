@@ -1,0 +1,20 @@
+"""Helpers shared by the tests that run the `lvflow` command in a subprocess or in-process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli_env() -> dict[str, str]:
+    """The environment of a subprocess run of `lvflow` from this checkout, without the JAX cache."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), "LVFLOW_CACHE_DIR": "off"}
+
+
+def one_line(text: str) -> str:
+    """The only line of `text` (fails when there are more: an error is one line)."""
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, text
+    return lines[0]
