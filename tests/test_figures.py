@@ -34,6 +34,9 @@ def test_quick_run_writes_every_file(quick):
             assert c["holds"] in (True, False, None)  # None: not tested
             head = {True: "holds", False: "fails", None: "not tested"}[c["holds"]]
             assert c["verdict"].startswith(head), c
+    # the run writes REPRODUCTION.md from the summaries it made (one section per figure)
+    text = (out / "REPRODUCTION.md").read_text()
+    assert all(f"## {n}:" in text for n in NAMES)
 
 
 def test_fig3_plateaus_at_switch_on_times_and_power_law(quick):

@@ -74,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
         )
         for c in summary.get("claims", []):
             print(f"    - {c['claim']}\n      {c['verdict']}", flush=True)
+    from .reproduction import write
+
+    print(f"{write(out)}: every figure's claims, choices and measured values", flush=True)
     print(
         f"{len(names) - len(failed)}/{len(names)} figure(s) in {time.perf_counter() - t_all:.1f} s"
         + (f"; failed: {', '.join(failed)}" if failed else ""),
