@@ -141,9 +141,14 @@ class Prediction(eqx.Module):
         the plateaus on either side): mode numbers (1-based, the input's) for the gLV, row numbers
         of the directions table for the matrix flow. A direction whose switch-on removes too little
         loss to show on the curve lies on a plateau and is in no drop."""
+        return self._membership()[0]
+
+    def _membership(self) -> tuple[list[list[int]], list[int]]:
+        """`drop_members`, and the directions that switch on (`0 < t* < inf`) in no drop."""
         t, ids = self._direction_times()
         where = self.drops.containing(t)
-        return [[ids[j] for j in np.flatnonzero(where == i)] for i in range(len(self.drops))]
+        members = [[ids[j] for j in np.flatnonzero(where == i)] for i in range(len(self.drops))]
+        return members, [ids[j] for j in np.flatnonzero((where < 0) & (t > 0) & np.isfinite(t))]
 
     def drop_rows(self) -> list[dict[str, Any]]:
         """The drops of the predicted curve (`drops`, see `loss_drops`), one dict each in time order:
@@ -190,19 +195,15 @@ class Prediction(eqx.Module):
         title = f"drops of the predicted {what} (t: where it crosses the midpoint between the plateaus):"
         if not body:
             return f"the predicted {what} has no drop before t1 = {self.t1:.{digits}g}"
-        w = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-        line = lambda cells: "  ".join(c.rjust(w[i]) for i, c in enumerate(cells))  # noqa: E731
-        cut = body if max_rows is None else body[:max_rows]
-        more = [f"… {len(body) - len(cut)} more drops (all of them in --save / --json)"] if len(cut) < len(body) else []
-        t, ids = self._direction_times()
-        quiet = [ids[j] for j in np.flatnonzero((self.drops.containing(t) < 0) & (t > 0) & np.isfinite(t))]
+        quiet = self._membership()[1]
+        tail = []
         if quiet:
             names = ", ".join(map(str, quiet[:10])) + (" …" if len(quiet) > 10 else "")
-            more.append(
+            tail.append(
                 f"{'directions' if matrix else 'modes'} {names}: switch on (directions table) without a drop the "
                 "curve shows (each removes under 1 % of its whole fall)"
             )
-        return "\n".join([title, line(head)] + [line(b) for b in cut] + more)
+        return _aligned(title, head, body, max_rows, "more drops") + "".join("\n" + x for x in tail)
 
     def direction_rows(self) -> list[dict[str, Any]]:
         """The directions that can switch on, one dict per row of the directions table: for the gLV
@@ -282,11 +283,7 @@ class Prediction(eqx.Module):
             empty = "no modes"
         if not body:
             return empty
-        w = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-        line = lambda cells: "  ".join(c.rjust(w[i]) for i, c in enumerate(cells))  # noqa: E731
-        cut = body if max_rows is None else body[:max_rows]
-        more = [f"… {len(body) - len(cut)} more (all of them in --save / --json)"] if len(cut) < len(body) else []
-        return "\n".join([title, line(head)] + [line(b) for b in cut] + more)
+        return _aligned(title, head, body, max_rows, "more")
 
     def to_dict(self) -> dict[str, Any]:
         """Everything, as plain Python (floats, lists, strings): JSON-ready via `lvflow._workflow.io.to_json`."""
@@ -368,3 +365,13 @@ class Prediction(eqx.Module):
         from .prediction_plot import plot_prediction  # loads matplotlib
 
         return plot_prediction(self, path, title=title)
+
+
+def _aligned(title: str, head: list[str], body: list[list[str]], max_rows: int | None, more: str) -> str:
+    """`title`, then `head` and the rows of `body` right-aligned in columns; with `max_rows`, only the
+    first rows and a line saying how many `more` were left out."""
+    w = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    line = lambda cells: "  ".join(c.rjust(w[i]) for i, c in enumerate(cells))  # noqa: E731
+    cut = body if max_rows is None else body[:max_rows]
+    rest = [f"… {len(body) - len(cut)} {more} (all of them in --save / --json)"] if len(cut) < len(body) else []
+    return "\n".join([title, line(head)] + [line(b) for b in cut] + rest)
