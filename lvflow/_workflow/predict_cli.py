@@ -115,7 +115,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _build(args):
-    """The system and the keyword arguments of `predict` from the parsed flags."""
+    """The system, the keyword arguments of `predict` and the `--data` arrays (`None` without
+    `--architecture`) from the parsed flags."""
     import numpy as np
 
     from .._core.errors import LvflowError, NotCommutingError
@@ -161,6 +162,7 @@ def _build(args):
     )
     if args.kernel is not None and args.architecture != "cnn":
         raise LvflowError(f"--kernel: only used with --architecture cnn (got {args.architecture or 'no architecture'})")
+    arrays = None
     if args.system is not None:
         system = lv_from_arrays(load_arrays(args.system, name="--system"), name="--system")
         kw["source"] = f"{system.K}-mode gLV from {args.system}"
@@ -202,7 +204,7 @@ def _build(args):
             raise LvflowError(f"--beta: c_k = k^-beta leaves float64's range for {K} modes (beta = {beta:g})")
     if "c" in kw and args.eps is not None:
         check_below_plateau(system, args.eps, kw["c"], name="--beta" if args.beta is not None else "--c")
-    return system, kw
+    return system, kw, arrays
 
 
 def run(args: argparse.Namespace) -> int:
@@ -218,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     from .predict import predict
 
     check_output_names(args)
-    system, kw = _build(args)
+    system, kw, arrays = _build(args)
     try:
         pred = predict(system, **kw)
     except NotCommutingError as e:
@@ -227,12 +229,12 @@ def run(args: argparse.Namespace) -> int:
             "drop --force-lv to integrate the full M-flow instead"
         ) from None
     if args.architecture is not None:
-        pred = _note_nqf_floor(pred, args)
+        pred = _note_nqf_floor(pred, args, arrays)
     write_outputs(pred, args)
     return 0
 
 
-def _note_nqf_floor(pred, args):
+def _note_nqf_floor(pred, args, arrays):
     """`pred` with a note when a network that is not exactly its NQF (a next term in Thm 13's
     expansion, Eq. 200) is predicted to level off at the NQF's floor (least squares over its
     features): the network itself can learn below it once it leaves its NQF."""
@@ -241,7 +243,6 @@ def _note_nqf_floor(pred, args):
 
     import numpy as np
 
-    from .io import load_arrays
     from .predict_data import architecture_next_order
 
     floor = float(pred.matrix.loss_floor) if pred.matrix is not None else math.nan
@@ -250,7 +251,6 @@ def _note_nqf_floor(pred, args):
         return pred
     if (loss[-1] - floor) > 0.01 * (loss[0] - floor):
         return pred  # the prediction does not reach the floor
-    arrays = load_arrays(args.data, name="--data")
     order = architecture_next_order(args.architecture, arrays, kernel=args.kernel, value_size=args.value_size)
     if order is None:
         return pred
