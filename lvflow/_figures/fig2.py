@@ -269,39 +269,15 @@ def make(out: Path, *, quick: bool = False) -> dict:
                 "lr_gd": a.lr_gd,
                 "lr_momentum": a.lr_gd * (1 - MOMENTUM),
                 "lr_adam": a.lr_adam,
-                "gap": {
-                    f"{o}, sigma={sigma:g}": float(runs[name]["gap"][j, l])
-                    for j, o in enumerate(OPTIMISERS)
-                    for l, sigma in enumerate(SIGMAS)
-                },
-                "gap_other_reading": {
-                    f"{o}, sigma={sigma:g}": float(other[name]["gap"][j, l])
-                    for j, o in enumerate(OPTIMISERS)
-                    for l, sigma in enumerate(SIGMAS)
-                },
-                "final_s_hat_over_s_network_small_init_other_reading": {
-                    o: other[name]["s_hat_net"][-1, j, 0] for j, o in enumerate(OPTIMISERS)
-                },
-                "final_s_hat_over_s_nqf_small_init_other_reading": {
-                    o: other[name]["s_hat_nqf"][-1, j, 0] for j, o in enumerate(OPTIMISERS)
-                },
-                "network_at_nqf_final_weights_rel_err": {
-                    f"{o}, sigma={sigma:g}": float(runs[name]["net_at_nqf_end"][j, l])
-                    for j, o in enumerate(OPTIMISERS)
-                    for l, sigma in enumerate(SIGMAS)
-                },
-                "final_s_hat_over_s_nqf_small_init": {
-                    o: runs[name]["s_hat_nqf"][-1, j, 0] for j, o in enumerate(OPTIMISERS)
-                },
-                "final_s_hat_over_s_network_small_init": {
-                    o: runs[name]["s_hat_net"][-1, j, 0] for j, o in enumerate(OPTIMISERS)
-                },
-                "final_loss_network_small_init": {
-                    o: float(runs[name]["loss_net"][-1, j, 0]) for j, o in enumerate(OPTIMISERS)
-                },
-                "final_loss_nqf_small_init": {
-                    o: float(runs[name]["loss_nqf"][-1, j, 0]) for j, o in enumerate(OPTIMISERS)
-                },
+                "gap": _by_setting(runs[name]["gap"]),
+                "gap_other_reading": _by_setting(other[name]["gap"]),
+                "final_s_hat_over_s_network_small_init_other_reading": _final_small(other[name]["s_hat_net"]),
+                "final_s_hat_over_s_nqf_small_init_other_reading": _final_small(other[name]["s_hat_nqf"]),
+                "network_at_nqf_final_weights_rel_err": _by_setting(runs[name]["net_at_nqf_end"]),
+                "final_s_hat_over_s_nqf_small_init": _final_small(runs[name]["s_hat_nqf"]),
+                "final_s_hat_over_s_network_small_init": _final_small(runs[name]["s_hat_net"]),
+                "final_loss_network_small_init": _final_small(runs[name]["loss_net"], float),
+                "final_loss_nqf_small_init": _final_small(runs[name]["loss_nqf"], float),
             }
             for name, a in archs.items()
         },
@@ -313,6 +289,16 @@ def make(out: Path, *, quick: bool = False) -> dict:
     summary["small_init_within_bound"] = bool(np.max(small) <= SMALL_INIT_BOUND)
     _style.write_summary(out, "fig2", summary)
     return summary
+
+
+def _by_setting(a: np.ndarray) -> dict[str, float]:
+    """`a[j, l]` (optimiser `j`, initial scale `l`) keyed `"<optimiser>, sigma=<σ>"`."""
+    return {f"{o}, sigma={sigma:g}": float(a[j, l]) for j, o in enumerate(OPTIMISERS) for l, sigma in enumerate(SIGMAS)}
+
+
+def _final_small(a: np.ndarray, convert=lambda v: v) -> dict:
+    """Per optimiser, the last step's value of `a` at the small initial scale (`a[-1, j, 0]`)."""
+    return {o: convert(a[-1, j, 0]) for j, o in enumerate(OPTIMISERS)}
 
 
 def _draw(out: Path, archs: dict, runs: dict) -> None:
