@@ -66,6 +66,8 @@ _EXPORTS = {
     "MatrixDrops": "._form.drops",
     "matrix_drops": "._form.drops",
     "nqf_from_data": "._workflow.predict_data",
+    "power_law_lv": "._workflow.predict_inputs",
+    "eps_merge": "._workflow.eps_merge",
     "RecursionResult": "._form.recursion",
     "gd_recursion": "._form.recursion",
     "Compressed": "._form.compress",
@@ -264,8 +266,10 @@ if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers 
         train as train,
     )
     from ._training.twin import NQFModel as NQFModel, nqf_twin as nqf_twin
+    from ._workflow.eps_merge import eps_merge as eps_merge
     from ._workflow.predict import Prediction as Prediction, predict as predict
     from ._workflow.predict_data import nqf_from_data as nqf_from_data
+    from ._workflow.predict_inputs import power_law_lv as power_law_lv
 
 
 def __getattr__(name: str):

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# The `lvflow` command's entry point, run in-process (the tests' one import of it).
+from lvflow._workflow.cli import main as main
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -1,9 +1,7 @@
 import re
 
 import pytest
-
-# internal on purpose: the `lvflow` command's entry point ([project.scripts]), run in-process
-from lvflow._workflow.cli import main
+from _cli import main
 
 
 @pytest.mark.smoke

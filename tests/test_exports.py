@@ -58,7 +58,8 @@ def test_a_missing_or_broken_dependency_is_named_in_one_line(tmp_path):
     name, message = out.stdout.strip().split(" | ")
     assert name in ("numpy", "jax", "equinox", "diffrax") and f"the package {name!r}" in message
     # the command: one line on stderr naming the package, exit 2
-    out = _run(tmp_path, "import sys; from lvflow._workflow.cli import main; sys.exit(main(['demo']))", "-S")
+    demo = "import runpy, sys; sys.argv = ['lvflow', 'demo']; runpy.run_module('lvflow', run_name='__main__')"
+    out = _run(tmp_path, demo, "-S")
     assert out.returncode == 2 and out.stdout == ""
     assert len(out.stderr.splitlines()) == 1 and "lvflow demo: error: lvflow needs the package" in out.stderr
     # a jax that fails to import (a broken install): the error names jax, not lvflow's import hook

@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 import pytest
+from _cli import main
 
 import lvflow
 import lvflow.figures
-from lvflow._workflow.cli import main
 
 NAMES = ("fig3", "fig4", "fig5", "limit")
 

@@ -101,7 +101,7 @@ def test_fig2_single_qk_head_under_the_other_reading_of_s():
     # The paper's teacher "singular values s" read two ways: the figure's (Θ*'s singular values, so
     # M* = Z Zᵀ has eigenvalues 2s) and the other (M*'s eigenvalues s, Θ*'s singular values s/2),
     # checked here on the teacher's own neurons Z by numpy
-    from lvflow._training.data import low_rank_teacher
+    from lvflow import low_rank_teacher
 
     a = fig2._archs()["qk"]
     net = a.build(0.01, KEY)

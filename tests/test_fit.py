@@ -12,11 +12,11 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _cli import main
 from scipy.optimize import brentq
 
 import lvflow
 from lvflow._fit import engine
-from lvflow._workflow.cli import main
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -18,13 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _cli import cli_env, one_line
+from _cli import cli_env, main, one_line
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import lvflow
 from lvflow._core import validate
-from lvflow._core.errors import LvflowError
-from lvflow._workflow.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30
@@ -209,7 +207,7 @@ def test_ctrl_c_leaves_with_130_and_no_partial_file(tmp_path, system, log):
 
 def test_two_api_sweeps_into_one_directory(tmp_path, system):
     """`lvflow.sweep(..., out=D)` holds D's lock itself: a second sweep into D while the first
-    runs (another thread here) is refused with an `LvflowError`, and the first completes whole."""
+    runs (another thread here) is refused with an `lvflow.LvflowError`, and the first completes whole."""
     out = tmp_path / "D"
     first_running, second_done = threading.Event(), threading.Event()
     result: dict = {}
@@ -230,7 +228,7 @@ def test_two_api_sweeps_into_one_directory(tmp_path, system):
     t.start()
     try:
         assert first_running.wait(timeout=120)
-        with pytest.raises(LvflowError, match="in use by another lvflow sweep"):
+        with pytest.raises(lvflow.LvflowError, match="in use by another lvflow sweep"):
             lvflow.sweep({"system": str(system), "eps": "log:1e-9:1e-3:6"}, out=out, progress=False)
     finally:
         second_done.set()

@@ -13,9 +13,7 @@ import lvflow
 from lvflow import NQF, LotkaVolterra, LvflowError, predict
 
 # internal on purpose: predict's helpers (initial scale, ε_merge) and the CLI's system builders, tested directly
-from lvflow._workflow.eps_merge import eps_merge
-from lvflow._workflow.predict_data import nqf_from_data
-from lvflow._workflow.predict_inputs import initial_scale, lv_from_arrays, power_law_lv
+from lvflow._workflow.predict_inputs import initial_scale, lv_from_arrays  # the CLI's input rules
 
 
 def t_star_158(r, Ckk, c, eps, rho):
@@ -99,7 +97,7 @@ def test_coupled_system_against_scipy():
 
 def test_power_law_exponent_and_merging():
     k = np.arange(1, 4.0)
-    p = predict(power_law_lv(alpha1=2.0, alpha2=0.8, modes=3), eps=1e-6, alpha=(2.0, 0.8), num_points=N)
+    p = predict(lvflow.power_law_lv(alpha1=2.0, alpha2=0.8, modes=3), eps=1e-6, alpha=(2.0, 0.8), num_points=N)
     assert p.exponent == pytest.approx((2.0 - 1) / 0.8)  # Thm 9
     r, V = k**-0.8, k**-2.0
     np.testing.assert_allclose(p.r, r, rtol=1e-12)
@@ -118,16 +116,16 @@ def test_power_law_exponent_and_merging():
 def test_eps_merge_flips_resolution():
     zeta = np.array([1.0, 0.5, 0.25, 0.24])
     C, c = np.array([1.0, 2.0, 1.0, 1.0]), np.ones(4)
-    em = eps_merge(zeta, C=C, c=c)
+    em = lvflow.eps_merge(zeta, C=C, c=c)
     from lvflow import resolved_steps
 
     for k, e in enumerate(em):
         assert resolved_steps(zeta, e * 0.999, C=C).resolved[k]
         assert not resolved_steps(zeta, e * 1.001, C=C).resolved[k]
     assert em[2] < 1e-30  # nearly equal rates merge unless ε is astronomically small
-    assert np.isnan(eps_merge(np.array([1.0, 1.0]), C=np.ones(2), c=np.ones(2))[0])
+    assert np.isnan(lvflow.eps_merge(np.array([1.0, 1.0]), C=np.ones(2), c=np.ones(2))[0])
     # Rates 0.1 % apart stay merged down to ε = 1e-304: reported as 0, and indeed unresolved there.
-    assert eps_merge(np.array([1.0, 0.999]), C=np.ones(2), c=np.ones(2))[0] == 0.0
+    assert lvflow.eps_merge(np.array([1.0, 0.999]), C=np.ones(2), c=np.ones(2))[0] == 0.0
     assert not resolved_steps(np.array([1.0, 0.999]), 1e-300, C=np.ones(2)).resolved[0]
 
 
@@ -216,7 +214,7 @@ def test_lv_from_arrays_forms():
 def test_matrix_flow_fallback():
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(5, 2)), rng.normal(size=5)
-    nqf = nqf_from_data("mlp", {"x": x, "y": y})
+    nqf = lvflow.nqf_from_data("mlp", {"x": x, "y": y})
     with pytest.raises(lvflow.NotCommutingError):
         predict(nqf, eps=1e-3, force_lv=True)
     p = predict(nqf, eps=1e-3, num_points=N)
@@ -266,7 +264,7 @@ def test_predict_with_subnormal_eps_and_huge_C():
 
 
 def test_power_law_and_zeta_V_systems_are_diagonal():
-    lv = power_law_lv(alpha1=2.0, alpha2=0.8, modes=5)
+    lv = lvflow.power_law_lv(alpha1=2.0, alpha2=0.8, modes=5)
     assert isinstance(lv, lvflow.LowRankLotkaVolterra) and lv.is_diagonal and lv.U.shape == (5, 0)
     k = np.arange(1, 6.0)
     np.testing.assert_allclose(lv.r, k**-0.8, rtol=1e-14)

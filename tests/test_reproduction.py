@@ -8,8 +8,8 @@ import json
 import re
 from pathlib import Path
 
-from lvflow._figures import FIGURES
 from lvflow._figures.reproduction import NAME, read_summaries, render, write
+from lvflow.figures import FIGURES
 
 ROOT = Path(__file__).resolve().parents[1]
 

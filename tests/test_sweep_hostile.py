@@ -13,9 +13,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
-from _cli import cli_env, one_line
-
-from lvflow._workflow.cli import main
+from _cli import cli_env, main, one_line
 
 ROOT = Path(__file__).resolve().parents[1]
 POWER = ["--alpha1", "2", "--alpha2", "0.8", "--modes", "10", "--chunk-size", "2", "--quiet"]

@@ -106,10 +106,10 @@ def run(args: argparse.Namespace) -> int:
     if args.cpu_devices is not None:
         if args.cpu_devices < 1:
             raise LvflowError("--cpu-devices: must be a positive integer")
-        import jax
+        from .._workflow.cli import configure_jax
 
         try:  # before JAX starts its CPU backend
-            jax.config.update("jax_num_cpu_devices", int(args.cpu_devices))
+            configure_jax(jax_num_cpu_devices=int(args.cpu_devices))
         except RuntimeError as e:
             raise LvflowError(f"--cpu-devices: too late to split the CPU ({e})") from None
     grid = {name: getattr(args, name) for name in PARAMETERS if getattr(args, name) is not None}

@@ -431,9 +431,24 @@ def _persistent_cache() -> None:
     # another process evicting entries at the same time makes JAX warn once per program; the cache
     # only saves time, so a failed read or write is not the user's business
     warnings.filterwarnings("ignore", message=r"Error (reading|writing) persistent compilation cache")
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_compilation_cache_max_size", 2**30)
+    configure_jax(
+        jax_compilation_cache_dir=path,
+        jax_persistent_cache_min_compile_time_secs=0.0,
+        jax_compilation_cache_max_size=2**30,
+    )
+
+
+def configure_jax(**options) -> None:
+    """Set JAX's configuration options (`jax.config.update` for each `name=value`): the one place
+    the package changes JAX's configuration (the commands' compilation cache and device count;
+    the library itself leaves JAX's configuration to its user).
+
+    **Raises:** `RuntimeError` from JAX for an option that can no longer change (a backend started).
+    """
+    import jax
+
+    for name, value in options.items():
+        jax.config.update(name, value)
 
 
 def _repair_cache(path: str) -> None:
