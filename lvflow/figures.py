@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ._core.errors import LvflowError
 from ._figures import FIGURES, load
 
 __all__ = ["fig2", "fig3", "fig4", "fig5", "fig6", "fig7", "fig8", "limit", "make_all", "FIGURES"]
@@ -75,8 +76,6 @@ def make_all(out="figures", *, quick: bool = False, only=None) -> dict[str, dict
     names = list(FIGURES) if only is None else [n for n in FIGURES if n in set(only)]
     unknown = set(only or ()) - set(FIGURES)
     if unknown:
-        from ._core.errors import LvflowError
-
         raise LvflowError(f"only: unknown figure(s) {', '.join(sorted(unknown))}; choose from {', '.join(FIGURES)}")
     return {n: _make(n, out, quick) for n in names}
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import importlib
 
+from .._core.errors import LvflowError
+
 #: Figure name → module. Order is the order `lvflow figures` makes them in.
 FIGURES: dict[str, str] = {
     "fig2": "lvflow._figures.fig2",
@@ -40,8 +42,6 @@ FIGURES: dict[str, str] = {
 
 def load(name: str):
     """The module of figure `name` (see `FIGURES`)."""
-    from .._core.errors import LvflowError
-
     if name not in FIGURES:
         raise LvflowError(f"figure: unknown name {name!r}; choose from {', '.join(FIGURES)}")
     return importlib.import_module(FIGURES[name])

@@ -34,6 +34,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from .. import architectures as arch
+from .._training.data import low_rank_teacher
+from .._training.train import train
+from .._training.twin import nqf_twin
 from . import _style
 from ._bilinear import BilinearTwin
 from ._bundle import Bundle, Stacked, bundle_loss, bundle_losses, only_stacked_W, sliced
@@ -66,8 +70,6 @@ class _Arch(eqx.Module):
 
 
 def _archs() -> dict[str, _Arch]:
-    from .. import architectures as arch
-
     # Rates and steps (the paper gives neither) put all four switch-ons inside the run. The NQF's
     # time scale is set by its features: attention's are weaker (x̄ of 16 tokens; u = Σ_X c), so
     # it gets larger GD rates.
@@ -108,10 +110,6 @@ def run_architecture(a: _Arch, *, m: int, records: int, seed: int = 0, s=S) -> d
     `‖f_net − f_NQF‖ / ‖f_NQF‖` over the samples (how far the solution the NQF reaches lies
     outside the network's quadratic regime).
     """
-    from .._training.data import low_rank_teacher
-    from .._training.train import train
-    from .._training.twin import nqf_twin
-
     key = jax.random.PRNGKey(seed)
     net = a.build(SIGMAS[0], key)
     teacher = low_rank_teacher(net, m, s=s, seq_len=N_TOKENS, seed=seed + 1)

@@ -23,7 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from .._schedule import scaling as _scaling
+from .._training.twin import nqf_twin
+from ..architectures import MLP, FourierMLP
 from . import _style
+from ._gd import gd_losses, gd_losses_vector
 
 TITLE = "Fourier MLP (θ = 0, ½, 1) vs its NQF: E ∝ t^−(2β−1)/(θ+β); a plain MLP has no power law"
 
@@ -91,9 +94,6 @@ class _Theta:
         import jax
         import jax.numpy as jnp
 
-        from .._training.twin import nqf_twin
-        from ..architectures import FourierMLP
-
         self.theta = theta
         x, self.psi, y = _data()
         nets = [FourierMLP(P, theta=theta, key=jax.random.PRNGKey(s), init_scale=EPS) for s in range(n_inits)]
@@ -123,8 +123,6 @@ class _Theta:
         import jax
         import jax.numpy as jnp
 
-        from ._gd import gd_losses, gd_losses_vector
-
         # independent inits, one GD each: GD on the sum of their losses, averaged after
         batch = lambda loss: lambda p: jnp.sum(jax.vmap(lambda a, W: loss((a, W)))(*p))
         p_net = (self.a0[:seeds_net], self.W0[:seeds_net])
@@ -150,8 +148,6 @@ class _Theta:
         gradient-flow reference for the figure's learning rate."""
         import jax
 
-        from ._gd import gd_losses_vector
-
         per_seed = lambda p: jax.vmap(lambda a, W: self.loss_modes((a, W)))(*p)
         _, E, _ = gd_losses_vector(
             per_seed, (self.a0[:seeds], self.W0[:seeds]), lr=lr / refine, steps=steps * refine, every=every * refine
@@ -164,9 +160,6 @@ def _plain_mlp(init_scale: float, *, t_end: float, lr: float = STATED_LR):
     gradient-flow time `t_end`."""
     import jax
     import jax.numpy as jnp
-
-    from ..architectures import MLP
-    from ._gd import gd_losses
 
     x, _, y = _data()
     mlp = MLP(1, MLP_WIDTH, key=jax.random.PRNGKey(1), init_scale=init_scale)

@@ -29,6 +29,10 @@ import numpy as np
 import optax
 from jaxtyping import Array
 
+from .. import architectures as arch
+from .._training.data import TeacherStream
+from .._training.train import train
+from .._training.twin import nqf_twin
 from . import _style
 from ._bilinear import BilinearTwin, twin_check
 from ._bundle import Bundle, bundle_loss
@@ -54,9 +58,6 @@ _OPTIMISERS = {name: optax.sgd(lr) for name, lr in LR.items()}
 
 def problem(name: str, run: int) -> dict:
     """Run `run` of model `name` ("mlp" or "qk"): the student network and the teacher stream."""
-    from .. import architectures as arch
-    from .._training.data import TeacherStream
-
     k_student, k_teacher, k_c = jax.random.split(jax.random.PRNGKey(100 + run), 3)
     if name == "mlp":
         student = arch.MLP(MLP_IN, MLP_WIDTH, None, key=k_student, init_scale=EPS)
@@ -92,9 +93,6 @@ def departure_step(steps, rel, threshold: float = DEPARTURE):
 
 def run_one(name: str, run: int, *, steps: int, eval_size: int, every: int) -> dict:
     """Train run `run` of model `name` with its NQF twin: losses on fixed fresh samples."""
-    from .._training.train import train
-    from .._training.twin import nqf_twin
-
     P = problem(name, run)
     net, stream = P["net"], P["stream"]
     X_ev, y_ev = stream(jax.random.PRNGKey(10_000 + run), eval_size)

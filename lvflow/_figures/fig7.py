@@ -33,6 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from .. import architectures as arch
+from .._training.data import digits_parity
+from .._training.twin import nqf_twin
 from . import _style
 from ._bundle import with_W
 
@@ -65,8 +68,6 @@ def upsample_matrix(n_in: int, n_out: int) -> np.ndarray:
 
 def digits_28(*, n_train: int = N_TRAIN, n_test: int | None = None, seed: int = 0):
     """The digits as 28×28 images `(m, 28, 28)` (row-major), labels ±1: `(train, test)` pairs."""
-    from .._training.data import digits_parity
-
     D = digits_parity(layout="image")
     R = upsample_matrix(8, SIDE)
     X = np.einsum("ia,mab,jb->mij", R, np.asarray(D.X), R)
@@ -78,8 +79,6 @@ def digits_28(*, n_train: int = N_TRAIN, n_test: int | None = None, seed: int = 
 
 
 def _models():
-    from .. import architectures as arch
-
     key = jax.random.PRNGKey(0)
     return {
         "mlp": arch.MLP(SIDE * SIDE, 20, None, key=key, init_scale=EPS),
@@ -122,8 +121,6 @@ class _Forms:
 
 def _check(forms: _Forms, X) -> dict:
     """Fast forms against the architecture and `lvflow.nqf_twin` at a generic `W` of scale 0.05."""
-    from .._training.twin import nqf_twin
-
     W = 0.05 * jax.random.normal(jax.random.PRNGKey(3), forms.net.W.shape)
     net = with_W(forms.net, W)
     ref_net = jax.vmap(net)(X)

@@ -32,6 +32,11 @@ import numpy as np
 import optax
 from jaxtyping import Array
 
+from .. import architectures as arch
+from .._training.deep import DeepAttention, DeepMLP, DeepNQF
+from .._training.train import train
+from .._training.twin import NQFModel
+from ..architectures import MLP
 from . import _style
 from ._bilinear import BilinearTwin
 from ._bundle import Bundle, bundle_loss, with_W
@@ -56,8 +61,6 @@ LR_ADAM = {"mlp": 1e-3, "attention": 1e-3}
 
 
 def _arch(name: str, variance: float, key):
-    from .._training.deep import DeepAttention, DeepMLP
-
     scale = math.sqrt(variance)
     if name == "mlp":
         return DeepMLP(8, (16, 16, 16), None, key=key, init_scale=scale)
@@ -65,8 +68,6 @@ def _arch(name: str, variance: float, key):
 
 
 def _shallow(name: str):
-    from .. import architectures as arch
-
     k = jax.random.PRNGKey(0)
     if name == "mlp":
         return arch.MLP(8, 16, None, key=k, init_scale=0.0)
@@ -105,8 +106,6 @@ def data(name: str, *, n_train: int = N_TRAIN, n_test: int = N_TEST, seed: int =
 def link_activation(deep):
     """The map the two-layer NQF keeps between the blocks (Def 2: block 2's `A` reads `φ(h)`):
     the MLP's activation; `None` (the identity, `φ'(0) = 1`) for attention."""
-    from .._training.deep import DeepMLP
-
     return deep.activation if isinstance(deep, DeepMLP) else None
 
 
@@ -116,9 +115,6 @@ def two_layer_nqf(deep, X, *, keep_activation: bool = True):
     forms `Tr[Wᵀ A(x) W]` (`NQFModel(method="structure")`). With `keep_activation` (Fig 8) the
     blocks are joined by the network's `φ` (Def 2), else by `φ'(0)·h` (what `lvflow.nqf_twin`
     builds)."""
-    from .._training.deep import DeepNQF
-    from .._training.twin import NQFModel
-
     act = link_activation(deep) if keep_activation else None
     two = DeepNQF(
         blocks=tuple(BilinearTwin(b) for b in deep.blocks), chain=deep.chain, dphi0=deep.link_slope, activation=act
@@ -169,8 +165,6 @@ def initial_offset(deep, two, X) -> dict:
         "output_rel_diff": float(jnp.linalg.norm(f_net - f_two) / jnp.linalg.norm(f_net)),
         "block1_rel_diff": float(jnp.linalg.norm(h_net - h_two) / jnp.linalg.norm(h_net)),
     }
-    from ..architectures import MLP
-
     b = deep.blocks[0]
     if isinstance(b, MLP):  # neuron i = [row i of W₁, column i of W₂]
         u = X @ b.W[: b.in_size]
@@ -220,8 +214,6 @@ def run_model(name: str, *, steps: int, every: int, n_train: int = N_TRAIN, n_te
 
     Returns `steps`, `loss` `(n, optimisers, inits, 2 (train, test), 3 models)` and the checks.
     """
-    from .._training.train import train
-
     (Xtr, ytr), (Xte, yte) = data(name, n_train=n_train, n_test=n_test)
     models, checks, offsets = [], {}, {}
     for v, var in enumerate(VARIANCES[name]):

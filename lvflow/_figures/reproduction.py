@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .._workflow.io import atomic_write_bytes
 from . import FIGURES, load
 
 NAME = "REPRODUCTION.md"
@@ -80,7 +81,5 @@ def read_summaries(folder) -> dict[str, dict[str, Any]]:
 
 def write(folder) -> Path:
     """Write `REPRODUCTION.md` into `folder` from the summaries there, atomically; returns its path."""
-    from .._workflow.io import atomic_write_bytes
-
     path = Path(folder) / NAME
     return atomic_write_bytes(path, render(read_summaries(folder)).encode())

@@ -1,4 +1,5 @@
-"""`lvflow fit LOG`: fit a training curve, predict the drops to come and the final loss.
+"""`lvflow fit LOG`'s options (the command itself is `command.py`): fit a training curve, predict
+the drops to come and the final loss.
 
 Exit codes: 0 success, 2 bad input (one line on stderr naming the input and the problem),
 1 an internal error (one line; `--debug` shows the traceback).
@@ -7,8 +8,6 @@ Exit codes: 0 success, 2 bad input (one line on stderr naming the input and the 
 from __future__ import annotations
 
 import argparse
-
-from .._workflow.cli import check_output_names, write_outputs
 
 EXAMPLES = """\
 examples:
@@ -80,32 +79,3 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--save", metavar="FILE", help="write every result, atomically (.json or .npz)")
     o.add_argument("--json", action="store_true", help="print JSON to stdout instead of the table")
     o.add_argument("--debug", action="store_true", help="show tracebacks")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run `lvflow fit`; returns the exit code (errors are reported by `lvflow`'s `main`)."""
-    import warnings
-
-    from .fit import fit
-
-    check_output_names(args)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the result's warnings are printed with the table
-        result = fit(
-            args.log,
-            learning_rate=args.learning_rate,
-            family=args.family.replace("-", "_"),
-            until=args.until,
-            modes=args.modes,
-            max_modes=args.max_modes,
-            offset=args.offset,
-            beta=args.beta,
-            criterion=args.criterion,
-            bins=args.bins,
-            robust=args.robust,
-            prior_width=args.prior_width,
-            level=args.level,
-            horizon=args.horizon,
-        )
-    write_outputs(result, args)
-    return 0

@@ -16,10 +16,12 @@ from jaxtyping import ArrayLike, Float
 
 from .._core.errors import LvflowError
 from .._core.validate import check_memory
+from .._workflow.io import atomic_write_text, save_npz, to_json
 from . import engine
 from .base import AbstractCurveModel
 from .log import MIN_POINTS, TrainingLog, check_log, read_log, rises
 from .modes import DecoupledModes
+from .plot import plot_fit
 from .search import SEARCH_STEPS, SIGMA_FLOOR, Candidate, search_modes, search_power_law
 
 FAMILIES = ("auto", "modes", "power_law")
@@ -158,8 +160,6 @@ class FitResult(eqx.Module):
 
     def to_json(self) -> str:
         """`to_dict()` as strict JSON."""
-        from .._workflow.io import to_json
-
         return to_json(self.to_dict())
 
     def save(self, path) -> Path:
@@ -167,8 +167,6 @@ class FitResult(eqx.Module):
         keys joined by `/`).
 
         **Raises:** `LvflowError` for another suffix or a missing directory."""
-        from .._workflow.io import atomic_write_text, save_npz
-
         p = Path(os.fspath(path))
         suffix = p.suffix.lower()
         if suffix == ".json":
@@ -264,8 +262,6 @@ class FitResult(eqx.Module):
     def plot(self, path, *, title: str | None = None) -> Path:
         """Observed, fitted and extrapolated loss with the band and the predicted drops (see
         `lvflow._fit.plot.plot_fit`)."""
-        from .plot import plot_fit
-
         return plot_fit(self, path, title=title)
 
 

@@ -10,8 +10,10 @@ import equinox as eqx
 import numpy as np
 
 from .._core.errors import LvflowError
+from .._curve.drops import loss_drops
 from .grid import Chunk
 from .run import CURVE, PER_MODE, chunk_path, exists, read_chunk, read_manifest
+from .summary import plot_summary, summarize
 
 
 class SweepResult(eqx.Module):
@@ -82,8 +84,6 @@ class SweepResult(eqx.Module):
         **Raises:** `LvflowError` when the sweep kept no curves (run it with `curve=True`);
         `KeyError` for a configuration not in this result.
         """
-        from .._curve.drops import loss_drops
-
         if "ts" not in self.columns:
             raise LvflowError("drops: this sweep kept no curves; run it with curve=True (--curve)")
         row = self.row(i)
@@ -91,15 +91,11 @@ class SweepResult(eqx.Module):
 
     def summary(self) -> dict[str, Any]:
         """The swept quantities against the parameters (see `lvflow.sweep`), as a JSON-ready dict."""
-        from .summary import summarize
-
         return summarize(self)
 
     def plot(self, path) -> Path:
         """The summary plot (initial plateau against ln(1/ε), fitted against predicted exponents),
         written atomically (`.png`, `.pdf` or `.svg`)."""
-        from .summary import plot_summary
-
         return plot_summary(self, path)
 
 

@@ -44,11 +44,15 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from .. import __version__
 from .._core.errors import LvflowError
-from .._workflow.io import atomic_write, atomic_write_text, read_document
+from .._core.validate import check_memory, curve_bytes
+from .._schedule.schedule import plateau_schedule
+from .._workflow.io import atomic_write, atomic_write_text, check_path_length, read_document, to_json
+from .._workflow.predict import _schedule_per_mode
 from .evaluate import batched, derived, make_member
 from .families import Group, Resolved, c_matrix
-from .grid import PARAMETERS, Chunk
+from .grid import PARAMETERS, ROW_BYTES, Chunk
 
 MANIFEST = "manifest.json"
 _FUNCTIONS: dict[tuple, Callable] = {}
@@ -104,9 +108,6 @@ class Runner:
         most of the need, else the parameter with the longest value list (the configurations'
         count).
         """
-        from .._core.validate import check_memory, curve_bytes
-        from .grid import ROW_BYTES
-
         res = self.res
         K = res.K.astype(np.float64)
         samples = np.array([2.0 * g.points - 1 if g.points else 0.0 for g in res.groups])[res.group_of]
@@ -232,9 +233,6 @@ class Runner:
         return x
 
     def _host_schedule(self, g: int, rows: np.ndarray, x) -> tuple[np.ndarray, np.ndarray]:
-        from .._schedule.schedule import plateau_schedule
-        from .._workflow.predict import _schedule_per_mode
-
         res = self.res
         fam = res.groups[g].family
         K = fam.K
@@ -380,8 +378,6 @@ def manifest(
     """The manifest of a sweep: its spec and hash, the options, per group its family, tolerances
     and `batch` (the configurations per device call, `Runner.slice_rows`, which a resumed sweep
     keeps), and the chunks."""
-    from .. import __version__
-
     groups = []
     for g, group in enumerate(res.groups):
         fam = group.family
@@ -454,8 +450,6 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
 
 
 def write_manifest(out: Path, m: dict[str, Any]) -> None:
-    from .._workflow.io import to_json
-
     atomic_write_text(out / MANIFEST, to_json(m))
 
 
@@ -599,8 +593,6 @@ def _make_directory(out: Path) -> Path | None:
     **Raises:** `LvflowError` naming `out` when it is a file, a name is too long for the file
     system, or it cannot be created or written to.
     """
-    from .._workflow.io import check_path_length
-
     check_path_length(out, "out")
     if out.exists() and not out.is_dir():
         raise LvflowError(f"out: {out} exists and is not a directory")

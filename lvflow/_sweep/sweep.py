@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .._core.errors import LvflowError
+from .._workflow.io import save_json
 from .families import resolve
 from .grid import PARAMETERS, expand, make_chunks, spec_hash
 from .result import Assembler, SweepResult, load_sweep
@@ -35,6 +36,7 @@ from .run import (
     write_chunk,
     write_manifest,
 )
+from .summary import plot_summary, summarize
 
 DEFAULT_CHUNK_SIZE = 4096
 _OPTIONS = ("curve", "schedule", "chunk_size", "batch_size", "max_steps")
@@ -494,9 +496,6 @@ def sweep(
     complete = all(exists(chunk_path(out_dir, c)) for c in chunks)
     result = load_sweep(out_dir, partial=not complete)
     if complete and summary and (p_index == 0 or not dist):
-        from .._workflow.io import save_json
-        from .summary import plot_summary, summarize
-
         save_json(out_dir / "summary.json", summarize(result))
         plot_summary(result, out_dir / "summary.png")
     stats["seconds"] = time.perf_counter() - t_start

@@ -13,20 +13,54 @@ import sys
 import threading
 import time
 import warnings
+from typing import NamedTuple
 
 from .. import _dependency_error
+from .._core.errors import LvflowError, SolverError
 from . import plot_worker
 
-# Each subcommand lives in its own module exposing `add_arguments(parser)`, `run(args) -> int` and
-# `FLAGS` (the API names its errors may start with → the flags the user typed); they are imported
-# only when named, so `lvflow --help` stays fast. Errors are reported here, one line each.
+
+class Command(NamedTuple):
+    """A subcommand: `options`, a module with `add_arguments(parser)` and `FLAGS` (the API names its
+    errors may start with → the flags the user typed) that imports nothing heavy, so that `--help`
+    is fast; `runner`, a module with `run(args) -> int`, imported once the flags are parsed (and the
+    plot process started, before JAX); `help`, its line in `lvflow --help`."""
+
+    options: str
+    runner: str
+    help: str
+
+
+# Modules are imported only when their command is named. Errors are reported here, one line each.
 _COMMANDS = {
-    "demo": ("lvflow._workflow.demo", "Predict the plateaus of the paper's Fig 3 system (a two-minute tour)."),
-    "predict": ("lvflow._workflow.predict_cli", "Predict the plateaus and switch-on times of a training run."),
-    "fit": ("lvflow._fit.cli", "Fit a training log: the spectrum behind it, the drops to come, the final loss."),
-    "sweep": ("lvflow._sweep.cli", "Predict over a grid of configurations, sharded over devices and hosts, resumable."),
-    "figures": ("lvflow._figures.cli", "Regenerate the paper's figures (PNG, PDF and JSON summaries)."),
-    "bench": ("benchmarks.__main__", "Run the benchmarks against scipy and gradient descent."),
+    "demo": Command(
+        "lvflow._workflow.demo",
+        "lvflow._workflow.demo",
+        "Predict the plateaus of the paper's Fig 3 system (a two-minute tour).",
+    ),
+    "predict": Command(
+        "lvflow._workflow.predict_cli",
+        "lvflow._workflow.predict_command",
+        "Predict the plateaus and switch-on times of a training run.",
+    ),
+    "fit": Command(
+        "lvflow._fit.cli",
+        "lvflow._fit.command",
+        "Fit a training log: the spectrum behind it, the drops to come, the final loss.",
+    ),
+    "sweep": Command(
+        "lvflow._sweep.cli",
+        "lvflow._sweep.command",
+        "Predict over a grid of configurations, sharded over devices and hosts, resumable.",
+    ),
+    "figures": Command(
+        "lvflow._figures.cli",
+        "lvflow._figures.command",
+        "Regenerate the paper's figures (PNG, PDF and JSON summaries).",
+    ),
+    "bench": Command(
+        "benchmarks.__main__", "benchmarks.__main__", "Run the benchmarks against scipy and gradient descent."
+    ),
 }
 
 
@@ -120,9 +154,9 @@ def _guard_interrupts(prog: str) -> None:
                 _thread.interrupt_main(signal.SIGINT)
         if _FINISHED.is_set():
             return
-        from .io import remove_pending_temporaries
-
-        remove_pending_temporaries()
+        io = sys.modules.get(f"{__package__}.io")  # not loaded: no write under way
+        if io is not None:
+            io.remove_pending_temporaries()
         _leave_now(prog, 130)
 
     threading.Thread(target=watch, name="lvflow-interrupt", daemon=True).start()
@@ -159,8 +193,8 @@ def _main(argv: list[str]) -> int:
         description="Neural quadratic forms: predict plateaus, sudden drops and power laws of training.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (_, help_) in _COMMANDS.items():
-        sub.add_parser(name, help=help_, add_help=False)
+    for name, command in _COMMANDS.items():
+        sub.add_parser(name, help=command.help, add_help=False)
     if not argv or argv[0] not in _COMMANDS:
         if argv and argv[0] in ("-h", "--help"):
             parser.print_help()
@@ -178,16 +212,17 @@ def _main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    command = _COMMANDS[argv[0]]
     try:
-        mod = importlib.import_module(_COMMANDS[argv[0]][0])
+        options = importlib.import_module(command.options)
     except Exception as e:
         if _INTERRUPTED.is_set():  # Ctrl-C inside an extension's import can come out as ImportError
             raise KeyboardInterrupt from None
         return _missing_dependency(f"lvflow {argv[0]}", e)
     if _INTERRUPTED.is_set():  # Ctrl-C during the import (`_guard_interrupts` defers it)
         raise KeyboardInterrupt
-    sp = argparse.ArgumentParser(prog=f"lvflow {argv[0]}", description=_COMMANDS[argv[0]][1])
-    mod.add_arguments(sp)
+    sp = argparse.ArgumentParser(prog=f"lvflow {argv[0]}", description=command.help)
+    options.add_arguments(sp)
     sp.error = _one_line_error(sp.prog)  # one line, not usage + message
     args = sp.parse_args(_negative_values_attached(argv[1:]))
     beyond = _beyond_int64(sp, args)
@@ -214,60 +249,9 @@ def _main(argv: list[str]) -> int:
             return bad
         if argv[0] != "bench":  # benchmarks time cold starts themselves
             _persistent_cache()
-        return _run_reporting(f"lvflow {argv[0]}", mod, args)
+        return _run_reporting(f"lvflow {argv[0]}", command.runner, options.FLAGS, args)
     finally:
         plot_worker.stop()  # (if it was started and not used: an error came first)
-
-
-_OUTPUTS = (("save", ".json", ".npz"), ("plot", ".png", ".pdf", ".svg"))
-
-
-def check_output_names(args: argparse.Namespace) -> None:
-    """Refuse a `--save`/`--plot` file before a long computation, not after it: its type, its
-    directory (missing or not writable) and a directory given as the file name.
-
-    **Raises:** `LvflowError` naming the flag and the path.
-    """
-    from .._core.errors import LvflowError
-    from .io import check_writable
-
-    for flag, *ok in _OUTPUTS:
-        path = getattr(args, flag)
-        if path is None:
-            continue
-        if not any(path.lower().endswith(s) for s in ok):
-            raise LvflowError(f"--{flag}: unsupported file type for {path}; use {' or '.join(ok)}")
-        check_writable(path, f"--{flag}")
-
-
-def write_outputs(result, args: argparse.Namespace) -> None:
-    """The summary (or with `--json` the JSON) on stdout first, so that a failed write loses no
-    result; then `--save` and `--plot`, and the files written.
-
-    **Raises:** `LvflowError` naming the flag and the user's path when a write fails (a full disk).
-    """
-    from .._core.errors import LvflowError
-
-    if args.json:
-        sys.stdout.write(result.to_json())
-    else:
-        print(result.summary(), flush=True)
-    for flag, label, write in (("save", "saved", result.save), ("plot", "plot", result.plot)):
-        path = getattr(args, flag)
-        if not path:
-            continue
-        try:
-            write(path)
-        except LvflowError as e:
-            head, sep, rest = str(e).partition(": ")
-            raise LvflowError(f"--{flag}: {rest if sep and head == 'output' else e}") from None
-        except Exception as e:  # noqa: BLE001 — matplotlib refusing the data (NaN or non-positive on a log axis)
-            if flag != "plot":
-                raise
-            kept = "the numbers above" + (f" and --save {args.save}" if args.save else "") + " are complete"
-            raise LvflowError(f"--plot: the figure could not be drawn ({' '.join(str(e).split())}); {kept}") from None
-        if not args.json:
-            print(f"{label}: {path}")
 
 
 def _one_line_error(prog: str):
@@ -284,11 +268,12 @@ def _flagged(msg: str, flags: dict[str, str]) -> str:
     return flags[head] + sep + rest if sep and head in flags else msg
 
 
-def _run_reporting(prog: str, mod, args: argparse.Namespace) -> int:
-    """`mod.run(args)`, with every failure as one line on stderr: exit 2 for bad input
-    (`LvflowError`), 1 for a solver failure or an internal error (`--debug`: the traceback)."""
+def _run_reporting(prog: str, runner: str, flags: dict[str, str], args: argparse.Namespace) -> int:
+    """`run(args)` of the module `runner` (imported here), with every failure as one line on
+    stderr: exit 2 for bad input (`LvflowError`, its API names swapped for the user's `flags`) or a
+    missing dependency, 1 for a solver failure or an internal error (`--debug`: the traceback)."""
     try:
-        return int(mod.run(args) or 0)
+        return int(importlib.import_module(runner).run(args) or 0)
     except SystemExit:
         raise
     except KeyboardInterrupt:  # a sweep resumes from its finished chunks when rerun
@@ -311,13 +296,11 @@ def _run_reporting(prog: str, mod, args: argparse.Namespace) -> int:
             return 130
         if getattr(args, "debug", False):
             raise
-        from .._core.errors import LvflowError, SolverError
-
         if isinstance(e, ImportError) and _dependency_error(e) is not None:  # a package imported lazily
             return _missing_dependency(prog, e)
         msg = " ".join(str(e).split()) or type(e).__name__
         if isinstance(e, LvflowError):
-            sys.stderr.write(f"{prog}: error: {_flagged(msg, mod.FLAGS)}\n")
+            sys.stderr.write(f"{prog}: error: {_flagged(msg, flags)}\n")
             return 2
         if isinstance(e, SolverError):
             sys.stderr.write(f"{prog}: solver failed: {msg}\n")

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+import lvflow
+
 from .predict_cli import FLAGS as FLAGS  # the same options as `lvflow predict`
 
 
@@ -18,8 +20,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import lvflow
-
     if args.plot is not None and args.plot.suffix.lower() not in (".png", ".pdf", ".svg"):
         raise lvflow.LvflowError(f"--plot: unsupported file type for {args.plot}; use .png, .pdf or .svg")
     # Fig 3 (left/middle): five decoupled modes, r = 2^{-k}, C_kk = 1, GD with lr 0.01.

@@ -16,6 +16,7 @@ from jaxtyping import Array, Float, Int
 from .._core.errors import LvflowError
 from .._curve.drops import LossDrops
 from .io import save_json, save_npz, to_json
+from .prediction_plot import plot_prediction
 
 if TYPE_CHECKING:
     from .._form.drops import MatrixDrops  # imports diffrax: only the matrix flow builds one
@@ -362,8 +363,6 @@ class Prediction(eqx.Module):
 
     def plot(self, path, *, title: str | None = None) -> Path:
         """Save the predicted loss curve in linear and log time (two panels), atomically."""
-        from .prediction_plot import plot_prediction  # loads matplotlib
-
         return plot_prediction(self, path, title=title)
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._core.errors import LvflowError
+from . import plot_worker
 from .io import atomic_write_bytes
 
 if TYPE_CHECKING:
@@ -30,8 +31,6 @@ def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path
 
     **Raises:** `LvflowError` for a file type other than `.png`, `.pdf`, `.svg`.
     """
-    from . import plot_worker
-
     return plot_worker.render(plot_data(pred, title=title), path)
 
 

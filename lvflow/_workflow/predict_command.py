@@ -1,0 +1,152 @@
+"""`lvflow predict` (its options are `predict_cli.py`): builds the system from the flags, runs
+`predict`, writes the tables and files.
+
+Exit codes: 0 success, 2 bad input (one line on stderr naming the input and the problem),
+1 a solver failure or an internal error (one line; `--debug` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+
+import numpy as np
+
+from .._core.errors import LvflowError, NotCommutingError
+from .._core.validate import as_array
+from .._glv.lv import AbstractLotkaVolterra
+from .._glv.reduce import reduce_to_lv
+from .io import load_array, load_arrays
+from .outputs import check_output_names, write_outputs
+from .predict import predict
+from .predict_data import architecture_inputs, architecture_next_order, input_side_shape, nqf_from_data
+from .predict_inputs import check_below_plateau, lv_from_arrays, power_law_lv
+
+
+def _build(args):
+    """The system, the keyword arguments of `predict` and the `--data` arrays (`None` without
+    `--architecture`) from the parsed flags."""
+    power = [a for a in ("alpha1", "alpha2", "modes") if getattr(args, a) is not None]
+    given = [
+        n
+        for n, on in (
+            ("--system", args.system),
+            ("--architecture", args.architecture),
+            ("--alpha1/--alpha2/--modes", power),
+        )
+        if on
+    ]
+    if len(given) != 1:
+        raise LvflowError(
+            "input: give exactly one of --system FILE, --architecture NAME --data FILE, "
+            f"or --alpha1 --alpha2 --modes (got {', '.join(given) or 'none'})"
+        )
+    if args.data is not None and args.architecture is None:
+        raise LvflowError("--data: only used with --architecture")
+    if args.eps is None and args.z0 is None and args.init_std is None:
+        raise LvflowError("--eps: required (or give --z0 FILE, or --init-std with --width)")
+    if args.init_std is not None and args.width is None and args.eps is None and args.z0 is None:
+        raise LvflowError("--width: required with --init-std (the number of neurons d; ε = d σ²)")
+    kw = dict(
+        eps=args.eps,
+        init_std=args.init_std,
+        width=args.width,
+        learning_rate=args.learning_rate,
+        rho=args.rho,
+        t1=args.t1,
+        num_points=args.points,
+        force_lv=args.force_lv,
+        # A bar redraws in place: on a terminal, or when asked; never flooding a redirected log.
+        progress=not args.quiet and (args.progress or sys.stderr.isatty()),
+    )
+    if args.kernel is not None and args.architecture != "cnn":
+        raise LvflowError(f"--kernel: only used with --architecture cnn (got {args.architecture or 'no architecture'})")
+    arrays = None
+    if args.system is not None:
+        system = lv_from_arrays(load_arrays(args.system, name="--system"), name="--system")
+        kw["source"] = f"{system.K}-mode gLV from {args.system}"
+    elif args.architecture is not None:
+        if args.data is None:
+            raise LvflowError("--data: required with --architecture (a file of inputs x and targets y)")
+        arrays = load_arrays(args.data, name="--data")
+        system = nqf_from_data(args.architecture, arrays, kernel=args.kernel, value_size=args.value_size, name="--data")
+        kw["source"] = f"{args.architecture} on {args.data} ({system.m} samples)"
+        x = arrays.get("x", arrays.get("X"))
+        if x is not None:
+            kw["input_shape"] = input_side_shape(args.architecture, np.shape(x), args.kernel)
+        if args.beta is not None:  # c_k = k^-beta needs the modes: reduce now (Assumption 1)
+            try:
+                system = reduce_to_lv(system)
+            except NotCommutingError as e:
+                raise LvflowError(
+                    f"--beta: needs modes, but {args.architecture} on {args.data} does not reduce to a gLV ({e})"
+                ) from None
+    else:
+        missing = [f"--{a}" for a in ("alpha1", "alpha2", "modes") if getattr(args, a) is None]
+        if missing:
+            raise LvflowError(f"{missing[0]}: required for a power-law spectrum (with --alpha1, --alpha2, --modes)")
+        system = power_law_lv(alpha1=args.alpha1, alpha2=args.alpha2, modes=args.modes)
+        kw["alpha"] = (args.alpha1, args.alpha2) if args.alpha1 > 1 else None
+        kw["source"] = f"power law alpha1 = {args.alpha1:g}, alpha2 = {args.alpha2:g}, {args.modes} modes"
+    K = system.K if isinstance(system, AbstractLotkaVolterra) else None  # an NQF has no modes yet
+    if args.z0 is not None:
+        kw["z0"] = load_array(args.z0, name="--z0").reshape(-1)
+    if args.c is not None and args.beta is not None:
+        raise LvflowError("--c: give either --c or --beta, not both")
+    if args.c is not None:
+        kw["c"] = load_array(args.c, name="--c").reshape(-1)
+    if args.beta is not None:
+        beta = float(as_array("--beta", args.beta, ndim=0))
+        with np.errstate(over="ignore"):
+            kw["c"] = np.exp(-beta * np.log(np.arange(1, K + 1, dtype=float)))
+        if not np.all((kw["c"] > 0) & np.isfinite(kw["c"])):
+            raise LvflowError(f"--beta: c_k = k^-beta leaves float64's range for {K} modes (beta = {beta:g})")
+    if "c" in kw and args.eps is not None:
+        check_below_plateau(system, args.eps, kw["c"], name="--beta" if args.beta is not None else "--c")
+    return system, kw, arrays
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `lvflow predict`; returns the exit code (errors are reported by `lvflow`'s `main`)."""
+    if args.list_architectures:
+        shapes = architecture_inputs()
+        width = max(map(len, shapes))
+        print("\n".join(f"{name.ljust(width)}  {s}" for name, s in shapes.items()))
+        return 0
+    check_output_names(args)
+    system, kw, arrays = _build(args)
+    try:
+        pred = predict(system, **kw)
+    except NotCommutingError as e:
+        raise NotCommutingError(
+            f"--data: {args.architecture} on {args.data} does not reduce to a gLV (--force-lv): {e}; "
+            "drop --force-lv to integrate the full M-flow instead"
+        ) from None
+    if args.architecture is not None:
+        pred = _note_nqf_floor(pred, args, arrays)
+    write_outputs(pred, args)
+    return 0
+
+
+def _note_nqf_floor(pred, args, arrays):
+    """`pred` with a note when a network that is not exactly its NQF (a next term in Thm 13's
+    expansion, Eq. 200) is predicted to level off at the NQF's floor (least squares over its
+    features): the network itself can learn below it once it leaves its NQF."""
+    floor = float(pred.matrix.loss_floor) if pred.matrix is not None else math.nan
+    loss = np.asarray(pred.loss)
+    if not (math.isfinite(floor) and loss.size and loss[0] > floor):
+        return pred
+    if (loss[-1] - floor) > 0.01 * (loss[0] - floor):
+        return pred  # the prediction does not reach the floor
+    order = architecture_next_order(args.architecture, arrays, kernel=args.kernel, value_size=args.value_size)
+    if order is None:
+        return pred
+    note = (
+        f"the predicted loss levels off at {floor:.4g}, the least loss of this network's NQF (least squares over "
+        f"its features); the {args.architecture} itself is its NQF only to second order in its weights (Thm 13's "
+        f"next term is of order {order}), so once its weights grow it can keep learning below {floor:.4g}; "
+        "lvflow.nqf_horizon estimates from when (a rough estimate: 33-42 % early on two tanh MLPs)"
+    )
+    return dataclasses.replace(pred, notes=(*pred.notes, note))
