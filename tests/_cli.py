@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from importlib.metadata import entry_points
 from pathlib import Path
 
-# The `lvflow` command's entry point, run in-process (the tests' one import of it).
-from lvflow._workflow.cli import main as main
+#: The `lvflow` command's entry point as installed (the `lvflow` console script), run in-process.
+(_script,) = entry_points(group="console_scripts", name="lvflow")
+main = _script.load()
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,7 +15,7 @@ from scipy.integrate import solve_ivp
 import lvflow
 
 # internal on purpose: the `lvflow` command's entry point, run in-process
-from lvflow._workflow.cli import main
+from _cli import main
 
 R3 = np.array([1.0, 0.5, 0.25])
 SINGULAR = np.ones((3, 3))  # rank 1, PSD

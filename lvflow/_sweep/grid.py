@@ -11,11 +11,13 @@ costs milliseconds.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import hashlib
 import json
 import math
 import os
+import typing
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
@@ -24,11 +26,219 @@ import numpy as np
 from .._core.errors import LvflowError
 
 
+class Kind(abc.ABC):
+    """How a parameter's values are read from a spec, held in a column and marked missing."""
+
+    #: the column's fill for a configuration that leaves the parameter out
+    missing: Any = -1
+    #: the column's dtype
+    dtype: Any = np.int64
+
+    @abc.abstractmethod
+    def scalar(self, name: str, v: Any) -> Any:
+        """One value, checked for this kind (not yet for its range).
+
+        **Raises:** `LvflowError` naming `name` for a value of the wrong kind.
+        """
+
+    def items(self, v: Any) -> list:
+        """The values a grid entry stands for, before each is read by `scalar`: a list or tuple
+        is a list of values, a string may hold comma-separated values, anything else is one."""
+        if isinstance(v, (list, tuple)):
+            return list(v)
+        if isinstance(v, str):
+            return [s.strip() for s in v.split(",")]
+        return [v]
+
+    def values(self, name: str, item: Any) -> list:
+        """The values one item stands for (several for a range)."""
+        return [self.scalar(name, item)]
+
+    def present(self, col: np.ndarray) -> np.ndarray:
+        """Which entries of a column hold a value."""
+        return col != self.missing
+
+    def column(self, name: str, values: list, objects: dict[str, list], index: dict[tuple, int]) -> np.ndarray:
+        """The column of `values` (configurations that give the parameter)."""
+        return np.array(values, dtype=self.dtype)
+
+    def shown(self, plan: Plan, name: str) -> np.ndarray:
+        """The parameter's column as a table shows it (a file or Python value by its name)."""
+        return plan.column(name)
+
+    def entry(self, name: str, objects: dict[str, list], v: Any) -> Any:
+        """A column entry as the configuration's value."""
+        return v.item()
+
+    def canon(self, v: Any) -> Any:
+        """A JSON value that identifies `v` (for the spec's hash)."""
+        return v
+
+
+class _Number(Kind):
+    """Numbers: also 1-D arrays of numbers and `lin:`/`log:` ranges."""
+
+    #: "a number" / "an integer": what a text that does not parse is not
+    noun: str = "a number"
+    #: "a float" / "an int": what a value of another type was expected to be
+    type_name: str = "a float"
+
+    def items(self, v):
+        if isinstance(v, np.ndarray) and v.ndim == 1:
+            return list(v)
+        return super().items(v)
+
+    def values(self, name, item):
+        if isinstance(item, str) and item.split(":", 1)[0] in _RANGES and ":" in item:
+            return [self.scalar(name, x) for x in _range(name, item)]
+        return [self.scalar(name, item)]
+
+    @abc.abstractmethod
+    def number(self, name: str, v: int | float | np.integer | np.floating) -> int | float:
+        """`v` checked for this kind of number."""
+
+    def parse(self, v: str) -> int | float:
+        return float(v)
+
+    def scalar(self, name, v):
+        if isinstance(v, str):
+            try:
+                v = self.parse(v)
+            except ValueError:
+                raise LvflowError(f"{name}: not {self.noun}: {v!r}") from None
+        if isinstance(v, np.ndarray) and v.ndim == 0:
+            return self.scalar(name, v.item())
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise LvflowError(f"{name}: expected {self.type_name}, got {type(v).__name__}")
+        return self.number(name, v)
+
+
+@typing.final
+class Float(_Number):
+    """A real number (finite)."""
+
+    missing = np.nan
+    dtype = np.float64
+
+    def number(self, name, v):
+        if not math.isfinite(float(v)):
+            raise LvflowError(f"{name}: must be finite, got {v!r}")
+        return float(v)
+
+    def present(self, col):
+        return ~np.isnan(col)
+
+
+@typing.final
+class Int(_Number):
+    """An integer within int64."""
+
+    noun = "an integer"
+    type_name = "an int"
+
+    def parse(self, v):
+        return int(v)
+
+    def number(self, name, v):
+        if not isinstance(v, (int, np.integer)) and not (math.isfinite(v) and float(v) == int(v)):
+            raise LvflowError(f"{name}: must be an integer, got {v!r}")
+        if not -(2**63) <= int(v) < 2**63:
+            raise LvflowError(f"{name}: {v} is beyond a 64-bit integer's range (its size at most 2^63 - 1)")
+        return int(v)
+
+    def present(self, col):
+        return col >= 0
+
+
+@typing.final
+class Name(Kind):
+    """A non-empty name (an architecture)."""
+
+    missing = ""
+    dtype = str
+
+    def scalar(self, name, v):
+        if not isinstance(v, str) or not v:
+            raise LvflowError(f"{name}: expected a name, got {v!r}")
+        return v
+
+
+@typing.final
+class Kernel(Kind):
+    """A kernel shape: a pair `(KH, KW)` or the text `KHxKW`, held as `KHxKW`."""
+
+    missing = ""
+    dtype = str
+
+    def items(self, v):
+        return [v] if isinstance(v, tuple) else super().items(v)
+
+    def scalar(self, name, v):
+        if isinstance(v, str):
+            try:
+                kh, kw = (int(x) for x in v.lower().split("x"))
+            except ValueError:
+                raise LvflowError(f"{name}: a kernel shape is KHxKW (for example 3x3), got {v!r}") from None
+            v = (kh, kw)
+        if not (isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, (int, np.integer)) for x in v)):
+            raise LvflowError(f"{name}: a kernel shape is a pair (KH, KW) or 'KHxKW', got {v!r}")
+        return f"{int(v[0])}x{int(v[1])}"
+
+
+@typing.final
+class Object(Kind):
+    """A file name, or (from Python) an array, a gLV system or a mapping of arrays; the column
+    holds the value's number among the parameter's distinct values (`Plan.objects`)."""
+
+    def items(self, v):
+        if isinstance(v, str) and "," not in v:
+            return [v]
+        return super().items(v)
+
+    def scalar(self, name, v):
+        if isinstance(v, os.PathLike):
+            v = os.fspath(v)
+        if isinstance(v, str) and not v:
+            raise LvflowError(f"{name}: empty file name")
+        return v
+
+    def present(self, col):
+        return col >= 0
+
+    def shown(self, plan: Plan, name: str) -> np.ndarray:
+        return plan.labels(name)
+
+    def column(self, name, values, objects, index):
+        return np.array([_intern(objects, index, name, v) for v in values], dtype=np.int64)
+
+    def entry(self, name, objects, v):
+        return objects[name][int(v)]
+
+    def canon(self, v):
+        if isinstance(v, str):
+            try:
+                digest = _sha(Path(v).read_bytes())
+            except OSError:
+                digest = None  # reported when the file is loaded
+            return {"file": v, "sha256": digest}
+        if isinstance(v, np.ndarray) or np.isscalar(v):
+            return {"array": _array_sha(v)}
+        if isinstance(v, Mapping):
+            return {"arrays": {str(k): _array_sha(x) for k, x in sorted(v.items())}}
+        import jax
+
+        leaves = [x for x in jax.tree_util.tree_leaves(v) if isinstance(x, (np.ndarray, np.generic, jax.Array))]
+        return {"object": type(v).__name__, "sha256": _sha("".join(_array_sha(x) for x in leaves).encode())}
+
+
+FLOAT, INT, NAME, KERNEL, OBJECT = Float(), Int(), Name(), Kernel(), Object()
+
+
 class Param(NamedTuple):
     """A sweepable input: its name in the Python API, its kind, the `lvflow sweep` flag, and help."""
 
     name: str
-    kind: str  # "float", "int", "str", "kernel" (a (KH, KW) pair) or "object" (a file or a Python value)
+    kind: Kind
     flag: str
     help: str
 
@@ -37,26 +247,26 @@ class Param(NamedTuple):
 PARAMETERS: dict[str, Param] = {
     p.name: p
     for p in (
-        Param("alpha1", "float", "--alpha1", "power-law spectrum: V_k = k^-alpha1 (Thm 9)"),
-        Param("alpha2", "float", "--alpha2", "power-law spectrum: r_k = k^-alpha2"),
-        Param("modes", "int", "--modes", "power-law spectrum: number of modes K"),
-        Param("system", "object", "--system", "gLV system file(s) as for lvflow predict (r and C, or zeta and V)"),
-        Param("architecture", "str", "--architecture", "built-in architecture(s), with --data"),
-        Param("data", "object", "--data", "data file(s) (x, y) for --architecture"),
-        Param("kernel", "kernel", "--kernel", "kernel shape(s) KHxKW for --architecture cnn"),
-        Param("value_size", "int", "--value-size", "value size d_v of a head, --architecture attention (default 1)"),
-        Param("eps", "float", "--eps", "initial scale eps in (0, 1): z_k(0) = eps c_k"),
-        Param("beta", "float", "--beta", "c_k = k^-beta (Thm 9's initialisation)"),
-        Param("c", "object", "--c", "file(s) of c_k per mode"),
-        Param("z0", "object", "--z0", "file(s) of z_k(0) per mode; eps = max z0"),
-        Param("init_std", "float", "--init-std", "weights ~ N(0, sigma^2) with --width d: eps = d sigma^2"),
-        Param("width", "int", "--width", "number of neurons d, with --init-std"),
-        Param("learning_rate", "float", "--lr", "GD learning rate eta: steps = t/eta"),
-        Param("rho", "float", "--rho", "switch-on fraction (default 0.5)"),
-        Param("t1", "float", "--t1", "horizon (default: past the last switch-on, as predict)"),
-        Param("num_points", "int", "--points", "samples of the loss curve, with --curve (default 400)"),
-        Param("rtol", "float", "--rtol", "relative tolerance of the ODE solve on ln z (default 1e-10)"),
-        Param("atol", "float", "--atol", "absolute tolerance of the ODE solve on ln z (default 1e-12)"),
+        Param("alpha1", FLOAT, "--alpha1", "power-law spectrum: V_k = k^-alpha1 (Thm 9)"),
+        Param("alpha2", FLOAT, "--alpha2", "power-law spectrum: r_k = k^-alpha2"),
+        Param("modes", INT, "--modes", "power-law spectrum: number of modes K"),
+        Param("system", OBJECT, "--system", "gLV system file(s) as for lvflow predict (r and C, or zeta and V)"),
+        Param("architecture", NAME, "--architecture", "built-in architecture(s), with --data"),
+        Param("data", OBJECT, "--data", "data file(s) (x, y) for --architecture"),
+        Param("kernel", KERNEL, "--kernel", "kernel shape(s) KHxKW for --architecture cnn"),
+        Param("value_size", INT, "--value-size", "value size d_v of a head, --architecture attention (default 1)"),
+        Param("eps", FLOAT, "--eps", "initial scale eps in (0, 1): z_k(0) = eps c_k"),
+        Param("beta", FLOAT, "--beta", "c_k = k^-beta (Thm 9's initialisation)"),
+        Param("c", OBJECT, "--c", "file(s) of c_k per mode"),
+        Param("z0", OBJECT, "--z0", "file(s) of z_k(0) per mode; eps = max z0"),
+        Param("init_std", FLOAT, "--init-std", "weights ~ N(0, sigma^2) with --width d: eps = d sigma^2"),
+        Param("width", INT, "--width", "number of neurons d, with --init-std"),
+        Param("learning_rate", FLOAT, "--lr", "GD learning rate eta: steps = t/eta"),
+        Param("rho", FLOAT, "--rho", "switch-on fraction (default 0.5)"),
+        Param("t1", FLOAT, "--t1", "horizon (default: past the last switch-on, as predict)"),
+        Param("num_points", INT, "--points", "samples of the loss curve, with --curve (default 400)"),
+        Param("rtol", FLOAT, "--rtol", "relative tolerance of the ODE solve on ln z (default 1e-10)"),
+        Param("atol", FLOAT, "--atol", "absolute tolerance of the ODE solve on ln z (default 1e-12)"),
     )
 }
 
@@ -65,8 +275,6 @@ ALIASES = {"lr": "learning_rate", "points": "num_points", "init-std": "init_std"
 
 #: Defaults of `predict` for parameters a configuration leaves out.
 DEFAULTS = {"rho": 0.5, "num_points": 400, "rtol": 1e-10, "atol": 1e-12}
-
-_MISSING = {"float": np.nan, "int": -1, "str": "", "kernel": "", "object": -1}
 
 
 def canonical_name(name: str) -> str:
@@ -94,56 +302,15 @@ def _range(name: str, text: str) -> list[float]:
     if n < 1:
         raise LvflowError(f"{name}: a range needs COUNT ≥ 1, got {n}")
     check_values_memory(name, n, f"a range of {n} values")
-    if parts[0] == "lin":
-        return np.linspace(a, b, n).tolist()
-    if parts[0] == "log":
-        if not (a > 0 and b > 0):
-            raise LvflowError(f"{name}: a log range needs START, STOP > 0, got {text!r}")
-        return np.geomspace(a, b, n).tolist()
-    raise LvflowError(f"{name}: a range starts with lin: or log:, got {text!r}")
+    spacing = _RANGES.get(parts[0])
+    if spacing is None:
+        raise LvflowError(f"{name}: a range starts with lin: or log:, got {text!r}")
+    if spacing is np.geomspace and not (a > 0 and b > 0):
+        raise LvflowError(f"{name}: a log range needs START, STOP > 0, got {text!r}")
+    return spacing(a, b, n).tolist()
 
 
-def _scalar(name: str, kind: str, v: Any) -> Any:
-    """One value of a parameter, checked for its kind (not yet for its range)."""
-    if kind in ("float", "int"):
-        if isinstance(v, str):
-            try:
-                v = float(v) if kind == "float" else int(v)
-            except ValueError:
-                raise LvflowError(f"{name}: not a{'n integer' if kind == 'int' else ' number'}: {v!r}") from None
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
-            if isinstance(v, np.ndarray) and v.ndim == 0:
-                return _scalar(name, kind, v.item())
-            raise LvflowError(f"{name}: expected a {kind}, got {type(v).__name__}")
-        if kind == "int":
-            if not isinstance(v, (int, np.integer)) and not (math.isfinite(v) and float(v) == int(v)):
-                raise LvflowError(f"{name}: must be an integer, got {v!r}")
-            if not -(2**63) <= int(v) < 2**63:
-                raise LvflowError(f"{name}: {v} is beyond a 64-bit integer's range (its size at most 2^63 - 1)")
-            return int(v)
-        if not math.isfinite(float(v)):
-            raise LvflowError(f"{name}: must be finite, got {v!r}")
-        return float(v)
-    if kind == "str":
-        if not isinstance(v, str) or not v:
-            raise LvflowError(f"{name}: expected a name, got {v!r}")
-        return v
-    if kind == "kernel":
-        if isinstance(v, str):
-            try:
-                kh, kw = (int(x) for x in v.lower().split("x"))
-            except ValueError:
-                raise LvflowError(f"{name}: a kernel shape is KHxKW (for example 3x3), got {v!r}") from None
-            v = (kh, kw)
-        if not (isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, (int, np.integer)) for x in v)):
-            raise LvflowError(f"{name}: a kernel shape is a pair (KH, KW) or 'KHxKW', got {v!r}")
-        return f"{int(v[0])}x{int(v[1])}"
-    # object: a file name, or (from Python) an array, a gLV system or a mapping of arrays
-    if isinstance(v, os.PathLike):
-        v = os.fspath(v)
-    if isinstance(v, str) and not v:
-        raise LvflowError(f"{name}: empty file name")
-    return v
+_RANGES = {"lin": np.linspace, "log": np.geomspace}
 
 
 def values_of(name: str, v: Any) -> list:
@@ -152,21 +319,7 @@ def values_of(name: str, v: Any) -> list:
     one value. For file/array parameters (`system`, `data`, `c`, `z0`) an array is *one* value (a
     vector `c` or `z0`); give several as a list. `kernel` takes `(KH, KW)` pairs or `'KHxKW'`."""
     kind = PARAMETERS[name].kind
-    if kind == "kernel" and isinstance(v, tuple):
-        return [_scalar(name, kind, v)]
-    if isinstance(v, (list, tuple)) or (kind in ("float", "int") and isinstance(v, np.ndarray) and v.ndim == 1):
-        items = list(v)
-    elif isinstance(v, str):
-        items = [s.strip() for s in v.split(",")] if kind != "object" or "," in v else [v]
-    else:
-        items = [v]
-    out = []
-    for item in items:
-        if isinstance(item, str) and kind in ("float", "int") and item[:4] in ("lin:", "log:"):
-            vals = _range(name, item)
-            out += [_scalar(name, kind, x) for x in vals]
-        else:
-            out.append(_scalar(name, kind, item))
+    out = [x for item in kind.items(v) for x in kind.values(name, item)]
     if not out:
         raise LvflowError(f"{name}: no values given")
     if name == "modes" and all(isinstance(K, int) for K in out):
@@ -229,12 +382,7 @@ class Plan:
         col = self.columns.get(name)
         if col is None:
             return np.zeros(self.n, bool)
-        kind = PARAMETERS[name].kind
-        if kind == "float":
-            return ~np.isnan(col)
-        if kind in ("int", "object"):
-            return col >= 0
-        return col != ""
+        return PARAMETERS[name].kind.present(col)
 
     def column(self, name: str) -> np.ndarray:
         """The column of `name` (all missing if no configuration gives it)."""
@@ -242,7 +390,7 @@ class Plan:
         if col is not None:
             return col
         kind = PARAMETERS[name].kind
-        return np.full(self.n, _MISSING[kind], dtype=_dtype(kind))
+        return np.full(self.n, kind.missing, dtype=kind.dtype)
 
     def labels(self, name: str) -> np.ndarray:
         """A file/array parameter as text: the file name, or `name[i]` for a Python value."""
@@ -250,20 +398,18 @@ class Plan:
         names = np.array([_label(name, i, v) for i, v in enumerate(self.objects.get(name, []))] + [""], dtype=str)
         return names[idx]  # −1 → ""
 
+    def shown(self, name: str) -> np.ndarray:
+        """The column of `name` as a table shows it: files and Python values by name."""
+        return PARAMETERS[name].kind.shown(self, name)
+
     def config(self, i: int) -> dict[str, Any]:
         """Configuration `i` as a dict of the parameters it gives."""
         out: dict[str, Any] = {}
         for name, col in self.columns.items():
             if not self.has(name)[i]:
                 continue
-            kind = PARAMETERS[name].kind
-            v = col[i]
-            out[name] = self.objects[name][int(v)] if kind == "object" else v.item()
+            out[name] = PARAMETERS[name].kind.entry(name, self.objects, col[i])
         return out
-
-
-def _dtype(kind: str):
-    return {"float": np.float64, "int": np.int64, "str": str, "kernel": str, "object": np.int64}[kind]
 
 
 def _label(name: str, i: int, v: Any) -> str:
@@ -281,13 +427,6 @@ def _intern(objects: dict[str, list], index: dict[tuple, int], name: str, v: Any
         lst.append(v)
         i = index[key] = len(lst) - 1
     return i
-
-
-def _typed(name: str, values: list, objects: dict[str, list], index: dict[tuple, int]) -> np.ndarray:
-    kind = PARAMETERS[name].kind
-    if kind == "object":
-        return np.array([_intern(objects, index, name, v) for v in values], dtype=np.int64)
-    return np.array(values, dtype=_dtype(kind))
 
 
 def expand(grids: Sequence[Mapping[str, Any]] = (), configs: Sequence[Mapping[str, Any]] = ()) -> Plan:
@@ -326,7 +465,7 @@ def expand(grids: Sequence[Mapping[str, Any]] = (), configs: Sequence[Mapping[st
         for (name, vals), s in zip(axes, sizes):
             stride //= s
             idx = (np.arange(n, dtype=np.int64) // stride) % s
-            cols[name] = _typed(name, vals, objects, index)[idx]
+            cols[name] = PARAMETERS[name].kind.column(name, vals, objects, index)[idx]
         blocks.append((n, cols))
         definition["grids"].append([[name, [_canon(name, v) for v in vals]] for name, vals in axes])
     if configs:
@@ -346,11 +485,11 @@ def expand(grids: Sequence[Mapping[str, Any]] = (), configs: Sequence[Mapping[st
         cols = {}
         for name in names:
             kind = PARAMETERS[name].kind
-            if kind == "object":
-                vals = [_intern(objects, index, name, row[name]) if name in row else -1 for row in rows]
-            else:
-                vals = [row.get(name, _MISSING[kind]) for row in rows]
-            cols[name] = np.array(vals, dtype=_dtype(kind))
+            given = np.array([name in row for row in rows])
+            col = np.full(len(rows), kind.missing, dtype=kind.dtype)
+            if given.any():
+                col[given] = kind.column(name, [row[name] for row in rows if name in row], objects, index)
+            cols[name] = col
         blocks.append((len(rows), cols))
         definition["configs"] = [[[k, _canon(k, v)] for k, v in row.items()] for row in rows]
     n = sum(b[0] for b in blocks)
@@ -360,7 +499,7 @@ def expand(grids: Sequence[Mapping[str, Any]] = (), configs: Sequence[Mapping[st
     columns = {}
     for name in names:
         kind = PARAMETERS[name].kind
-        parts = [cols[name] if name in cols else np.full(m, _MISSING[kind], dtype=_dtype(kind)) for m, cols in blocks]
+        parts = [cols[name] if name in cols else np.full(m, kind.missing, dtype=kind.dtype) for m, cols in blocks]
         columns[name] = np.concatenate(parts)
     return Plan(n=n, columns=columns, objects=objects, definition=definition)
 
@@ -383,23 +522,7 @@ def _canon(name: str, v: Any) -> Any:
     """A JSON value that identifies `v`: numbers and names as they are; a file by its name and the
     SHA-256 of its content (an edited file is a different sweep); a Python array or system by the
     SHA-256 of its arrays."""
-    kind = PARAMETERS[name].kind
-    if kind != "object":
-        return v
-    if isinstance(v, str):
-        try:
-            digest = _sha(Path(v).read_bytes())
-        except OSError:
-            digest = None  # reported when the file is loaded
-        return {"file": v, "sha256": digest}
-    if isinstance(v, np.ndarray) or np.isscalar(v):
-        return {"array": _array_sha(v)}
-    if isinstance(v, Mapping):
-        return {"arrays": {str(k): _array_sha(x) for k, x in sorted(v.items())}}
-    import jax
-
-    leaves = [x for x in jax.tree_util.tree_leaves(v) if isinstance(x, (np.ndarray, np.generic, jax.Array))]
-    return {"object": type(v).__name__, "sha256": _sha("".join(_array_sha(x) for x in leaves).encode())}
+    return PARAMETERS[name].kind.canon(v)
 
 
 def spec_hash(definition: Mapping[str, Any], options: Mapping[str, Any]) -> str:

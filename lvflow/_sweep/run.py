@@ -52,7 +52,7 @@ from .._workflow.io import atomic_write, atomic_write_text, check_path_length, r
 from .._workflow.predict import _schedule_per_mode
 from .evaluate import batched, derived, make_member
 from .families import Group, Resolved, c_matrix
-from .grid import PARAMETERS, ROW_BYTES, Chunk
+from .grid import ROW_BYTES, Chunk
 
 MANIFEST = "manifest.json"
 _FUNCTIONS: dict[tuple, Callable] = {}
@@ -342,8 +342,7 @@ def chunk_columns(res: Resolved, g: int, rows: np.ndarray, out: dict[str, np.nda
     plan = res.plan
     cols: dict[str, np.ndarray] = {"index": rows.astype(np.int64)}
     for name in plan.columns:
-        kind = PARAMETERS[name].kind
-        cols[name] = plan.labels(name)[rows] if kind == "object" else plan.columns[name][rows]
+        cols[name] = plan.shown(name)[rows]
     group = res.groups[g]
     cols["eps"] = res.eps[rows]
     cols["modes"] = res.K[rows]

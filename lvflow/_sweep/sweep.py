@@ -16,7 +16,7 @@ import numpy as np
 from .._core.errors import LvflowError
 from .._workflow.io import save_json
 from .families import resolve
-from .grid import PARAMETERS, expand, make_chunks, spec_hash
+from .grid import PARAMETERS, Object, expand, make_chunks, spec_hash
 from .result import Assembler, SweepResult, load_sweep
 from .run import (
     CURVE,
@@ -71,7 +71,7 @@ def read_spec(path) -> dict[str, Any]:
 
 
 def _relative_to(data: dict, base: Path) -> dict:
-    files = [n for n, p in PARAMETERS.items() if p.kind == "object"]
+    files = [n for n, p in PARAMETERS.items() if isinstance(p.kind, Object)]
 
     def fix(entry):
         if not isinstance(entry, Mapping):
