@@ -9,13 +9,11 @@ import math
 
 import numpy as np
 import pytest
+from _cli import main
 from hypothesis import example, given, settings, strategies as st
 from scipy.integrate import solve_ivp
 
 import lvflow
-
-# internal on purpose: the `lvflow` command's entry point, run in-process
-from _cli import main
 
 R3 = np.array([1.0, 0.5, 0.25])
 SINGULAR = np.ones((3, 3))  # rank 1, PSD
