@@ -57,7 +57,7 @@ def test_file_errors(capsys, tmp_path, good):
     evilz = tmp_path / "evil.npz"
     np.savez(evilz, r=np.array([None, 1], dtype=object), C=C3)
     one_line_error(capsys, ["--system", evilz, "--eps", "1e-5"], "--system", "pickled")
-    one_line_error(capsys, ["--system", good, "--eps", "1e-5", "--z0", tmp_path / "nope.npy"], "--z0", "file not found")
+    one_line_error(capsys, ["--system", good, "--z0", tmp_path / "nope.npy"], "--z0", "file not found")
     one_line_error(
         capsys, ["--architecture", "mlp", "--data", tmp_path / "nope.csv", "--eps", "0.1"], "--data", "not found"
     )

@@ -26,7 +26,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core.errors import DivergenceError, LvflowError, NotCommutingError, SolverError
-from .._core.validate import check_in_open_interval, check_positive
 from .._curve.drops import loss_drops
 from .._form.nqf import NQF
 from .._glv.lv import AbstractLotkaVolterra
@@ -38,6 +37,7 @@ from .._sweep.evaluate import configuration, loss_floor, switch_off_levels
 from .eps_merge import eps_merge
 from .predict_inputs import check_curve_memory, check_drops_finite, initial_scale
 from .prediction import Prediction
+from .spec import Configurations, check_ranges
 
 
 def predict(
@@ -101,12 +101,11 @@ def predict(
     **Returns:** a `Prediction`. **Raises:** `LvflowError` subclasses for bad input (one line
     naming it), `NotCommutingError` with `force_lv`, `SolverError` if the solve fails.
     """
-    rho = check_in_open_interval("rho", rho, 0.0, 1.0)
-    lr = None if learning_rate is None else check_positive("learning_rate", learning_rate)
-    if not isinstance(num_points, (int, np.integer)) or num_points < 2:
+    if not isinstance(num_points, (int, np.integer)):
         raise LvflowError(f"num_points: must be an integer ≥ 2, got {num_points!r}")
-    if t1 is not None:
-        t1 = check_positive("t1", t1)
+    check_ranges(Configurations.one({"rho": rho, "learning_rate": learning_rate, "t1": t1, "num_points": num_points}))
+    rho, t1 = float(rho), None if t1 is None else float(t1)
+    lr = None if learning_rate is None else float(learning_rate)
     exponent = math.nan
     if alpha is not None:
         exponent = predicted_exponent(alpha1=alpha[0], alpha2=alpha[1])

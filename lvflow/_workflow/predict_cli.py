@@ -41,6 +41,10 @@ FLAGS = {
     "modes": "--modes",
     "beta": "--beta",
     "value_size": "--value-size",
+    "system": "--system",
+    "architecture": "--architecture",
+    "data": "--data",
+    "kernel": "--kernel",
 }
 
 
@@ -66,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     src.add_argument("--kernel", type=int, nargs=2, metavar=("KH", "KW"), help="kernel shape for --architecture cnn")
     src.add_argument(
-        "--value-size", type=int, default=1, metavar="DV", help="value size d_v of a head, --architecture attention"
+        "--value-size", type=int, metavar="DV", help="value size d_v of a head, --architecture attention (default 1)"
     )
     src.add_argument("--alpha1", type=float, help="power-law spectrum: V_k = k^-alpha1 (Thm 9)")
     src.add_argument("--alpha2", type=float, help="power-law spectrum: r_k = zeta_k = k^-alpha2")

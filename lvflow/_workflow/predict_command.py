@@ -21,34 +21,21 @@ from .._glv.reduce import reduce_to_lv
 from .io import load_array, load_arrays
 from .outputs import check_output_names, write_outputs
 from .predict import predict
+from .predict_cli import FLAGS
 from .predict_data import architecture_inputs, architecture_next_order, input_side_shape, nqf_from_data
 from .predict_inputs import check_below_plateau, lv_from_arrays, power_law_lv
+from .spec import Configurations, check_configurations
+
+#: The parameters of a configuration (`lvflow._workflow.spec`) that are flags of the same name.
+_SAME_NAME = ("system", "architecture", "data", "kernel", "value_size", "alpha1", "alpha2", "modes", "eps", "c", "beta")
+_SAME_NAME += ("z0", "init_std", "width", "learning_rate", "rho", "t1")
 
 
 def _build(args):
     """The system, the keyword arguments of `predict` and the `--data` arrays (`None` without
     `--architecture`) from the parsed flags."""
-    power = [a for a in ("alpha1", "alpha2", "modes") if getattr(args, a) is not None]
-    given = [
-        n
-        for n, on in (
-            ("--system", args.system),
-            ("--architecture", args.architecture),
-            ("--alpha1/--alpha2/--modes", power),
-        )
-        if on
-    ]
-    if len(given) != 1:
-        raise LvflowError(
-            "input: give exactly one of --system FILE, --architecture NAME --data FILE, "
-            f"or --alpha1 --alpha2 --modes (got {', '.join(given) or 'none'})"
-        )
-    if args.data is not None and args.architecture is None:
-        raise LvflowError("--data: only used with --architecture")
-    if args.eps is None and args.z0 is None and args.init_std is None:
-        raise LvflowError("--eps: required (or give --z0 FILE, or --init-std with --width)")
-    if args.init_std is not None and args.width is None and args.eps is None and args.z0 is None:
-        raise LvflowError("--width: required with --init-std (the number of neurons d; ε = d σ²)")
+    values = {name: getattr(args, name) for name in _SAME_NAME} | {"num_points": args.points}
+    check_configurations(Configurations.one(values, spell=lambda name: FLAGS.get(name, name)))
     kw = dict(
         eps=args.eps,
         init_std=args.init_std,
@@ -62,16 +49,16 @@ def _build(args):
         progress=not args.quiet and (args.progress or sys.stderr.isatty()),
     )
     if args.kernel is not None and args.architecture != "cnn":
-        raise LvflowError(f"--kernel: only used with --architecture cnn (got {args.architecture or 'no architecture'})")
+        raise LvflowError(f"--kernel: only used with --architecture cnn (got {args.architecture})")
     arrays = None
     if args.system is not None:
         system = lv_from_arrays(load_arrays(args.system, name="--system"), name="--system")
         kw["source"] = f"{system.K}-mode gLV from {args.system}"
     elif args.architecture is not None:
-        if args.data is None:
-            raise LvflowError("--data: required with --architecture (a file of inputs x and targets y)")
         arrays = load_arrays(args.data, name="--data")
-        system = nqf_from_data(args.architecture, arrays, kernel=args.kernel, value_size=args.value_size, name="--data")
+        system = nqf_from_data(
+            args.architecture, arrays, kernel=args.kernel, value_size=args.value_size or 1, name="--data"
+        )
         kw["source"] = f"{args.architecture} on {args.data} ({system.m} samples)"
         x = arrays.get("x", arrays.get("X"))
         if x is not None:
@@ -84,17 +71,12 @@ def _build(args):
                     f"--beta: needs modes, but {args.architecture} on {args.data} does not reduce to a gLV ({e})"
                 ) from None
     else:
-        missing = [f"--{a}" for a in ("alpha1", "alpha2", "modes") if getattr(args, a) is None]
-        if missing:
-            raise LvflowError(f"{missing[0]}: required for a power-law spectrum (with --alpha1, --alpha2, --modes)")
         system = power_law_lv(alpha1=args.alpha1, alpha2=args.alpha2, modes=args.modes)
         kw["alpha"] = (args.alpha1, args.alpha2) if args.alpha1 > 1 else None
         kw["source"] = f"power law alpha1 = {args.alpha1:g}, alpha2 = {args.alpha2:g}, {args.modes} modes"
     K = system.K if isinstance(system, AbstractLotkaVolterra) else None  # an NQF has no modes yet
     if args.z0 is not None:
         kw["z0"] = load_array(args.z0, name="--z0").reshape(-1)
-    if args.c is not None and args.beta is not None:
-        raise LvflowError("--c: give either --c or --beta, not both")
     if args.c is not None:
         kw["c"] = load_array(args.c, name="--c").reshape(-1)
     if args.beta is not None:
@@ -140,7 +122,7 @@ def _note_nqf_floor(pred, args, arrays):
         return pred
     if (loss[-1] - floor) > 0.01 * (loss[0] - floor):
         return pred  # the prediction does not reach the floor
-    order = architecture_next_order(args.architecture, arrays, kernel=args.kernel, value_size=args.value_size)
+    order = architecture_next_order(args.architecture, arrays, kernel=args.kernel, value_size=args.value_size or 1)
     if order is None:
         return pred
     note = (

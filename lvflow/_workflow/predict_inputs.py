@@ -19,6 +19,7 @@ from .._core.validate import (
     curve_bytes,
 )
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
+from .spec import Configurations, check_initial_scale
 
 _positive_int = check_positive_int
 
@@ -240,14 +241,8 @@ def initial_scale(
     """
     if K == 0:
         raise LvflowError("system: has no modes (K = 0), so there is nothing to predict")
-    given = [n for n, v in (("eps", eps), ("z0", z0), ("init_std", init_std)) if v is not None]
-    if len(given) > 1:
-        raise LvflowError(f"initial scale: give only one of eps, z0, init_std (got {', '.join(given)})")
-    if init_std is None and width is not None:
-        raise LvflowError("width: only meaningful together with init_std")
+    check_initial_scale(Configurations.one({"eps": eps, "c": c, "z0": z0, "init_std": init_std, "width": width}))
     if z0 is not None:
-        if c is not None:
-            raise LvflowError("c: give either z0 or c (with eps), not both")
         z0 = as_array("z0", z0, ndim=1)
         if z0.shape != (K,):
             raise LvflowError(f"z0: shape {z0.shape}, expected ({K},) (one entry per mode)")
@@ -258,15 +253,11 @@ def initial_scale(
         return e, z0 / e
     if init_std is not None:
         s = check_positive("init_std", init_std)
-        if width is None:
-            raise LvflowError("width: required with init_std (the number of neurons d; ε = d σ²)")
         eps = _positive_int("width", width) * s**2
         if not eps < 1:
             raise LvflowError(
                 f"init_std: ε = width·σ² = {eps:g} must lie in (0, 1): the theory needs a small initialisation"
             )
-    if eps is None:
-        raise LvflowError("eps: required (or give z0, or init_std with width)")
     eps = check_in_open_interval("eps", eps, 0.0, 1.0)
     if c is None:
         return eps, np.ones(K)
