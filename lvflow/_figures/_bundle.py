@@ -108,7 +108,8 @@ def sliced(optimisers: Sequence[optax.GradientTransformation], reps: int) -> opt
         return tuple(o.init(params) for o in optimisers)
 
     def update(grads, state, params=None):
-        outs = [o.update(grads, s, params) for o, s in zip(optimisers, state)]
+        with jax.numpy_dtype_promotion("standard"):  # optax mixes its int32 count with floats
+            outs = [o.update(grads, s, params) for o, s in zip(optimisers, state)]
 
         def pick(*ups):
             owner = jnp.repeat(jnp.arange(len(ups)), reps)  # which optimiser owns each slice

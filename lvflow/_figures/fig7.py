@@ -163,7 +163,8 @@ def run_model(name: str, net, *, n_train: int, n_test: int | None, steps: int, e
     def run(p, D):
         def step(carry, _):
             p, s = carry
-            u, s = opt.update(jax.grad(total_loss)(p, D), s, p)
+            with jax.numpy_dtype_promotion("standard"):  # optax mixes its int32 count with floats
+                u, s = opt.update(jax.grad(total_loss)(p, D), s, p)
             return (optax.apply_updates(p, u), s), None
 
         def block(carry, _):

@@ -18,6 +18,7 @@ from .._core.errors import LvflowError, NotCommutingError
 from .._glv.equilibrium import saturated_equilibrium
 from .._glv.interaction import is_diagonal
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
+from .._workflow.spec import Configurations, check_initial_scale, check_ranges, check_source
 from .base import AbstractFamily
 from .grid import DEFAULTS, Plan
 
@@ -284,31 +285,13 @@ def resolve(plan: Plan, *, curve: bool) -> Resolved:
     """
     n = plan.n
     has = plan.has
+    cfg = Configurations(plan.has, plan.column, where=lambda bad: f" {_where(bad)}")
+    check_source(cfg)
+    check_initial_scale(cfg)
+    check_ranges(cfg)
     power = has("alpha1") | has("alpha2") | has("modes")
     table = has("system")
     arch = has("architecture") | has("data")
-    count = power.astype(int) + table + arch
-    if np.any(count != 1):
-        bad = count != 1
-        raise LvflowError(
-            "input: each configuration needs exactly one of system, architecture + data, or "
-            f"alpha1 + alpha2 + modes {_where(bad)}"
-        )
-    for name in ("alpha1", "alpha2", "modes"):
-        miss = power & ~has(name)
-        if np.any(miss):
-            raise LvflowError(f"{name}: required for a power-law spectrum (alpha1, alpha2, modes) {_where(miss)}")
-    for name in ("architecture", "data"):
-        miss = arch & ~has(name)
-        if np.any(miss):
-            raise LvflowError(f"{name}: architecture and data go together {_where(miss)}")
-    if np.any(has("kernel") & ~arch):
-        raise LvflowError(f"kernel: only used with architecture {_where(has('kernel') & ~arch)}")
-    if np.any(has("value_size") & ~arch):
-        raise LvflowError(f"value_size: only used with architecture {_where(has('value_size') & ~arch)}")
-    _check(plan, "value_size", has("value_size"), lambda v: v >= 1, "must be a positive integer")
-    _check(plan, "alpha2", power, lambda v: v > 0, "must be positive")
-    _check(plan, "modes", power, lambda v: v >= 1, "must be a positive integer")
 
     # The systems given one by one, each loaded once.
     infos: list[SystemInfo] = []
@@ -338,11 +321,6 @@ def resolve(plan: Plan, *, curve: bool) -> Resolved:
     K[~power] = np.array([info.K for info in infos], dtype=np.int64)[sys_of[~power]] if infos else 0
 
     eps, c_arrays, init = _initial_scales(plan, K)
-    for name, lo, hi in (("rho", 0.0, 1.0),):
-        _check(plan, name, has(name), lambda v: (v > lo) & (v < hi), f"must lie in ({lo:g}, {hi:g})")
-    for name in ("learning_rate", "t1", "rtol", "atol"):
-        _check(plan, name, has(name), lambda v: v > 0, "must be positive")
-    _check(plan, "num_points", has("num_points"), lambda v: v >= 2, "must be an integer ≥ 2")
 
     points = np.where(has("num_points"), plan.column("num_points"), DEFAULTS["num_points"])
     points = points if curve else np.zeros(n, dtype=np.int64)
@@ -385,37 +363,11 @@ def resolve(plan: Plan, *, curve: bool) -> Resolved:
     return Resolved(plan, groups, group_of, K.astype(np.int64), eps, local, c_arrays)
 
 
-def _check(plan: Plan, name: str, rows: np.ndarray, ok, what: str) -> None:
-    if not np.any(rows):
-        return
-    v = plan.column(name)
-    bad = rows & ~ok(v)
-    if np.any(bad):
-        i = int(np.flatnonzero(bad)[0])
-        raise LvflowError(f"{name}: {what}, got {v[i]:g} {_where(bad)}")
-
-
 def _initial_scales(plan: Plan, K: np.ndarray):
     """`ε` per configuration and, where `c` is given per mode (`c` or `z0` arrays), the arrays;
-    `init` is `"beta"` (c_k = k^{−β}) or `"array"` per configuration (as `predict`'s `initial_scale`)."""
+    `init` is `"beta"` (c_k = k^{−β}) or `"array"` per configuration (as `predict`'s `initial_scale`);
+    the configurations obey `check_initial_scale` and `check_ranges`."""
     has = plan.has
-    given = has("eps").astype(int) + has("z0") + has("init_std")
-    if np.any(given > 1):
-        raise LvflowError(f"initial scale: give only one of eps, z0, init_std {_where(given > 1)}")
-    if np.any(given == 0):
-        raise LvflowError(f"eps: required (or give z0, or init_std with width) {_where(given == 0)}")
-    lone = has("width") & ~has("init_std")
-    if np.any(lone):
-        raise LvflowError(f"width: only meaningful together with init_std {_where(lone)}")
-    if np.any(has("init_std") & ~has("width")):
-        bad = has("init_std") & ~has("width")
-        raise LvflowError(f"width: required with init_std (the number of neurons d; ε = d σ²) {_where(bad)}")
-    for a, b in (("c", "z0"), ("c", "beta"), ("beta", "z0")):
-        both = has(a) & has(b)
-        if np.any(both):
-            raise LvflowError(f"{a}: give either {a} or {b}, not both {_where(both)}")
-    _check(plan, "init_std", has("init_std"), lambda v: v > 0, "must be positive")
-    _check(plan, "width", has("width"), lambda v: v >= 1, "must be a positive integer")
     eps = np.where(has("eps"), plan.column("eps"), np.nan)
     std = has("init_std")
     eps[std] = plan.column("width")[std] * plan.column("init_std")[std] ** 2

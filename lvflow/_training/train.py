@@ -153,7 +153,10 @@ def _run_group(params, opt_state, static, data, eval_data, key, t0, cfg):
         p, s = carry
         X, y = batch(t)
         grads = jax.grad(objective)(p, X, y)
-        updates, s = optimizer.update(grads, s, p)
+        # optax's own arithmetic mixes its int32 step count with floats (Adam's bias correction):
+        # standard promotion for it even where a caller (lvflow's tests) asks JAX for strict promotion
+        with jax.numpy_dtype_promotion("standard"):
+            updates, s = optimizer.update(grads, s, p)
         return (eqx.apply_updates(p, updates), s), None
 
     def record(p):
