@@ -83,18 +83,14 @@ class AbstractLotkaVolterra(eqx.Module):
 
         For PSD `C` it minimises `½ zᵀCz − rᵀz` over `z ≥ 0`; it is the limit of the flow from any
         positive `z0` when unique. A primal active-set method (Lawson–Hanson; right for singular `C`)
-        in `C`'s structure (diagonal: Thm 6; `Diag(d) + UUᵀ`: Woodbury solves), in numpy for a
-        concrete system and in JAX (differentiable) under `jit`. With `active` (a boolean mask),
-        modes outside it are held at 0.
+        in `C`'s structure (`interaction()`; diagonal: Thm 6; `Diag(d) + UUᵀ`: Woodbury solves),
+        differentiable, the same eagerly and under `jit`. With `active` (a boolean mask), modes
+        outside it are held at 0.
 
         **Raises:** `LvflowError` if a mode with `r_k > 0` has `C_kk ≤ 0` (unbounded growth).
         """
-        z, _ = saturated_equilibrium(self.r, active=active, tol=tol, **self._factors())
-        return jnp.asarray(z)
-
-    @abc.abstractmethod
-    def _factors(self) -> dict:
-        """`C` as `saturated_equilibrium` takes it: `{"C": C}`, or `{"d": d, "U": U}`."""
+        z, _ = saturated_equilibrium(self.r, self.interaction(), active=active, tol=tol)
+        return z
 
 
 class LotkaVolterra(AbstractLotkaVolterra):
@@ -147,12 +143,6 @@ class LotkaVolterra(AbstractLotkaVolterra):
         if self.diagonal_C:
             return DiagonalInteraction(jnp.diagonal(self.C))
         return DenseInteraction(self.C)
-
-    def _factors(self) -> dict:
-        interaction = self.interaction()
-        if isinstance(interaction, DiagonalInteraction):
-            return {"d": interaction.d}
-        return {"C": self.C}
 
 
 class LowRankLotkaVolterra(AbstractLotkaVolterra):
@@ -214,9 +204,6 @@ class LowRankLotkaVolterra(AbstractLotkaVolterra):
         if self.diagonal_C:
             return DiagonalInteraction(self.d)
         return LowRankInteraction(self.d, self.U)
-
-    def _factors(self) -> dict:
-        return {"d": self.d, "U": self.U}
 
     def to_dense(self) -> LotkaVolterra:
         """The same system with `C` formed densely."""
