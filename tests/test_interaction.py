@@ -8,6 +8,10 @@ import pytest
 
 import lvflow
 
+# internal on purpose: the interaction classes (how the solvers see C) and the uniqueness flag are not public
+from lvflow._glv.equilibrium import saturated_equilibrium
+from lvflow._glv.interaction import DenseInteraction, DiagonalInteraction, LowRankInteraction
+
 _R = np.array([1.0, -0.5, 2.0, 0.3])
 _D = np.array([2.0, 1.0, 0.5, 3.0])
 
@@ -83,11 +87,6 @@ def test_diagonal_solve_lv_same_path_under_jit():
     eager = np.asarray(lvflow.solve_lv(system, z0, t1, ts=ts).zs)  # the closed form (Thm 6)
     traced = np.asarray(jax.jit(lambda s: lvflow.solve_lv(s, z0, t1, ts=ts).zs)(system))
     np.testing.assert_allclose(traced, eager, rtol=1e-13)  # the closed form again, not the ODE
-
-
-# internal on purpose: the interaction classes are how the solvers see C, not public API
-from lvflow._glv.equilibrium import saturated_equilibrium  # noqa: E402
-from lvflow._glv.interaction import DenseInteraction, DiagonalInteraction, LowRankInteraction  # noqa: E402
 
 
 def _interactions(seed, K=7, q=2):
