@@ -183,3 +183,8 @@ def test_low_rank_equilibrium_derivative_vs_finite_differences():
             plus[i], minus[i] = x + e, x - e
             fd = (float(f(*plus)) - float(f(*minus))) / (2 * h)
             assert float(grads[i][j]) == pytest.approx(fd, rel=1e-6, abs=1e-9), (i, j)
+
+
+def test_saturated_equilibrium_refuses_a_matrix_for_an_interaction():
+    with pytest.raises(lvflow.LvflowError, match="interaction: expected an AbstractInteraction, got ndarray"):
+        saturated_equilibrium(_R, np.diag(_D))

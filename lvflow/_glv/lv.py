@@ -107,7 +107,8 @@ class LotkaVolterra(AbstractLotkaVolterra):
     - `check`: validate `C` (skip only for arrays already checked).
 
     Whether `C` is diagonal is decided here, once, from its values (a `C` traced under `jit`/`vmap`
-    is taken as dense) and kept with the system (`is_diagonal`, `interaction`): a system passed
+    is taken as dense) and kept with the system (the static field `diagonal_C`; `is_diagonal`,
+    `interaction`): a system passed
     into `jax.jit` takes the same path as the same system called eagerly. A diagonal system is
     differentiated within its structure (with respect to `r` and `C`'s diagonal); for derivatives
     with respect to off-diagonal entries of `C`, build the system from a traced `C`.
@@ -159,7 +160,8 @@ class LowRankLotkaVolterra(AbstractLotkaVolterra):
     - `y2`: the loss at `z = 0`.
 
     `C` is taken as diagonal when `U` has no columns or (concrete) is zero, decided here once and
-    kept with the system (`interaction`), eagerly and under `jax.jit` alike.
+    kept with the system (the static field `diagonal_C`; `interaction`), eagerly and under
+    `jax.jit` alike.
     """
 
     r: Float[Array, " K"]
