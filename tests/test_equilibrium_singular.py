@@ -12,6 +12,7 @@ from lvflow import LvflowError
 
 # internal on purpose: the uniqueness flag and the low-rank face with d = 0 are not public
 from lvflow._glv.equilibrium import saturated_equilibrium
+from lvflow._glv.interaction import DenseInteraction, LowRankInteraction
 from lvflow._sweep.evaluate import loss_floor
 
 R3 = np.array([1.0, 0.5, 0.25])
@@ -47,7 +48,11 @@ def _unbounded(B, r):
 
 @jax.jit
 def _traced(r, C):
-    return saturated_equilibrium(r, C=C)
+    return saturated_equilibrium(r, DenseInteraction(C))
+
+
+def _eager(r, C):
+    return saturated_equilibrium(r, DenseInteraction(C))
 
 
 def test_all_ones_matrix():
@@ -56,8 +61,8 @@ def test_all_ones_matrix():
     assert _loss(z, R3, ONES3) == pytest.approx(-1 / 8, abs=1e-14)
     ref, _ = _nnls_min(np.ones((3, 1)), np.array([1.0]))  # r ∉ range(C): nnls does not apply
     assert _loss(z, R3, ONES3) < ref + 1e-12
-    for face in (saturated_equilibrium, _traced):
-        z, unique = face(R3, C=ONES3) if face is saturated_equilibrium else face(R3, ONES3)
+    for face in (_eager, _traced):
+        z, unique = face(R3, ONES3)
         np.testing.assert_allclose(np.asarray(z), [1.0, 0.0, 0.0], atol=1e-14)
         assert bool(unique)  # loss ½s² − rᵀz at fixed s = Σz is least with all of s on mode 0
     z, unique = loss_floor(lvflow.LotkaVolterra(R3, ONES3))
@@ -67,7 +72,7 @@ def test_all_ones_matrix():
 
 def test_all_ones_matrix_low_rank():
     U = np.ones((3, 1))
-    z, unique = saturated_equilibrium(R3, d=np.zeros(3), U=U)  # C = UUᵀ, the same singular C
+    z, unique = saturated_equilibrium(R3, LowRankInteraction(np.zeros(3), U))  # C = UUᵀ, the same singular C
     np.testing.assert_allclose(z, [1.0, 0.0, 0.0], atol=1e-14)
     assert unique
     eta = 1e-6
@@ -84,7 +89,7 @@ def test_all_ones_matrix_low_rank():
 def test_duplicate_features_not_unique():
     B = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])  # modes 0 and 1 identical
     C, r = B @ B.T, np.array([1.0, 1.0, -0.5])
-    for z, unique in (saturated_equilibrium(r, C=C), _traced(r, C)):
+    for z, unique in (_eager(r, C), _traced(r, C)):
         z = np.asarray(z)
         assert _kkt_residual(z, r, C) < 1e-12
         assert z[0] + z[1] == pytest.approx(1.0, abs=1e-12)
@@ -104,7 +109,7 @@ def test_plateau_schedule_ends_at_the_minimum():
 def test_unbounded_raises():
     C = np.array([[1.0, -1.0], [-1.0, 1.0]])  # v = (1, 1): Cv = 0, rᵀv = 2 > 0
     with pytest.raises(LvflowError, match="unbounded"):
-        saturated_equilibrium(np.array([1.0, 1.0]), C=C)
+        _eager(np.array([1.0, 1.0]), C)
     _, ok = _traced(np.array([1.0, 1.0]), C)
     assert not bool(ok)
 
@@ -132,7 +137,7 @@ def test_random_singular_r_in_range(seed, K, data, duplicate):
     ref, _ = _nnls_min(B, b)
     scale = max(1.0, abs(ref))
     for face in ("numpy", "jit"):
-        z, unique = saturated_equilibrium(r, C=C) if face == "numpy" else _traced(r, C)
+        z, unique = _eager(r, C) if face == "numpy" else _traced(r, C)
         z = np.asarray(z)
         assert _kkt_residual(z, r, C) < 1e-9, face
         assert abs(_loss(z, r, C) - ref) < 1e-9 * scale, face
@@ -142,7 +147,7 @@ def test_random_singular_r_in_range(seed, K, data, duplicate):
     z = np.asarray(lvflow.LotkaVolterra(r, C).equilibrium())
     assert abs(_loss(z, r, C) - ref) < 1e-9 * scale
     d = np.zeros(K)  # the low-rank face on the same C = Diag(0) + BBᵀ
-    zl, _ = saturated_equilibrium(r, d=d, U=B)
+    zl, _ = saturated_equilibrium(r, LowRankInteraction(d, B))
     assert _kkt_residual(zl, r, C) < 1e-9
     assert abs(_loss(zl, r, C) - ref) < 1e-9 * scale
 
@@ -155,7 +160,7 @@ def test_random_singular_general_r(seed, K, data, duplicate):
     C, r = B @ B.T, rng.normal(size=K)  # mixed signs, generally ∉ range(C)
     if _unbounded(B, r):
         with pytest.raises(LvflowError, match="unbounded"):
-            saturated_equilibrium(r, C=C)
+            _eager(r, C)
         assert not bool(_traced(r, C)[1])
         return
     bound = minimize(
@@ -167,6 +172,6 @@ def test_random_singular_general_r(seed, K, data, duplicate):
         options={"ftol": 1e-15, "gtol": 1e-13, "maxiter": 10_000},
     )
     for face in ("numpy", "jit"):
-        z = np.asarray((saturated_equilibrium(r, C=C) if face == "numpy" else _traced(r, C))[0])
+        z = np.asarray((_eager(r, C) if face == "numpy" else _traced(r, C))[0])
         assert _kkt_residual(z, r, C) < 1e-9, face  # KKT: the minimum, C being PSD
         assert _loss(z, r, C) <= bound.fun + 1e-9 * max(1.0, abs(bound.fun)), face

@@ -10,7 +10,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 _U_CLIP = 300.0  # ln z: far above any saturated z (r/C), far below float64 overflow of C e^u
 
@@ -71,8 +71,35 @@ def _spd_inverse(S: Float[ArrayLike, "q q"]) -> Float[Array, "q q"]:
     return jnp.stack([jnp.stack(row) for row in rows])
 
 
+_TINY = np.finfo(float).tiny
+
+
+def _masked_solve(C: Float[Array, "K K"], F: Bool[Array, " K"], b: Float[Array, " K"]) -> Float[Array, " K"]:
+    """`x` with `x_F = C_FF⁻¹ b_F` and `x = 0` off `F` (one `K × K` solve: `C_FF` bordered by `I`)."""
+    K = C.shape[0]
+    A = jnp.where(F[:, None] & F[None, :], C, jnp.eye(K, dtype=C.dtype))
+    return jnp.where(F, jnp.linalg.solve(A, jnp.where(F, b, 0.0)), 0.0)
+
+
+def _masked_positive_definite(C: Float[Array, "K K"], T: Bool[Array, " K"], rtol: float) -> Bool[Array, ""]:
+    """Whether `λ_min(C_TT) > rtol · max_k C_kk` for a symmetric `C` (Cholesky of the shifted block,
+    bordered by a multiple of `I`; NaN entries when it fails)."""
+    K = C.shape[0]
+    if K == 0:
+        return jnp.asarray(True)
+    top = jnp.maximum(jnp.max(jnp.diagonal(C)), _TINY)
+    eye = jnp.eye(K, dtype=C.dtype)
+    A = jnp.where(T[:, None] & T[None, :], (C + C.T) / 2, (1 + rtol) * top * eye)
+    return jnp.all(jnp.isfinite(jnp.linalg.cholesky(A - rtol * top * eye)))
+
+
 class AbstractInteraction(eqx.Module):
-    """`C` as the gLV's solvers apply it: products `C z` and solves with `α I + C Diag(z)`."""
+    """`C` as the gLV's solvers apply it: products `C z`, solves with `α I + C Diag(z)` (the ODE),
+    and the diagonal, columns and solves on a support that the saturated equilibrium's active-set
+    method (`saturated_equilibrium`, Eq. 32) needs.
+
+    Final subclasses: `DiagonalInteraction`, `LowRankInteraction`, `DenseInteraction`.
+    """
 
     @abc.abstractmethod
     def Cz(self, z: Float[ArrayLike, "*b K"]) -> Float[Array, "*b K"]:
@@ -85,11 +112,30 @@ class AbstractInteraction(eqx.Module):
         """`b ↦ (α I + C Diag(z))⁻¹ b`: `α I − J` for the Jacobian `J = −C Diag(e^u)` of
         `u̇ = r − C e^u`, factorised once and applied to many right-hand sides."""
 
+    @abc.abstractmethod
+    def diagonal(self) -> Float[Array, " K"]:
+        """The diagonal `C_kk`."""
+
+    @abc.abstractmethod
+    def column(self, k: Int[ArrayLike, ""]) -> Float[Array, " K"]:
+        """The column `C[:, k]` (`k` may be traced)."""
+
+    @abc.abstractmethod
+    def solve_on(self, F: Bool[Array, " K"], b: Float[Array, " K"]) -> Float[Array, " K"]:
+        """`x` with `x_F = C_FF⁻¹ b_F` on the support `F` (a mask; `C_FF` nonsingular) and 0 off it."""
+
+    @abc.abstractmethod
+    def positive_definite_on(self, T: Bool[Array, " K"], rtol: float) -> Bool[Array, ""]:
+        """Whether `C_TT` is positive definite: `λ_min(C_TT) > rtol · max_k C_kk`."""
+
 
 class DiagonalInteraction(AbstractInteraction):
     """`C = Diag(d)`: products and solves in `O(K)`."""
 
     d: Float[Array, " K"]
+
+    def __init__(self, d: Float[ArrayLike, " K"]):
+        self.d = jnp.asarray(d)
 
     def Cz(self, z):
         return _scale(self.d, z)
@@ -98,20 +144,38 @@ class DiagonalInteraction(AbstractInteraction):
         inv = 1.0 / (alpha + self.d * z)
         return lambda b: inv * b
 
+    def diagonal(self):
+        return self.d
+
+    def column(self, k):
+        return jnp.where(jnp.arange(self.d.shape[0]) == k, self.d[k], 0.0)
+
+    def solve_on(self, F, b):
+        return jnp.where(F, b / jnp.where(F, self.d, 1.0), 0.0)
+
+    def positive_definite_on(self, T, rtol):
+        top = jnp.maximum(jnp.max(self.d, initial=0.0), _TINY)
+        return jnp.all(~T | (self.d > rtol * top))
+
 
 class LowRankInteraction(AbstractInteraction):
     """`C = Diag(d) + U Uᵀ`: products in `O(K q)`, solves by Woodbury in `O(K q²)`.
 
     `U` is kept as `Uᵀ` (`UT`, rows of length `K`): every product then runs along the contiguous
-    axis, also under `vmap`.
+    axis, also under `vmap`. Solves on a support are Woodbury's, `O(K q²)`, when `d > 0`; a
+    concrete `d` with an entry `≤ 0` (a singular `C = UUᵀ`, say) is solved densely instead
+    (`K²` memory), decided here once (a traced `d` is taken as positive, as
+    `LowRankLotkaVolterra` requires).
 
     **Arguments:** `d`, shape `(K,)`; `U`, shape `(K, q)`.
     """
 
     d: Float[Array, " K"]
     UT: Float[Array, "q K"]
+    woodbury: bool = eqx.field(static=True)
 
     def __init__(self, d: Float[ArrayLike, " K"], U: Float[ArrayLike, "K q"]):
+        self.woodbury = isinstance(d, jax.core.Tracer) or bool(np.all(np.asarray(d) > 0))
         self.d = jnp.asarray(d)
         self.UT = jnp.asarray(U).T
 
@@ -144,11 +208,43 @@ class LowRankInteraction(AbstractInteraction):
 
         return solve
 
+    def diagonal(self):
+        return self.d + jnp.sum(self.UT**2, axis=0)
+
+    def column(self, k):
+        return self.UT.T @ self.UT[:, k] + jnp.where(jnp.arange(self.d.shape[0]) == k, self.d[k], 0.0)
+
+    def _dense(self) -> Float[Array, "K K"]:
+        return jnp.diag(self.d) + self.UT.T @ self.UT
+
+    def solve_on(self, F, b):
+        if not self.woodbury:
+            return _masked_solve(self._dense(), F, b)
+        # C_FF⁻¹ b_F = D⁻¹b − D⁻¹U (I + UᵀD⁻¹U)⁻¹ UᵀD⁻¹b on F (Woodbury), with U's rows off F zeroed
+        dF = jnp.where(F, self.d, 1.0)
+        x = jnp.where(F, b, 0.0) / dF
+        UT = jnp.where(F[None, :], self.UT, 0.0)
+        q = UT.shape[0]
+        if q == 0:
+            return x
+        DUT = UT / dF[None, :]
+        S = jnp.eye(q, dtype=UT.dtype) + UT @ DUT.T
+        return x - jnp.linalg.solve(S, UT @ x) @ DUT
+
+    def positive_definite_on(self, T, rtol):
+        positive = jnp.all(~T | (self.d > 0))  # Diag(d_T) + U_T U_Tᵀ with d_T > 0
+        if self.woodbury:
+            return positive
+        return positive | _masked_positive_definite(self._dense(), T, rtol)
+
 
 class DenseInteraction(AbstractInteraction):
     """A general `C`: products in `O(K²)`, solves by LU in `O(K³)`."""
 
     C: Float[Array, "K K"]
+
+    def __init__(self, C: Float[ArrayLike, "K K"]):
+        self.C = jnp.asarray(C)
 
     def Cz(self, z):
         return z @ self.C.T
@@ -156,6 +252,18 @@ class DenseInteraction(AbstractInteraction):
     def shifted_solver(self, alpha, z):
         lu = jax.scipy.linalg.lu_factor(alpha * jnp.eye(z.shape[-1], dtype=z.dtype) + self.C * z[None, :])
         return lambda b: jax.scipy.linalg.lu_solve(lu, b)
+
+    def diagonal(self):
+        return jnp.diagonal(self.C)
+
+    def column(self, k):
+        return self.C[:, k]
+
+    def solve_on(self, F, b):
+        return _masked_solve(self.C, F, b)
+
+    def positive_definite_on(self, T, rtol):
+        return _masked_positive_definite(self.C, T, rtol)
 
 
 def is_diagonal(C: np.ndarray) -> bool:

@@ -9,7 +9,7 @@ from equinox import AbstractVar
 from jaxtyping import Array, ArrayLike, Float
 
 from .._core.errors import LvflowError
-from .._core.validate import _is_concrete, as_array, check_psd
+from .._core.validate import as_array, check_psd
 from .equilibrium import saturated_equilibrium
 from .interaction import AbstractInteraction, DenseInteraction, DiagonalInteraction, LowRankInteraction, is_diagonal
 
@@ -44,7 +44,8 @@ class AbstractLotkaVolterra(eqx.Module):
 
     @abc.abstractmethod
     def interaction(self) -> AbstractInteraction:
-        """`C` as `solve_lv`'s solvers apply it (diagonal when it is concretely diagonal)."""
+        """`C` as the solvers apply it, in the structure fixed when the system was built: the same
+        for an eager call and for the system passed into `jax.jit` (Thm 6 for a diagonal `C`)."""
 
     def vector_field(self, t, z: Float[ArrayLike, " K"], args=None) -> Float[Array, " K"]:
         """`ż = z ⊙ (r − C z)` (Eq. 32), in diffrax's `(t, y, args)` signature."""
@@ -82,18 +83,14 @@ class AbstractLotkaVolterra(eqx.Module):
 
         For PSD `C` it minimises `½ zᵀCz − rᵀz` over `z ≥ 0`; it is the limit of the flow from any
         positive `z0` when unique. A primal active-set method (Lawson–Hanson; right for singular `C`)
-        in `C`'s structure (diagonal: Thm 6; `Diag(d) + UUᵀ`: Woodbury solves), in numpy for a
-        concrete system and in JAX (differentiable) under `jit`. With `active` (a boolean mask),
-        modes outside it are held at 0.
+        in `C`'s structure (`interaction()`; diagonal: Thm 6; `Diag(d) + UUᵀ`: Woodbury solves),
+        differentiable, the same eagerly and under `jit`. With `active` (a boolean mask), modes
+        outside it are held at 0.
 
         **Raises:** `LvflowError` if a mode with `r_k > 0` has `C_kk ≤ 0` (unbounded growth).
         """
-        z, _ = saturated_equilibrium(self.r, active=active, tol=tol, **self._factors())
-        return jnp.asarray(z)
-
-    @abc.abstractmethod
-    def _factors(self) -> dict:
-        """`C` as `saturated_equilibrium` takes it: `{"C": C}`, or `{"d": d, "U": U}`."""
+        z, _ = saturated_equilibrium(self.r, self.interaction(), active=active, tol=tol)
+        return z
 
 
 class LotkaVolterra(AbstractLotkaVolterra):
@@ -108,12 +105,20 @@ class LotkaVolterra(AbstractLotkaVolterra):
       constant; `excess_loss` does not depend on it).
     - `P`: optionally the common eigenbasis `(p, K)` the modes come from (set by `reduce_to_lv`).
     - `check`: validate `C` (skip only for arrays already checked).
+
+    Whether `C` is diagonal is decided here, once, from its values (a `C` traced under `jit`/`vmap`
+    is taken as dense) and kept with the system (the static field `diagonal_C`; `is_diagonal`,
+    `interaction`): a system passed
+    into `jax.jit` takes the same path as the same system called eagerly. A diagonal system is
+    differentiated within its structure (with respect to `r` and `C`'s diagonal); for derivatives
+    with respect to off-diagonal entries of `C`, build the system from a traced `C`.
     """
 
     r: Float[Array, " K"]
     C: Float[Array, "K K"]
     y2: Float[Array, ""]
     P: Float[Array, "p K"] | None
+    diagonal_C: bool = eqx.field(static=True)
 
     def __init__(self, r, C, *, y2=0.0, P=None, check: bool = True):
         r = as_array("r", r, ndim=1, allow_bool=False)
@@ -126,6 +131,7 @@ class LotkaVolterra(AbstractLotkaVolterra):
         self.C = jnp.asarray(C)
         self.y2 = jnp.asarray(as_array("y2", y2, ndim=0, allow_bool=False), dtype=self.r.dtype)
         self.P = None if P is None else jnp.asarray(P)
+        self.diagonal_C = isinstance(C, np.ndarray) and is_diagonal(C)
 
     def Cz(self, z):
         return z @ self.C.T
@@ -135,18 +141,9 @@ class LotkaVolterra(AbstractLotkaVolterra):
         return jnp.diagonal(self.C)
 
     def interaction(self) -> AbstractInteraction:
-        C = self.C
-        if _is_concrete(C):
-            Cn = np.asarray(C)  # host view: no device dispatch for the check and the diagonal
-            if is_diagonal(Cn):
-                return DiagonalInteraction(jnp.asarray(np.diagonal(Cn)))
-        return DenseInteraction(C)
-
-    def _factors(self) -> dict:
-        interaction = self.interaction()
-        if isinstance(interaction, DiagonalInteraction):
-            return {"d": interaction.d}
-        return {"C": self.C}
+        if self.diagonal_C:
+            return DiagonalInteraction(jnp.diagonal(self.C))
+        return DenseInteraction(self.C)
 
 
 class LowRankLotkaVolterra(AbstractLotkaVolterra):
@@ -161,12 +158,17 @@ class LowRankLotkaVolterra(AbstractLotkaVolterra):
     - `d`: diagonal part, shape `(K,)`, positive (so `C` is positive definite).
     - `U`: low-rank factor, shape `(K, q)`.
     - `y2`: the loss at `z = 0`.
+
+    `C` is taken as diagonal when `U` has no columns or (concrete) is zero, decided here once and
+    kept with the system (the static field `diagonal_C`; `interaction`), eagerly and under
+    `jax.jit` alike.
     """
 
     r: Float[Array, " K"]
     d: Float[Array, " K"]
     U: Float[Array, "K q"]
     y2: Float[Array, ""]
+    diagonal_C: bool = eqx.field(static=True)
 
     def __init__(self, r, d, U, *, y2=0.0):
         r = as_array("r", r, ndim=1, allow_bool=False)
@@ -174,7 +176,7 @@ class LowRankLotkaVolterra(AbstractLotkaVolterra):
         U = as_array("U", U, ndim=2, allow_bool=False)
         if np.shape(d) != np.shape(r) or np.shape(U)[0] != np.shape(r)[0]:
             raise LvflowError(f"d, U: shapes {np.shape(d)}, {np.shape(U)} do not match r of shape {np.shape(r)}")
-        if _is_concrete(d):
+        if isinstance(d, np.ndarray):  # as_array gives numpy for concrete values
             if np.size(d) and float(np.min(d)) <= 0:
                 raise LvflowError(
                     f"d: must be positive (C = diag(d) + UUᵀ positive definite), min is {float(np.min(d)):g}"
@@ -185,6 +187,7 @@ class LowRankLotkaVolterra(AbstractLotkaVolterra):
         self.d = jnp.asarray(d, dtype=float)
         self.U = jnp.asarray(U, dtype=float)
         self.y2 = jnp.asarray(as_array("y2", y2, ndim=0, allow_bool=False), dtype=float)
+        self.diagonal_C = np.shape(U)[1] == 0 or (isinstance(U, np.ndarray) and not np.any(U))
 
     @property
     def C(self) -> Float[Array, "K K"]:
@@ -200,13 +203,9 @@ class LowRankLotkaVolterra(AbstractLotkaVolterra):
         return self.d + jnp.sum(self.U**2, axis=-1)
 
     def interaction(self) -> AbstractInteraction:
-        U = self.U
-        if U.shape[1] == 0 or (_is_concrete(U) and not np.any(np.asarray(U))):
+        if self.diagonal_C:
             return DiagonalInteraction(self.d)
-        return LowRankInteraction(self.d, U)
-
-    def _factors(self) -> dict:
-        return {"d": self.d, "U": self.U}
+        return LowRankInteraction(self.d, self.U)
 
     def to_dense(self) -> LotkaVolterra:
         """The same system with `C` formed densely."""

@@ -197,8 +197,7 @@ def solve_lv(
             raise LvflowError("z_inf: must be >= 0")
         z_eq, eq_ok = jnp.asarray(z_inf, dtype=float), jnp.asarray(True)
     else:
-        factors = {"d": diagonal} if diagonal is not None else system._factors()
-        z_eq, eq_ok = saturated_equilibrium(r, **factors)
+        z_eq, eq_ok = saturated_equilibrium(r, system.interaction())
         if concrete_system and not np.all(np.isfinite(z_eq)):
             raise LvflowError("system: no finite saturated equilibrium (the loss is unbounded below)")
 

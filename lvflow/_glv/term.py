@@ -45,7 +45,8 @@ class LogLotkaVolterraTerm(dfx.AbstractTerm):
     def from_system(cls, system: AbstractLotkaVolterra) -> "LogLotkaVolterraTerm":
         """The term of `system`, with `C` in the structure `system.interaction()` gives: a
         `LowRankLotkaVolterra` keeps `Diag(d) + UUᵀ` (`Diag(d)` if `U` is empty or zero); a
-        `LotkaVolterra` whose `C` is concrete and diagonal gets `Diag(C_kk)`, any other is dense.
+        `LotkaVolterra` built from a concrete diagonal `C` gets `Diag(C_kk)`, any other is dense
+        (the structure each system fixed when it was built, also when it is passed into `jit`).
 
         **Raises:** `LvflowError` if `system` is not an `AbstractLotkaVolterra`.
         """

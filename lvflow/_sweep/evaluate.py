@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
+from .._glv.equilibrium import saturated_equilibrium
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .._glv.solve import _closed_form_core, solve_lv
 
@@ -50,11 +51,8 @@ def loss_floor(system: AbstractLotkaVolterra) -> tuple[np.ndarray, bool]:
     `r − Cz* ≤ 0`, `= 0` where `z* > 0`; `saturated_equilibrium`) and whether it is unique (`C`
     positive definite on the modes active or marginal at `z*`; otherwise the flow's limit depends on
     `z0`, but the minimum `L(z*)` does not)."""
-    from .._glv.equilibrium import saturated_equilibrium
-
-    # through the class: equinox builds a module (`BoundMethod`) for each `system._factors` read
-    factors = {k: np.asarray(v, dtype=float) for k, v in type(system)._factors(system).items()}
-    z, unique = saturated_equilibrium(np.asarray(system.r, dtype=float), **factors)
+    # through the class: equinox builds a module (`BoundMethod`) for each `system.interaction` read
+    z, unique = saturated_equilibrium(system.r, type(system).interaction(system))
     return np.asarray(z, dtype=float), bool(unique)
 
 

@@ -15,11 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core.errors import LvflowError, NotCommutingError
-from .._glv.equilibrium import saturated_equilibrium
-from .._glv.interaction import is_diagonal
+from .._glv.interaction import AbstractInteraction, DenseInteraction, DiagonalInteraction, LowRankInteraction
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .._workflow.spec import Configurations, check_initial_scale, check_ranges, check_source
 from .base import AbstractFamily
+from .evaluate import loss_floor
 from .grid import DEFAULTS, Plan
 
 
@@ -33,12 +33,21 @@ def _where(rows: np.ndarray) -> str:
 # Families
 # --------------------------------------------------------------------------------------------
 
+#: the structure of `C` as the sweep's outputs name it (`"structure"` of a group in the manifest)
+STRUCTURE_NAMES: dict[type[AbstractInteraction], str] = {
+    DiagonalInteraction: "diagonal",
+    LowRankInteraction: "lowrank",
+    DenseInteraction: "dense",
+}
+
 
 class PowerLawFamily(AbstractFamily):
     """Thm 9's independent modes, `r_k = k^{−α₂}`, `V_k = k^{−α₁}`, `C_kk = r_k²/(8V_k)`, built on the
     device from each row's `(α₁, α₂)` (as `lvflow predict --alpha1 --alpha2 --modes`)."""
 
-    structure = "diagonal"
+    #: the structure of `C`: the interaction class the family's systems have
+    interaction: type[AbstractInteraction] = DiagonalInteraction
+    structure = STRUCTURE_NAMES[DiagonalInteraction]
 
     def __init__(self, K: int):
         self.K = K
@@ -76,14 +85,15 @@ class PowerLawFamily(AbstractFamily):
 
 @dataclasses.dataclass
 class SystemInfo:
-    """A concrete gLV of the sweep, loaded once: its arrays on the host, the structure of `C`,
+    """A concrete gLV of the sweep, loaded once: its arrays on the host, the structure of `C` (the
+    class of `lv.interaction()`),
     `z_inf` (the loss's minimiser over `z ≥ 0`, `evaluate.loss_floor`; `unique` False when the
     flow's limit depends on `z0`, the minimum does not) and, on first use, `z_on`
     (`evaluate.switch_off_levels`: the plateau level of each mode a competitor later switches off)."""
 
     lv: AbstractLotkaVolterra
     label: str
-    structure: str
+    interaction: type[AbstractInteraction]
     r: np.ndarray
     Ckk: np.ndarray
     z_inf: np.ndarray
@@ -110,15 +120,18 @@ class SystemInfo:
 
     @property
     def q(self) -> int:
-        return int(self.lv.U.shape[1]) if self.structure == "lowrank" else 0
+        return int(self.lv.U.shape[1]) if self.interaction is LowRankInteraction else 0
 
 
 class TableFamily(AbstractFamily):
     """Systems given one by one (files, Python objects, architectures on data) with equal `K`,
     structure and rank; each row gathers its system's arrays by the system's number."""
 
-    def __init__(self, systems: list[SystemInfo], structure: str, K: int, q: int, z_inf_known: bool):
-        self.systems, self.structure, self.K, self.q = systems, structure, K, q
+    def __init__(
+        self, systems: list[SystemInfo], interaction: type[AbstractInteraction], K: int, q: int, z_inf_known: bool
+    ):
+        self.systems, self.interaction, self.K, self.q = systems, interaction, K, q
+        self.structure = STRUCTURE_NAMES[interaction]
         self.z_inf_known = z_inf_known
         self._tables: dict[str, np.ndarray] | None = None
 
@@ -130,13 +143,13 @@ class TableFamily(AbstractFamily):
         if self._tables is None:
             s = self.systems
             t = {"r": np.stack([x.r for x in s]), "Ckk": np.stack([x.Ckk for x in s])}
-            if self.structure != "diagonal":
+            if self.interaction is not DiagonalInteraction:
                 t["z_floor"] = np.stack([x.z_inf for x in s])
                 t["z_on"] = np.stack([x.z_on for x in s])
-            if self.structure == "lowrank":
+            if self.interaction is LowRankInteraction:
                 t["d"] = np.stack([np.asarray(x.lv.d, dtype=float) for x in s])
                 t["U"] = np.stack([np.asarray(x.lv.U, dtype=float) for x in s])
-            elif self.structure == "dense":
+            elif self.interaction is DenseInteraction:
                 t["C"] = np.stack([np.asarray(x.lv.C, dtype=float) for x in s])
             self._tables = t
         return self._tables
@@ -149,9 +162,9 @@ class TableFamily(AbstractFamily):
 
     def system(self, x):
         r = x["r"]
-        if self.structure == "diagonal":
+        if self.interaction is DiagonalInteraction:
             return r, x["Ckk"], None
-        if self.structure == "lowrank":
+        if self.interaction is LowRankInteraction:
             return r, x["Ckk"], LowRankLotkaVolterra(r, x["d"], x["U"])
         return r, x["Ckk"], LotkaVolterra(r, x["C"], check=False)
 
@@ -211,25 +224,20 @@ def _system_from_data(architecture: str, data: Any, kernel: str, value_size: int
 
 
 def system_info(lv: AbstractLotkaVolterra, label: str) -> SystemInfo:
-    """The host-side facts about `lv` a sweep needs (arrays, structure, `z(∞)`)."""
-    from .evaluate import loss_floor
-
+    """The host-side facts about `lv` a sweep needs (arrays, the structure it was built with, `z(∞)`)."""
     r = np.asarray(lv.r, dtype=float)
     y2 = float(np.asarray(lv.y2))
     if isinstance(lv, LowRankLotkaVolterra):  # on the host: no device dispatch per system
         d, U = np.asarray(lv.d, dtype=float), np.asarray(lv.U, dtype=float)
         Ckk = d + np.sum(U**2, axis=-1)
-        structure = "diagonal" if U.shape[1] == 0 or not np.any(U) else "lowrank"
     else:
-        C = np.asarray(lv.C, dtype=float)
-        Ckk = np.diagonal(C).copy()
-        structure = "diagonal" if is_diagonal(C) else "dense"
-    if structure == "diagonal":
-        z_inf, unique = saturated_equilibrium(r, d=Ckk)
-    else:
-        z_inf, unique = loss_floor(lv)
+        Ckk = np.diagonal(np.asarray(lv.C, dtype=float)).copy()
+    z_inf, unique = loss_floor(lv)
+    z_inf = np.asarray(z_inf, dtype=float)
     unique = bool(unique) and bool(np.all(np.isfinite(z_inf)))
-    return SystemInfo(lv, label, structure, r, Ckk, np.asarray(z_inf, dtype=float), unique, y2)
+    # through the class: equinox builds a module (`BoundMethod`) for each `lv.interaction` read
+    interaction = type(type(lv).interaction(lv))
+    return SystemInfo(lv, label, interaction, r, Ckk, z_inf, unique, y2)
 
 
 # --------------------------------------------------------------------------------------------
@@ -337,13 +345,13 @@ def resolve(plan: Plan, *, curve: bool) -> Resolved:
         families += [PowerLawFamily(int(k)) for k in Ks]
     by_key: dict[tuple, list[int]] = {}
     for s, info in enumerate(infos):
-        by_key.setdefault((info.structure, info.K, info.q, info.unique), []).append(s)
+        by_key.setdefault((info.interaction, info.K, info.q, info.unique), []).append(s)
     sys_local = np.empty(len(infos), dtype=np.int64)
     sys_fam = np.empty(len(infos), dtype=np.int64)
-    for (structure, Kt, q, unique), ss in by_key.items():
+    for (interaction, Kt, q, unique), ss in by_key.items():
         sys_local[ss] = np.arange(len(ss))
         sys_fam[ss] = len(families)
-        families.append(TableFamily([infos[s] for s in ss], structure, Kt, q, unique))
+        families.append(TableFamily([infos[s] for s in ss], interaction, Kt, q, unique))
     rows_t = np.flatnonzero(~power)
     fam_code[rows_t] = sys_fam[sys_of[rows_t]]
     local[rows_t] = sys_local[sys_of[rows_t]]

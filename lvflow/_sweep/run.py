@@ -47,6 +47,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from .. import __version__
 from .._core.errors import LvflowError
 from .._core.validate import check_memory, curve_bytes
+from .._glv.interaction import DenseInteraction, DiagonalInteraction
 from .._schedule.schedule import plateau_schedule
 from .._workflow.io import atomic_write, atomic_write_text, check_path_length, read_document, to_json
 from .._workflow.predict import _schedule_per_mode
@@ -144,9 +145,9 @@ class Runner:
         """`lax.map` instead of `vmap` where the batch would run batched LAPACK on a CPU (see
         `evaluate.batched`): a dense coupled `C`, or a `z(∞)` not known in advance."""
         fam = group.family
-        if self.platform != "cpu" or fam.structure == "diagonal":
+        if self.platform != "cpu" or fam.interaction is DiagonalInteraction:
             return False
-        return fam.structure == "dense" or not fam.z_inf_known
+        return fam.interaction is DenseInteraction or not fam.z_inf_known
 
     def slice_rows(self, g: int) -> int:
         """Configurations per device per call, `b`. It depends on the group, never on the device
@@ -162,7 +163,7 @@ class Runner:
         group = self.res.groups[g]
         if self.batch_size is not None:
             base = self.batch_size
-        elif group.family.structure == "diagonal":
+        elif group.family.interaction is DiagonalInteraction:
             base = 4096
         else:
             base = 32 if self.platform == "cpu" else 1024
@@ -179,7 +180,7 @@ class Runner:
         kernels already use every core, and a `lax.map` group (batched LAPACK, `per_member`)
         keeps one call."""
         group = self.res.groups[g]
-        if self.platform != "cpu" or group.family.structure == "diagonal" or self.per_member(group):
+        if self.platform != "cpu" or group.family.interaction is DiagonalInteraction or self.per_member(group):
             return 1
         try:
             cores = len(os.sched_getaffinity(0))  # the cores this process may use (Linux)
