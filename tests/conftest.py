@@ -8,8 +8,11 @@ import jax
 import pytest
 
 jax.config.update("jax_enable_x64", True)
-# As diffrax's own test suite: an implicit broadcast between arrays of different rank is an error.
+# As diffrax's own test suite: an implicit broadcast between arrays of different rank is an error,
+# and so is an implicit promotion between dtypes (an int array meeting a float one, float32 meeting
+# float64): lvflow casts explicitly. Python scalars stay weakly typed.
 jax.config.update("jax_numpy_rank_promotion", "raise")
+jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 # jaxtyping checks every array annotation in lvflow at run time (with beartype), as diffrax's own
 # test suite does: shapes and dtypes that disagree with `Float[Array, "…"]` fail the test. Only the

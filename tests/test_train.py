@@ -30,7 +30,8 @@ def plain_loop(model, opt, steps, batch=None):
     grad, Ws = jax.jit(jax.grad(loss)), [W]
     for t in range(steps):
         Xb, Yb = (X, Y) if batch is None else (X[batch[t]], Y[batch[t]])
-        upd, state = opt.update(grad(W, Xb, Yb), state, W)
+        with jax.numpy_dtype_promotion("standard"):  # optax mixes its int32 count with floats
+            upd, state = opt.update(grad(W, Xb, Yb), state, W)
         W = optax.apply_updates(W, upd)
         Ws.append(W)
     return Ws, lambda W: float(loss(W, X, Y))

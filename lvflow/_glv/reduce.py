@@ -194,7 +194,9 @@ class ProjectorForm(eqx.Module):
 
     def loss(self, z: Float[ArrayLike, "*b n"]) -> Float[Array, "*b"]:
         """`L(Σ z_a Π_a) = Σ_a n_a (κ_a z_a²/4 − γ_a z_a/2) + y2` (cross terms vanish under Thm 16)."""
-        return (self.rank * (self.kappa * z**2 / 4 - self.gamma * z / 2)).sum(-1) + self.y2
+        z = jnp.asarray(z)
+        n = self.rank.astype(z.dtype)
+        return (n * (self.kappa * z**2 / 4 - self.gamma * z / 2)).sum(-1) + self.y2
 
     def lotka_volterra(self) -> LotkaVolterra:
         """The same flow as a diagonal gLV in `z'_a = Tr[Π_a M] = n_a z_a`:
@@ -213,7 +215,9 @@ class ProjectorForm(eqx.Module):
         if bool(jnp.all(self.rank == 1)):
             w, V = np.linalg.eigh(np.asarray(self.Pi))
             P = _canonical_signs(V[:, :, -1].T)
-        return LotkaVolterra(2 * self.gamma, jnp.diag(2 * self.kappa / self.rank), y2=self.y2, P=P, check=False)
+        return LotkaVolterra(
+            2 * self.gamma, jnp.diag(2 * self.kappa / self.rank.astype(self.kappa.dtype)), y2=self.y2, P=P, check=False
+        )
 
 
 def reduce_to_projectors(nqf: NQF, *, atol: float = 1e-8) -> ProjectorForm:

@@ -16,16 +16,20 @@ from typing import Any
 
 import numpy as np
 
+from .._glv.interaction import AbstractInteraction
+
 
 class AbstractFamily(abc.ABC):
-    """Systems of `K` modes with one structure of `C`: `"diagonal"` (Thm 6, closed form),
-    `"lowrank"` (`Diag(d) + UUᵀ`, `q` columns) or `"dense"`.
+    """Systems of `K` modes with one structure of `C`, the class of their interaction:
+    `DiagonalInteraction` (Thm 6, closed form), `LowRankInteraction` (`Diag(d) + UUᵀ`, `q`
+    columns) or `DenseInteraction`; `structure` names it in the sweep's outputs.
 
     Subclasses provide `key` (hashable: part of the compiled function's identity), `inputs`,
     `system` and `host_system`.
     """
 
     K: int
+    interaction: type[AbstractInteraction]
     structure: str
     q: int = 0
     #: the modes ignite in index order with `τ*_k = 1/r_k` (Eq. 168), so the ε → 0 schedule is

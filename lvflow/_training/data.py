@@ -283,8 +283,8 @@ def fourier_task(*, M: int = 256, P: int = 64, beta: float = 1.5) -> Dataset:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
             raise LvflowError(f"{name}: must be a positive integer, got {v!r}")
     beta = float(as_array("beta", beta, ndim=0))
-    x = jnp.arange(M) / M
-    k = jnp.arange(1, P + 1)
+    x = jnp.arange(M, dtype=float) / M
+    k = jnp.arange(1, P + 1, dtype=float)
     psi = math.sqrt(2) * jnp.cos(2 * jnp.pi * k[None, :] * x[:, None])
     return Dataset(x, psi @ k ** (-beta))
 
