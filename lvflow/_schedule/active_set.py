@@ -34,9 +34,8 @@ import numpy as np
 from .._core.errors import LvflowError, NotPSDError, SolverError
 from .._glv.lv import LowRankLotkaVolterra
 
-# From this size on, Q's rank-one update is BLAS's in-place dger (scipy, imported then: the CLI's
-# small systems do not pay scipy's import); below it numpy's outer product is as fast.
-_DGER_MIN_K = 256
+# Q's rank-one update runs over blocks of this many rows: one pass over Q, each temporary in cache.
+_ROWS = 256
 
 # A Schur complement below this fraction of C_kk means a linearly dependent mode.
 _SCHUR_RTOL = 1e-10
@@ -77,12 +76,9 @@ class _DenseBackend:
 
     def _rank_one(self, x, alpha, Cx):
         """`Q += α x xᵀ`, and the matching `z`, `φ`, `γ` updates (`Cx = C x`)."""
-        if x.shape[0] >= _DGER_MIN_K:  # in place, one pass over Q (Q is symmetric, so C/F order agree)
-            from scipy.linalg.blas import dger
-
-            self.Q = dger(alpha, x, x, a=self.Q.T, overwrite_a=True).T
-        else:
-            self.Q += np.multiply.outer(alpha * x, x)
+        ax = alpha * x
+        for i in range(0, x.shape[0], _ROWS):  # in place, block by block
+            self.Q[i : i + _ROWS] += np.multiply.outer(ax[i : i + _ROWS], x)
         xr = alpha * (x @ self.r)
         self._z = self._z + xr * x
         self._phi = self._phi - xr * Cx
