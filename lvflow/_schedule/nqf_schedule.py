@@ -29,13 +29,14 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
-from jaxtyping import Array, ArrayLike, Bool, Float
+from jaxtyping import Array, Bool, Float
 
 from .._core.errors import LvflowError, SolverError
 from .._core.validate import check_in_open_interval, check_positive_int
 from .._form.nqf import NQF
 from .._glv.reduce import _targets
 from .._glv.rodas5p import Rodas5P
+from .base import AbstractPlateauSchedule
 
 # Overlaps (entries of an orthogonal matrix, after elimination) below this count as exact zeros.
 _OVERLAP_TOL = 1e-7
@@ -53,8 +54,9 @@ _STEADY = 1e-6
 _SETTLE = 100.0
 
 
-class NQFPlateauSchedule(eqx.Module):
-    """The ε → 0 schedule of an `NQF` flowing from `M0 = ε I` (§4, "Beyond the paper").
+class NQFPlateauSchedule(AbstractPlateauSchedule):
+    """The ε → 0 schedule of an `NQF` flowing from `M0 = ε I` (§4, "Beyond the paper"); final, its
+    common methods (`n_events`, `times`, `loss_at`) on `AbstractPlateauSchedule`.
 
     Events are sorted in time; several may share a time. Between events the loss sits on a
     plateau.
@@ -89,22 +91,9 @@ class NQFPlateauSchedule(eqx.Module):
     eps: float = eqx.field(static=True)
 
     @property
-    def n_events(self) -> int:
-        return self.tau.shape[0]
-
-    def times(self, eps=None) -> Float[Array, " n"]:
-        """Event times in real time, `t = τ ln(1/ε)` (the limit schedule holds for any `eps`)."""
-        eps = self.eps if eps is None else check_in_open_interval("eps", eps, 0.0, 1.0)
-        return self.tau * -math.log(eps)
-
-    def loss_at(self, tau: Float[ArrayLike, "*b"]) -> Float[Array, "*b"]:
-        """The limiting step-function loss `L(τ)` (right-continuous: at an event time, the value after it).
-
-        **Raises:** `LvflowError` for a NaN `tau` (concrete); under `jit` a NaN `tau` gives NaN.
-        """
-        from .schedule import PlateauSchedule  # the gLV schedule's step function, on these fields
-
-        return PlateauSchedule.loss_at(self, tau)
+    def eps_fixed(self) -> bool:
+        """The limit schedule holds at any ε (`times(eps)` converts at the one given)."""
+        return False
 
     def M_at(self, tau: float) -> Float[Array, "p p"]:
         """The plateau matrix `M*` at time `tau` (right-continuous)."""

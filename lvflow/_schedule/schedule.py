@@ -30,23 +30,22 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from .._core.errors import LvflowError, SolverError
-from .._core.validate import _is_concrete, as_array, check_in_open_interval, check_positive_int, check_psd
+from .._core.validate import as_array, check_in_open_interval, check_positive_int, check_psd
 from .._form.nqf import NQF
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .active_set import _backend, _mode_tol, _repair
+from .base import AbstractPlateauSchedule
+from .nqf_schedule import NQFPlateauSchedule, nqf_plateau_schedule
 from .orbit import _KAPPA, transient
 from .window import joint_window, levels
-
-if TYPE_CHECKING:
-    from .nqf_schedule import NQFPlateauSchedule
 
 # σ_k = r_k − (Cz*)_k counts as positive (zero) above (below) this fraction of max|r|.
 _RTOL = 1e-10
@@ -304,21 +303,28 @@ class _Ignition(NamedTuple):
     settle: float
 
 
-def _ignition(be, pend, k, r, cols, tol, max_iter) -> _Ignition | str:
+class _NeedsWindow(NamedTuple):
+    """Mode `k`'s ignition cannot be described by one orbit: the support changes by more than `k`
+    and the modes it drops, so a joint window is needed. `reason`: why, for messages."""
+
+    reason: str
+
+
+def _ignition(be, pend, k, r, cols, tol, max_iter) -> _Ignition | _NeedsWindow:
     """Mode `k`'s ignition on its orbit (`orbit.transient`), from a copy of the backend (the
     ignition may lose to another candidate); or, where one orbit cannot describe it (the support
-    changes by more than `k` and the modes it drops), why not: a joint window is needed."""
+    changes by more than `k` and the modes it drops), a `_NeedsWindow`."""
     new, new_pend = copy.deepcopy(be), set(pend) | {k}
     _repair(new, new_pend, tol, max_iter)
     z_old, z_new = be.z_full(), new.z_full()
     S, Sn = be.supp, new.supp
     back = np.flatnonzero(Sn & ~S)
     if back.size != 1:  # back == [k] unless a mode at z* = 0 re-enters with it
-        return f"mode {k}'s ignition brings modes {back.tolist()} into the support"
+        return _NeedsWindow(f"mode {k}'s ignition brings modes {back.tolist()} into the support")
     sig_new = new.sigma()
     stay = np.flatnonzero(S & ~Sn & (sig_new >= -(_mode_tol(r, sig_new) if tol is None else tol)))
     if stay.size:
-        return f"mode {k}'s ignition leaves modes {stay.tolist()} at z* = 0 without decaying"
+        return _NeedsWindow(f"mode {k}'s ignition leaves modes {stay.tolist()} at z* = 0 without decaying")
     M = np.flatnonzero(S | Sn)
     CM = cols(M)
     o = transient(r[M], CM[M], z_old[M], z_new[M], int(np.searchsorted(M, k)))
@@ -328,18 +334,19 @@ def _ignition(be, pend, k, r, cols, tol, max_iter) -> _Ignition | str:
 
 def _window_modes(o, k, batch, overlap):
     """The modes to integrate together (a set), or `None` where `k`'s one-mode orbit `o` applies: a
-    joint window where `o` is a reason (a string: the support changes by more than `k` and the
+    joint window where `o` is a `_NeedsWindow` (the support changes by more than `k` and the
     modes it drops), several modes ignite at once, or `k`'s ignition overlaps the previous one
     (`overlap`: `k` is past its orbit's threshold, or it ignites before the previous one-mode
     ignition's orbit is within `e^-κ` of its plateau, `κ` e-folds of that orbit's slowest rate
     after it; its orbit assumes every other inactive mode exponentially small meanwhile)."""
-    if not isinstance(o, _Ignition) or batch.size > 1 or overlap:
+    if isinstance(o, _NeedsWindow) or batch.size > 1 or overlap:
         return {int(j) for j in batch} | {k}
     return None
 
 
-class PlateauSchedule(eqx.Module):
-    """The ε → 0 saddle-to-saddle schedule of a gLV (§4, "Beyond the paper").
+class PlateauSchedule(AbstractPlateauSchedule):
+    """The ε → 0 saddle-to-saddle schedule of a gLV (§4, "Beyond the paper"); final, its common
+    methods (`n_events`, `times`, `loss_at`) on `AbstractPlateauSchedule`.
 
     Events are sorted in time; several may share a time (simultaneous ignitions, or a
     competitor's ignition switching modes off). Between events the loss sits on a plateau.
@@ -378,34 +385,10 @@ class PlateauSchedule(eqx.Module):
     excess: Float[Array, " n+1"] | None = None
 
     @property
-    def n_events(self) -> int:
-        return self.tau.shape[0]
-
-    def times(self, eps=None) -> Float[Array, " n"]:
-        """Event times in real time, `t = τ ln(1/ε)`.
-
-        The uncorrected schedule from the default `z0` does not depend on ε, so any `eps` may
-        be given; the corrected one (or one built from an explicit `z0`) only holds at its own.
-        """
-        if eps is None:
-            eps = self.eps
-        eps = check_in_open_interval("eps", eps, 0.0, 1.0)
-        if (self.corrected or self.explicit_z0) and not math.isclose(eps, self.eps, rel_tol=1e-12):
-            raise LvflowError(
-                f"eps: this schedule was built for eps = {self.eps:g} (corrected or explicit z0), got {eps:g}"
-            )
-        return self.tau * -math.log(eps)
-
-    def loss_at(self, tau: Float[ArrayLike, "*b"]) -> Float[Array, "*b"]:
-        """The limiting step-function loss `L(τ)` (right-continuous: at an event time, the value after it).
-
-        **Raises:** `LvflowError` for a NaN `tau` (concrete); under `jit` a NaN `tau` gives NaN.
-        """
-        tau = jnp.asarray(tau, dtype=float)
-        if _is_concrete(tau) and np.any(np.isnan(np.asarray(tau))):
-            raise LvflowError("tau: contains NaN")
-        value = self.loss[jnp.searchsorted(self.tau, tau, side="right")]
-        return jnp.where(jnp.isnan(tau), jnp.nan, value)
+    def eps_fixed(self) -> bool:
+        """The corrected schedule, and one from an explicit `z0`, hold only at their own ε; the
+        limit from the default `z0` does not depend on it."""
+        return self.corrected or self.explicit_z0
 
     def active_at(self, tau: float) -> Bool[Array, " K"]:
         """The modes on the plateau (`s_k = 0`) at time `tau`."""
@@ -607,8 +590,6 @@ def plateau_schedule(
             raise LvflowError(
                 "system: an NQF's schedule starts at M0 = eps·I in the limit; z0, corrected, transients are gLV-only"
             )
-        from .nqf_schedule import nqf_plateau_schedule  # scipy and diffrax only on this path
-
         return nqf_plateau_schedule(system, eps, max_events=max_events)
     if not isinstance(system, AbstractLotkaVolterra):
         raise LvflowError(f"system: expected a LotkaVolterra, LowRankLotkaVolterra or NQF, got {type(system).__name__}")
