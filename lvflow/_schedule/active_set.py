@@ -54,7 +54,26 @@ def _mode_tol(r, sigma):
     return _SIGMA_RTOL * (np.abs(r) + np.abs(r - sigma)) + _TINY
 
 
-class _DenseBackend:
+class _Backend:
+    """What both backends share: `copy()`."""
+
+    # never changed after construction: shared by copies
+    _SHARED: frozenset = frozenset({"C", "d", "U", "r", "Us", "rs"})
+
+    def copy(self):
+        """An independent copy (arrays copied, the system's `C`, `d`, `U`, `r` shared): a trial
+        update on it leaves `self` as it was."""
+        new = object.__new__(type(self))
+        new.__dict__.update(
+            {
+                k: v.copy() if isinstance(v, np.ndarray) and k not in self._SHARED else v
+                for k, v in self.__dict__.items()
+            }
+        )
+        return new
+
+
+class _DenseBackend(_Backend):
     """`Q = (C_SS)⁻¹` embedded in `K × K` (zero off `S`), updated in place by rank-one
     Schur-complement steps; `z = Q r` and `φ = r − C z` follow each step in `O(K)` plus one
     product with `C` (`O(K²)` per step, refreshed from scratch every 64 steps against drift).
@@ -166,7 +185,7 @@ class _DenseBackend:
         self._phi = self.phi.copy()
 
 
-class _LowRankBackend:
+class _LowRankBackend(_Backend):
     """`C = diag(d) + UUᵀ`: only the Woodbury core `G = U_Sᵀ D_S⁻¹ U_S`, `b = U_Sᵀ D_S⁻¹ r_S`
     and `c = r_Sᵀ D_S⁻¹ r_S` are kept (`O(q²)` per update). On `S`, `z = D⁻¹ψ` with
     `ψ = r − U v`, `v = Uᵀz = (I + G)⁻¹ b`; off `S` the growth rate is `σ = ψ` (`O(K q)` per

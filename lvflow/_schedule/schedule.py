@@ -28,7 +28,6 @@ dense loop about nothing (10³ random dense modes: 7.8 s against 7.5 s).
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 from typing import NamedTuple
 
@@ -54,6 +53,26 @@ _TIME_RTOL = 1e-12
 # transients: how many one-mode ignitions an overlap may undo to integrate them jointly (each kept
 # as a backend, `O(K²)` memory for dense `C`)
 _HISTORY = 16
+
+
+class _Checkpoint(NamedTuple):
+    """The event loop's state before a one-mode ignition (with transients), to undo it when the next
+    ignition overlaps it: the backend (not changed in place afterwards) and the active modes off its
+    support, every mode's distance to ignition `w`, the time, the active set, the first ignition
+    times, the plateau `z`, the event count, the igniting mode, and the lengths of the event and drop
+    lists then."""
+
+    be: object
+    pend: frozenset
+    w: np.ndarray
+    t: float
+    active: np.ndarray
+    tstar: np.ndarray
+    z: np.ndarray
+    n: int
+    k: int
+    n_ev: int
+    n_drops: int
 
 
 def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
@@ -91,7 +110,7 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
     dt = np.empty(K)
     orbits = {}  # mode -> its ignition from the current plateau (`_ignition`), with `cols`
     level = levels(r, be.diagonal()) if cols is not None else None
-    history = []  # with `cols`: the state before each one-mode ignition since the last window
+    history = []  # with `cols`: a `_Checkpoint` before each one-mode ignition since the last window
     # with `cols`: when the one-mode ignitions since the last window have settled (their orbits within e^-κ
     # of the plateau reached); an ignition before that overlaps them (`_window_modes`)
     settled = -math.inf
@@ -128,14 +147,24 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
                     # (and the ones before it while a mode of the window was already in transit
                     # when they started) and integrate them together
                     while history:
-                        be, pend, w, t, active, tstar, n_ev, n_drops, znow, n, k_last = history.pop()
-                        W0, required = W0 | {k_last}, [k_last]
+                        c = history.pop()
+                        be, pend, w, t, active, tstar, znow, n = (
+                            c.be,
+                            set(c.pend),
+                            c.w,
+                            c.t,
+                            c.active,
+                            c.tstar,
+                            c.z,
+                            c.n,
+                        )
+                        W0, required = W0 | {c.k}, [c.k]
                         if not np.any((-w[list(W0)] >= level[list(W0)]) & ~active[list(W0)]):
                             break
-                    del ev[n_ev:], drops[n_drops:]
+                    del ev[c.n_ev :], drops[c.n_drops :]
                 history.clear()
                 settled = -math.inf
-                be = copy.deepcopy(be)  # the window's events are replayed on it in place
+                be = be.copy()  # the window's events are replayed on it in place
                 win = joint_window(be, pend, -w, t, required, W0, r, cols, tol, max_iter, level)
                 zprev = znow
                 for tg, modes, off in win.ignitions:  # the window's events, replayed on the backend
@@ -165,7 +194,11 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
                     raise SolverError(f"max_events: more than {max_events} events; pass a larger max_events")
                 continue
         if cols is not None:
-            prev = (w.copy(), t, active.copy(), tstar.copy())
+            # the state before this ignition, to integrate it jointly with the next one if that
+            # one turns out to be past its threshold already (`be` is not changed in place below)
+            saved = _Checkpoint(
+                be, frozenset(pend), w.copy(), t, active.copy(), tstar.copy(), znow, n, k, len(ev), len(drops)
+            )
         t += dmin
         batch = (dt <= dmin + _TIME_RTOL * max(1.0, abs(t))).nonzero()[0]
         if dmin > 0:
@@ -175,9 +208,7 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
         tstar[batch] = np.minimum(tstar[batch], t)
         zprev = znow
         if cols is not None:
-            # the state before this ignition, to integrate it jointly with the next one if that
-            # one turns out to be past its threshold already (`be` is not changed in place here)
-            history.append((be, set(pend), *prev, len(ev), len(drops), zprev, n, k))
+            history.append(saved)
             del history[:-_HISTORY]
             be, pend = orbits[k].be, orbits[k].pend  # already repaired onto the new plateau
             settled = max(settled, t + orbits[k].settle)
@@ -314,7 +345,7 @@ def _ignition(be, pend, k, r, cols, tol, max_iter) -> _Ignition | _NeedsWindow:
     """Mode `k`'s ignition on its orbit (`orbit.transient`), from a copy of the backend (the
     ignition may lose to another candidate); or, where one orbit cannot describe it (the support
     changes by more than `k` and the modes it drops), a `_NeedsWindow`."""
-    new, new_pend = copy.deepcopy(be), set(pend) | {k}
+    new, new_pend = be.copy(), set(pend) | {k}
     _repair(new, new_pend, tol, max_iter)
     z_old, z_new = be.z_full(), new.z_full()
     S, Sn = be.supp, new.supp

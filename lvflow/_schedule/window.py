@@ -33,7 +33,6 @@ Read off at the end `T`:
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import NamedTuple
 
@@ -120,7 +119,7 @@ def joint_window(be, pend, u_t, t, required, W0, r, cols, tol, max_iter, level) 
 
 def _equilibrium(be, P, tol, max_iter):
     """The saturated equilibrium on the old active set plus `P`, on a copy of the backend."""
-    fin, fp = copy.deepcopy(be), {int(j) for j in P}
+    fin, fp = be.copy(), {int(j) for j in P}
     _repair(fin, fp, tol, max_iter)
     return fin, fp
 
@@ -241,7 +240,7 @@ def _replay(be, run, S, M, z_new, tol, max_iter):
     the window off the support or falls below `ρ z_new,j` later in it (then it is a candidate
     again), and otherwise stays active at `z* = 0` (it never left the support in the gLV).
     Returns `[(t, ignited, switched off)]` and the last plateau's backend."""
-    rep, rp = copy.deepcopy(be), set()
+    rep, rp = be.copy(), set()
     act = S.copy()
     r = be.r
     groups, after = [], -math.inf
