@@ -129,7 +129,7 @@ def _bisect(sol, i, target, a, b):
 
 
 class Path(NamedTuple):
-    """A solve of the restricted gLV in `(u, I)` on `n` modes, padded to `N` (`_pad`): `ts`, `ys`
+    """A solve of the restricted gLV in `(u, I)` on `n` modes, padded to `N` (`LogGLV`): `ts`, `ys`
     (`(2n, steps)`, unpadded) its steps, `sol` its dense output (padded: `u_i` is entry `i`, `I_i`
     entry `N + i`), `result` diffrax's."""
 
@@ -140,8 +140,9 @@ class Path(NamedTuple):
 
 
 class LogGLV(NamedTuple):
-    """The restricted gLV (Eq. 32) of `n` modes for `_solve`, padded to a power of two `N ≥ 2`
-    (one compilation per `N`): the padding modes have `r = 0`, `C = 0` and start at `u = −700`."""
+    """The restricted gLV (Eq. 32) of `n` modes for `_solve`, padded to a power of two `N ≥ 8`
+    (one compilation per `N`; a step costs about the same below 8 modes): the padding modes have
+    `r = 0`, `C = 0` and start at `u = −700`."""
 
     r: object
     C: object
@@ -151,7 +152,7 @@ class LogGLV(NamedTuple):
     @classmethod
     def build(cls, r, C) -> LogGLV:
         n = r.shape[0]
-        N = max(2, 1 << (n - 1).bit_length())
+        N = max(8, 1 << (n - 1).bit_length())
         rp, Cp, mask = np.zeros(N), np.zeros((N, N)), np.zeros(N)
         rp[:n], Cp[:n, :n], mask[:n] = r, C, 1.0
         return cls(jnp.asarray(rp), jnp.asarray(Cp), jnp.asarray(mask), n)
