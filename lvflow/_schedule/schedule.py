@@ -55,6 +55,22 @@ _TIME_RTOL = 1e-12
 _HISTORY = 16
 
 
+class _Events(NamedTuple):
+    """An event loop's result: per event (in the order recorded) its time `t` (`τ`, or real time
+    corrected), `mode`, whether it `ignites`, and the `excess` `L − L∞` of the plateau after it; the
+    excess before the first event `excess0`, the last plateau's loss `L_inf`, each mode's first
+    ignition time `tstar` (inf if never) and the last plateau `z_final`."""
+
+    t: np.ndarray
+    mode: np.ndarray
+    ignites: np.ndarray
+    excess: np.ndarray
+    excess0: float
+    L_inf: float
+    tstar: np.ndarray
+    z_final: np.ndarray
+
+
 class _Checkpoint(NamedTuple):
     """The event loop's state before a one-mode ignition (with transients), to undo it when the next
     ignition overlaps it: the backend (not changed in place afterwards) and the active modes off its
@@ -81,8 +97,7 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
     `ln(σ_k/γ_k)` corrected) growing at its rate `σ_k`. With `cols` (`M ↦ C[:, M]`; corrected only)
     the next ignition's threshold and its effect on the other modes come from its orbit
     (`orbit.transient`) instead. `tol`: a growth rate at or below it is zero (`None`: each mode's
-    own, `_mode_tol`). Returns `(times, modes, ignites, excess)` per event, `(excess before the
-    first event, L∞)`, the first ignition times and the last plateau: a plateau's excess
+    own, `_mode_tol`). Returns the `_Events`: a plateau's excess
     `L − L∞` is the sum of the drops still to come, each in the stationary form of `_drop`
     (never negative, no cancellation against `y2`)."""
     K = r.shape[0]
@@ -250,13 +265,16 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
     # excess[p] = L(plateau p) − L(last plateau): the drops still to come
     excess = np.append(np.cumsum(np.asarray(drops[:0:-1]))[::-1], 0.0)
     sizes = [e[1].size for e in ev]
-    out = (
-        np.repeat([e[0] for e in ev], sizes).astype(float),
-        np.concatenate([e[1] for e in ev]).astype(int),
-        np.repeat([e[2] for e in ev], sizes).astype(bool),
-        np.repeat([excess[e[3]] for e in ev], sizes).astype(float),
+    return _Events(
+        t=np.repeat([e[0] for e in ev], sizes).astype(float),
+        mode=np.concatenate([e[1] for e in ev]).astype(int),
+        ignites=np.repeat([e[2] for e in ev], sizes).astype(bool),
+        excess=np.repeat([excess[e[3]] for e in ev], sizes).astype(float),
+        excess0=float(excess[0]),
+        L_inf=_final_loss(r, y2, z_final, be.cz(z_final)),
+        tstar=tstar,
+        z_final=z_final,
     )
-    return out, (float(excess[0]), _final_loss(r, y2, z_final, be.cz(z_final))), tstar, z_final
 
 
 def _drop(be, z_prev, z) -> float:
@@ -489,7 +507,8 @@ def _diagonal_schedule(r, c, y2, u0, active0, L, corrected):
     """Closed form for diagonal `C` (Thm 6): mode `k` ignites when `u_k` reaches 0 (or
     `ln(r_k / C_kk)` corrected) growing at rate `r_k`, for every `r_k > 0` however small; each
     ignition lowers the loss by `V_k = r_k² / (8 C_kk)` (Eq. 168). Plateau losses are `L∞` plus
-    the drops still to come (no cancellation against `y2`): returned as the excess over `L∞`."""
+    the drops still to come (no cancellation against `y2`): returned as the excess over `L∞`
+    (`_Events`)."""
     grow = r > 0
     if np.any(grow & (c <= 0)):
         k = int(np.flatnonzero(grow & (c <= 0))[0])
@@ -518,7 +537,7 @@ def _diagonal_schedule(r, c, y2, u0, active0, L, corrected):
     ev_mode = np.concatenate([ext, ign]).astype(int)
     ev_ign = np.concatenate([np.zeros(ext.size, bool), np.ones(ign.size, bool)])
     ev_excess = np.concatenate([np.full(ext.size, excess0), after])
-    return ev_t, ev_mode, ev_ign, ev_excess, (excess0, L_inf), t, z_final
+    return _Events(ev_t, ev_mode, ev_ign, ev_excess, excess0, L_inf, t, z_final)
 
 
 def plateau_schedule(
@@ -643,13 +662,11 @@ def plateau_schedule(
         c = np.diagonal(C)
 
     if diagonal:
-        ev_t, ev_mode, ev_ign, ev_ex, (ex0, L_inf), tstar, z_final = _diagonal_schedule(
-            r, c, y2, u0, active0, L, corrected
-        )
+        res = _diagonal_schedule(r, c, y2, u0, active0, L, corrected)
     else:
         N = 4 * K + 16 if max_events is None else max_events
         with _one_blas_thread():
-            (ev_t, ev_mode, ev_ign, ev_ex), (ex0, L_inf), tstar, z_final = _run(
+            res = _run(
                 _backend(system, corrected),
                 r,
                 y2,
@@ -661,20 +678,20 @@ def plateau_schedule(
                 _columns(system) if transients else None,
             )
         # ignitions are recorded before the switch-offs they cause; keep time order stable
-        order = np.argsort(ev_t, kind="stable")
-        ev_t, ev_mode, ev_ign, ev_ex = ev_t[order], ev_mode[order], ev_ign[order], ev_ex[order]
-    excess = np.concatenate([[ex0], np.asarray(ev_ex, dtype=float)])
+        order = np.argsort(res.t, kind="stable")
+        res = res._replace(t=res.t[order], mode=res.mode[order], ignites=res.ignites[order], excess=res.excess[order])
+    excess = np.concatenate([[res.excess0], np.asarray(res.excess, dtype=float)])
 
     scale = L if corrected else 1.0
     return PlateauSchedule(
-        tau=jnp.asarray(np.asarray(ev_t, dtype=float) / scale),
-        mode=jnp.asarray(np.asarray(ev_mode, dtype=int)),
-        ignites=jnp.asarray(np.asarray(ev_ign, dtype=bool)),
-        loss=jnp.asarray(L_inf + excess),
+        tau=jnp.asarray(np.asarray(res.t, dtype=float) / scale),
+        mode=jnp.asarray(np.asarray(res.mode, dtype=int)),
+        ignites=jnp.asarray(np.asarray(res.ignites, dtype=bool)),
+        loss=jnp.asarray(res.L_inf + excess),
         excess=jnp.asarray(excess),
-        tau_star=jnp.asarray(np.asarray(tstar, dtype=float) / scale),
+        tau_star=jnp.asarray(np.asarray(res.tstar, dtype=float) / scale),
         initially_active=jnp.asarray(active0),
-        z_final=jnp.asarray(z_final),
+        z_final=jnp.asarray(res.z_final),
         system=system,
         eps=eps,
         corrected=corrected,
