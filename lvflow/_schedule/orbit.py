@@ -39,7 +39,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
-from jaxtyping import Float
+from jaxtyping import Array, Float, Int
 
 from .._core.errors import SolverError
 from .._glv.interaction import exp_clipped
@@ -72,7 +72,7 @@ class Transient(NamedTuple):
 _MAX_STEPS = 4096
 
 
-def _field(t, y, args):
+def _field(t, y: Float[Array, " 2N"], args) -> Float[Array, " 2N"]:
     """The restricted gLV (Eq. 32) in `y = (u, I)`, `u = ln z`, `I = ∫ z dt`: `u̇ = r − C e^u`, `İ = e^u`."""
     r, C = args
     z = exp_clipped(y[: r.shape[0]])
@@ -80,7 +80,16 @@ def _field(t, y, args):
 
 
 @eqx.filter_jit
-def _solve(r, C, mask, t0, t1, y0, k, log_target):
+def _solve(
+    r: Float[Array, " N"],
+    C: Float[Array, "N N"],
+    mask: Float[Array, " N"],
+    t0: Float[Array, ""],
+    t1: Float[Array, ""],
+    y0: Float[Array, " 2N"],
+    k: Int[Array, ""],
+    log_target: Float[Array, ""],
+) -> dfx.Solution:
     """`_field` from `y0` at `t0` towards `t1` (RODAS5P, `_RTOL`/`_ATOL`, the PID controller's RMS
     norm over the real modes, `mask`), every step saved with the dense output; stopped at the end of
     the step where `u_k` first crosses `log_target` upward when `k ≥ 0`, or after `_MAX_STEPS` steps
@@ -110,13 +119,15 @@ def _solve(r, C, mask, t0, t1, y0, k, log_target):
 
 
 @eqx.filter_jit
-def _evaluate(sol, t):
+def _evaluate(sol: dfx.Solution, t: Float[Array, ""]) -> Float[Array, " 2N"]:
     """The dense output of a `_solve` at `t`."""
     return sol.evaluate(t)
 
 
 @eqx.filter_jit
-def _bisect(sol, i, target, a, b):
+def _bisect(
+    sol: dfx.Solution, i: Int[Array, ""], target: Float[Array, ""], a: Float[Array, ""], b: Float[Array, ""]
+) -> Float[Array, ""]:
     """The time in `[a, b]` where `y_i` of the dense output crosses `target` upward (`y_i(a) < target
     ≤ y_i(b)`), by bisection to adjacent floats."""
 
@@ -133,10 +144,10 @@ class Path(NamedTuple):
     (`(2n, steps)`, unpadded) its steps, `sol` its dense output (padded: `u_i` is entry `i`, `I_i`
     entry `N + i`), `result` diffrax's."""
 
-    ts: np.ndarray
-    ys: np.ndarray
-    sol: object
-    result: object
+    ts: Float[np.ndarray, " steps"]
+    ys: Float[np.ndarray, "2n steps"]
+    sol: dfx.Solution
+    result: dfx.RESULTS
 
 
 class LogGLV(NamedTuple):
@@ -144,20 +155,21 @@ class LogGLV(NamedTuple):
     (one compilation per `N`; a step costs about the same below 8 modes): the padding modes have
     `r = 0`, `C = 0` and start at `u = −700`."""
 
-    r: object
-    C: object
-    mask: object
+    r: Float[Array, " N"]
+    C: Float[Array, "N N"]
+    mask: Float[Array, " N"]
     n: int
 
     @classmethod
-    def build(cls, r, C) -> LogGLV:
+    def build(cls, r: Float[np.ndarray, " n"], C: Float[np.ndarray, "n n"]) -> LogGLV:
+        """The padded system of `r`, `C`."""
         n = r.shape[0]
         N = max(8, 1 << (n - 1).bit_length())
         rp, Cp, mask = np.zeros(N), np.zeros((N, N)), np.zeros(N)
         rp[:n], Cp[:n, :n], mask[:n] = r, C, 1.0
         return cls(jnp.asarray(rp), jnp.asarray(Cp), jnp.asarray(mask), n)
 
-    def solve(self, t0, t1, y0, k=-1, log_target=0.0) -> Path:
+    def solve(self, t0: float, t1: float, y0: Float[np.ndarray, " 2n"], k: int = -1, log_target: float = 0.0) -> Path:
         """From `y0 = (u, I)` (shape `(2n,)`) at `t0` towards `t1`; see `_solve`."""
         n, N = self.n, self.r.shape[0]
         yp = np.zeros(2 * N)
@@ -170,13 +182,13 @@ class LogGLV(NamedTuple):
         ys = ys[keep]
         return Path(ts[keep], np.concatenate([ys[:, :n], ys[:, N : N + n]], axis=1).T, sol, sol.result)
 
-    def at(self, path: Path, t) -> np.ndarray:
+    def at(self, path: Path, t: float) -> Float[np.ndarray, " 2n"]:
         """`y = (u, I)` (shape `(2n,)`) of `path`'s dense output at `t`."""
         n, N = self.n, self.r.shape[0]
         y = np.asarray(_evaluate(path.sol, jnp.asarray(float(t))))
         return np.concatenate([y[:n], y[N : N + n]])
 
-    def crossing(self, path: Path, i, target, a, b) -> float:
+    def crossing(self, path: Path, i: int, target: float, a: float, b: float) -> float:
         """The upward crossing of `u_i = target` in `[a, b]` on `path`'s dense output."""
         return float(
             _bisect(path.sol, jnp.asarray(i), jnp.asarray(float(target)), jnp.asarray(float(a)), jnp.asarray(float(b)))
