@@ -72,7 +72,7 @@ class Transient(NamedTuple):
 _MAX_STEPS = 4096
 
 
-def _field(t, y: Float[Array, " 2N"], args) -> Float[Array, " 2N"]:
+def _field(t, y: Float[Array, " twoN"], args) -> Float[Array, " twoN"]:
     """The restricted gLV (Eq. 32) in `y = (u, I)`, `u = ln z`, `I = ∫ z dt`: `u̇ = r − C e^u`, `İ = e^u`."""
     r, C = args
     z = exp_clipped(y[: r.shape[0]])
@@ -86,7 +86,7 @@ def _solve(
     mask: Float[Array, " N"],
     t0: Float[Array, ""],
     t1: Float[Array, ""],
-    y0: Float[Array, " 2N"],
+    y0: Float[Array, " twoN"],
     k: Int[Array, ""],
     log_target: Float[Array, ""],
 ) -> dfx.Solution:
@@ -119,7 +119,7 @@ def _solve(
 
 
 @eqx.filter_jit
-def _evaluate(sol: dfx.Solution, t: Float[Array, ""]) -> Float[Array, " 2N"]:
+def _evaluate(sol: dfx.Solution, t: Float[Array, ""]) -> Float[Array, " twoN"]:
     """The dense output of a `_solve` at `t`."""
     return sol.evaluate(t)
 
@@ -145,7 +145,7 @@ class Path(NamedTuple):
     entry `N + i`), `result` diffrax's."""
 
     ts: Float[np.ndarray, " steps"]
-    ys: Float[np.ndarray, "2n steps"]
+    ys: Float[np.ndarray, "twon steps"]
     sol: dfx.Solution
     result: dfx.RESULTS
 
@@ -169,7 +169,7 @@ class LogGLV(NamedTuple):
         rp[:n], Cp[:n, :n], mask[:n] = r, C, 1.0
         return cls(jnp.asarray(rp), jnp.asarray(Cp), jnp.asarray(mask), n)
 
-    def solve(self, t0: float, t1: float, y0: Float[np.ndarray, " 2n"], k: int = -1, log_target: float = 0.0) -> Path:
+    def solve(self, t0: float, t1: float, y0: Float[np.ndarray, " twon"], k: int = -1, log_target: float = 0.0) -> Path:
         """From `y0 = (u, I)` (shape `(2n,)`) at `t0` towards `t1`; see `_solve`."""
         n, N = self.n, self.r.shape[0]
         yp = np.zeros(2 * N)
@@ -182,7 +182,7 @@ class LogGLV(NamedTuple):
         ys = ys[keep]
         return Path(ts[keep], np.concatenate([ys[:, :n], ys[:, N : N + n]], axis=1).T, sol, sol.result)
 
-    def at(self, path: Path, t: float) -> Float[np.ndarray, " 2n"]:
+    def at(self, path: Path, t: float) -> Float[np.ndarray, " twon"]:
         """`y = (u, I)` (shape `(2n,)`) of `path`'s dense output at `t`."""
         n, N = self.n, self.r.shape[0]
         y = np.asarray(_evaluate(path.sol, jnp.asarray(float(t))))
