@@ -93,10 +93,8 @@ def test_diagonal_tau_star_is_one_over_r_and_loss_staircase():
         np.testing.assert_allclose(at, y2 - np.array([0, V[0], V[:2].sum(), V.sum()]), rtol=1e-13)
         np.testing.assert_allclose(s.z_final, np.where(r > 0, r / c, 0.0), rtol=1e-12)
     # the dense incremental backend on the same diagonal system
-    (t, mode, ign, loss), loss0, tstar, z = _run(
-        _DenseBackend(np.diag(c), r, False), r, y2, np.full(K, -1.0), np.zeros(K, bool), 1e-12, False, 100
-    )
-    np.testing.assert_allclose(tstar, expected, rtol=1e-13)
+    res = _run(_DenseBackend(np.diag(c), r, False), r, y2, np.full(K, -1.0), np.zeros(K, bool), 1e-12, False, 100)
+    np.testing.assert_allclose(res.tstar, expected, rtol=1e-13)
     assert s.times(1e-3)[0] == pytest.approx(math.log(1e3))
 
 

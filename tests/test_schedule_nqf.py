@@ -242,3 +242,19 @@ def test_wrong_system_type_and_gLV_only_options():
         s.loss_at(float("nan"))
     with pytest.raises(lvflow.LvflowError, match="eps"):
         s.times(2.0)
+
+
+def test_both_schedules_share_one_abstract_base():
+    # plateau_schedule returns a final subclass of one abstract base for a gLV and for an NQF: the
+    # step-function loss, the event count and the real times are the base's, alike for both
+    nqf, _ = _quadratic_net(m=12)
+    a = lvflow.plateau_schedule(nqf, 1e-3)
+    b = lvflow.plateau_schedule(lvflow.LotkaVolterra(np.array([1.0, 0.5]), np.eye(2)), 1e-3)
+    (base,) = [c for c in type(a).__mro__ if c in type(b).__mro__ and c.__name__.startswith("Abstract")]
+    assert base.loss_at is type(a).loss_at is type(b).loss_at
+    for s in (a, b):
+        tau, loss = np.asarray(s.tau), np.asarray(s.loss)
+        mid = np.concatenate([[tau[0] / 2], (tau[:-1] + tau[1:]) / 2, [tau[-1] + 1]])
+        np.testing.assert_array_equal(np.asarray(s.loss_at(mid)), loss)  # one plateau between events
+        assert s.n_events == tau.size
+        np.testing.assert_allclose(np.asarray(s.times(1e-6)), tau * np.log(1e6), rtol=1e-15)

@@ -34,9 +34,9 @@ import numpy as np
 from .._core.errors import LvflowError, NotPSDError, SolverError
 from .._glv.lv import LowRankLotkaVolterra
 
-# From this size on, Q's rank-one update is BLAS's in-place dger (scipy, imported then: the CLI's
-# small systems do not pay scipy's import); below it numpy's outer product is as fast.
-_DGER_MIN_K = 256
+# Q's rank-one updates are kept as columns of X (Q = Q₀ + X Diag(α) Xᵀ) and folded into Q₀ by one
+# matrix product every this many updates: BLAS-3 instead of one pass over Q per update.
+_BATCH = 32
 
 # A Schur complement below this fraction of C_kk means a linearly dependent mode.
 _SCHUR_RTOL = 1e-10
@@ -55,16 +55,37 @@ def _mode_tol(r, sigma):
     return _SIGMA_RTOL * (np.abs(r) + np.abs(r - sigma)) + _TINY
 
 
-class _DenseBackend:
-    """`Q = (C_SS)⁻¹` embedded in `K × K` (zero off `S`), updated in place by rank-one
-    Schur-complement steps; `z = Q r` and `φ = r − C z` follow each step in `O(K)` plus one
-    product with `C` (`O(K²)` per step, refreshed from scratch every 64 steps against drift).
-    With `corrected`, also every mode's Schur complement `γ_k = C_kk − C_kS Q C_Sk`."""
+class _Backend:
+    """What both backends share: `copy()`."""
+
+    # never changed after construction: shared by copies
+    _SHARED: frozenset = frozenset({"C", "d", "U", "r", "Us", "rs"})
+
+    def copy(self):
+        """An independent copy (arrays copied, the system's `C`, `d`, `U`, `r` shared): a trial
+        update on it leaves `self` as it was."""
+        new = object.__new__(type(self))
+        new.__dict__.update(
+            {
+                k: v.copy() if isinstance(v, np.ndarray) and k not in self._SHARED else v
+                for k, v in self.__dict__.items()
+            }
+        )
+        return new
+
+
+class _DenseBackend(_Backend):
+    """`Q = (C_SS)⁻¹` embedded in `K × K` (zero off `S`), updated by rank-one Schur-complement
+    steps, held as `Q₀ + X Diag(α) Xᵀ` with at most `_BATCH` pending columns in `X` (folded into
+    `Q₀` by one matrix product when full); `z = Q r` and `φ = r − C z` follow each step in `O(K)`
+    plus one product with `C` (`O(K²)` per step, refreshed from scratch every 64 steps against
+    drift). With `corrected`, also every mode's Schur complement `γ_k = C_kk − C_kS Q C_Sk`."""
 
     def __init__(self, C, r, corrected):
         K = r.shape[0]
         self.C, self.r, self.corrected = C, r, corrected
         self.Q = np.zeros((K, K))
+        self.X, self.alpha, self.pending = np.zeros((K, _BATCH)), np.zeros(_BATCH), 0
         self.gam = np.diagonal(C).copy()
         self.supp = np.zeros(K, bool)
         self.z, self.phi = np.zeros(K), r.copy()
@@ -75,14 +96,29 @@ class _DenseBackend:
         """`C_jj` for every mode."""
         return np.diagonal(self.C).copy()
 
-    def _rank_one(self, x, alpha, Cx):
-        """`Q += α x xᵀ`, and the matching `z`, `φ`, `γ` updates (`Cx = C x`)."""
-        if x.shape[0] >= _DGER_MIN_K:  # in place, one pass over Q (Q is symmetric, so C/F order agree)
-            from scipy.linalg.blas import dger
+    def _q(self, v):
+        """`Q v`."""
+        m = self.pending
+        out = self.Q @ v
+        if m:
+            X = self.X[:, :m]
+            out += X @ (self.alpha[:m] * (v @ X))
+        return out
 
-            self.Q = dger(alpha, x, x, a=self.Q.T, overwrite_a=True).T
-        else:
-            self.Q += np.multiply.outer(alpha * x, x)
+    def _q_column(self, k):
+        """`Q[:, k]` (a new array)."""
+        m = self.pending
+        return self.Q[:, k] + self.X[:, :m] @ (self.alpha[:m] * self.X[k, :m])
+
+    def _rank_one(self, x, alpha, Cx):
+        """`Q += α x xᵀ` (pending in `X`), and the matching `z`, `φ`, `γ` updates (`Cx = C x`)."""
+        if self.pending == _BATCH:
+            X = self.X
+            self.Q += (X * self.alpha) @ X.T
+            self.pending = 0
+        self.X[:, self.pending] = x
+        self.alpha[self.pending] = alpha
+        self.pending += 1
         xr = alpha * (x @ self.r)
         self._z = self._z + xr * x
         self._phi = self._phi - xr * Cx
@@ -90,13 +126,13 @@ class _DenseBackend:
             self.gam = self.gam - alpha * Cx**2
         self._updates += 1
         if self._updates % 64 == 0:
-            self._z = self.Q @ self.r
+            self._z = self._q(self.r)
             self._z[~self.supp] = 0.0
             self._phi = self.r - self.C @ self._z
 
     def add(self, k) -> bool:
         c = np.where(self.supp, self.C[:, k], 0.0)
-        a = self.Q @ c
+        a = self._q(c)
         g = self.C[k, k] - c @ a
         ckk = abs(self.C[k, k])
         if g < -_SCHUR_RTOL * ckk - np.finfo(float).tiny:
@@ -109,11 +145,12 @@ class _DenseBackend:
         return True
 
     def remove(self, k) -> None:
-        q = self.Q[:, k].copy()
+        q = self._q_column(k)
         self.supp[k] = False
         self._rank_one(q, -1.0 / q[k], self.C @ q)
         self.Q[k, :] = 0.0
         self.Q[:, k] = 0.0
+        self.X[k, :] = 0.0  # row and column k of X Diag(α) Xᵀ
         self._z[k] = 0.0
 
     def solve(self):
@@ -137,7 +174,7 @@ class _DenseBackend:
     def response(self, k):
         """`C x` for `x = e_k − C_SS⁻¹ C_Sk` (mode `k` off `S` at unit level, `S` adiabatically
         re-equilibrated): the rate change every mode feels per unit of a lingering `z_k`."""
-        x = -(self.Q @ np.where(self.supp, self.C[:, k], 0.0))
+        x = -self._q(np.where(self.supp, self.C[:, k], 0.0))
         x[k] += 1.0
         return self.C @ x
 
@@ -163,14 +200,14 @@ class _DenseBackend:
         if full:
             z = np.zeros_like(z)
             z[S] = np.linalg.solve(self.C[np.ix_(S, S)], self.r[S])
-        z = z + self.Q @ np.where(S, self.r - self.C @ z, 0.0)  # Q vanishes off S
+        z = z + self._q(np.where(S, self.r - self.C @ z, 0.0))  # Q vanishes off S
         z = np.maximum(z, 0.0)
         self.z, self._z = z, z.copy()
         self.phi = self.r - self.C @ z
         self._phi = self.phi.copy()
 
 
-class _LowRankBackend:
+class _LowRankBackend(_Backend):
     """`C = diag(d) + UUᵀ`: only the Woodbury core `G = U_Sᵀ D_S⁻¹ U_S`, `b = U_Sᵀ D_S⁻¹ r_S`
     and `c = r_Sᵀ D_S⁻¹ r_S` are kept (`O(q²)` per update). On `S`, `z = D⁻¹ψ` with
     `ψ = r − U v`, `v = Uᵀz = (I + G)⁻¹ b`; off `S` the growth rate is `σ = ψ` (`O(K q)` per

@@ -28,15 +28,15 @@ import diffrax
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-import scipy.linalg
-import scipy.optimize
-from jaxtyping import Array, ArrayLike, Bool, Float
+import optimistix as optx
+from jaxtyping import Array, Bool, Float
 
 from .._core.errors import LvflowError, SolverError
 from .._core.validate import check_in_open_interval, check_positive_int
 from .._form.nqf import NQF
 from .._glv.reduce import _targets
 from .._glv.rodas5p import Rodas5P
+from .base import AbstractPlateauSchedule
 
 # Overlaps (entries of an orthogonal matrix, after elimination) below this count as exact zeros.
 _OVERLAP_TOL = 1e-7
@@ -54,8 +54,9 @@ _STEADY = 1e-6
 _SETTLE = 100.0
 
 
-class NQFPlateauSchedule(eqx.Module):
-    """The ε → 0 schedule of an `NQF` flowing from `M0 = ε I` (§4, "Beyond the paper").
+class NQFPlateauSchedule(AbstractPlateauSchedule):
+    """The ε → 0 schedule of an `NQF` flowing from `M0 = ε I` (§4, "Beyond the paper"); final, its
+    common methods (`n_events`, `times`, `loss_at`) on `AbstractPlateauSchedule`.
 
     Events are sorted in time; several may share a time. Between events the loss sits on a
     plateau.
@@ -90,22 +91,9 @@ class NQFPlateauSchedule(eqx.Module):
     eps: float = eqx.field(static=True)
 
     @property
-    def n_events(self) -> int:
-        return self.tau.shape[0]
-
-    def times(self, eps=None) -> Float[Array, " n"]:
-        """Event times in real time, `t = τ ln(1/ε)` (the limit schedule holds for any `eps`)."""
-        eps = self.eps if eps is None else check_in_open_interval("eps", eps, 0.0, 1.0)
-        return self.tau * -math.log(eps)
-
-    def loss_at(self, tau: Float[ArrayLike, "*b"]) -> Float[Array, "*b"]:
-        """The limiting step-function loss `L(τ)` (right-continuous: at an event time, the value after it).
-
-        **Raises:** `LvflowError` for a NaN `tau` (concrete); under `jit` a NaN `tau` gives NaN.
-        """
-        from .schedule import PlateauSchedule  # the gLV schedule's step function, on these fields
-
-        return PlateauSchedule.loss_at(self, tau)
+    def eps_fixed(self) -> bool:
+        """The limit schedule holds at any ε (`times(eps)` converts at the one given)."""
+        return False
 
     def M_at(self, tau: float) -> Float[Array, "p p"]:
         """The plateau matrix `M*` at time `tau` (right-continuous)."""
@@ -138,7 +126,7 @@ def _align(B: np.ndarray, ref: np.ndarray) -> np.ndarray:
         if nw > _OVERLAP_TOL:
             w = w / nw
             out.append(rem @ w)
-            rem = rem @ scipy.linalg.null_space(w[None, :])
+            rem = rem @ _null_space(w[None, :])
     return np.column_stack(out + [rem]) if out else B
 
 
@@ -226,35 +214,62 @@ def _flow(args, W0, t1, tol):
     return sol.ys[-1], sol.result, sol.ts[-1], sol.stats["num_steps"]
 
 
+def _null_space(A: np.ndarray, rcond: float | None = None) -> np.ndarray:
+    """An orthonormal basis (columns) of the null space of `A`: the right singular vectors whose
+    singular values are at most `rcond` (default `max(A.shape)` ulps) times the largest."""
+    _, sv, vh = np.linalg.svd(A, full_matrices=True)
+    if rcond is None:
+        rcond = max(A.shape) * np.finfo(float).eps
+    rank = int(np.sum(sv > rcond * sv.max())) if sv.size else 0
+    return vh[rank:].T.copy()
+
+
+@eqx.filter_jit
+def _newton_factor(R, qt, m, F0, cols):
+    """Levenberg–Marquardt on the residuals of `L(F Fᵀ)` (Eq. 26), then on its gradient `H F`
+    (Newton on `H F = 0` with the Hessian `δF ↦ K(δF Fᵀ + F δFᵀ) F + H δF`, Eq. 252, as its
+    Jacobian: near the optimum the loss stops resolving the steps, the gradient does not). Both stop
+    at rounding (`throw=False`: the last iterate is kept).
+
+    The residuals `vec(A_μ)ᵀ vec(M) − t_μ` enter through `(R, qt)`, `vec(A) = Q R` (reduced QR,
+    rows padded to `p²`), `qt = Qᵀ t`: `R vec(M) − qt` has the same normal equations and
+    `Σ res_μ A_μ = Rᵀ(R vec(M) − qt)`, so one compilation serves every number of samples. `F0` is
+    `p × p`, its columns off `cols` masked out (one compilation for every rank)."""
+    p = F0.shape[0]
+
+    def factor(F):
+        return F * cols[None, :]
+
+    def residual(F, _):
+        G = factor(F)
+        return (R @ (G @ G.T).reshape(p * p) - qt) / jnp.sqrt(m)
+
+    def gradient(F, _):
+        G = factor(F)
+        H = 4.0 / m * (R.T @ (R @ (G @ G.T).reshape(p * p) - qt)).reshape(p, p)
+        return H @ G
+
+    solver = optx.LevenbergMarquardt(rtol=1e-15, atol=1e-15)
+    F = optx.least_squares(residual, solver, F0, max_steps=200, throw=False).value
+    return factor(optx.least_squares(gradient, solver, F, max_steps=100, throw=False).value)
+
+
 def _polish(A2, t2, m, F0):
-    """Newton (scipy `trust-exact`) on the factor `F` of `M = F Fᵀ`, for `L(F Fᵀ)` (Eq. 26):
-    gradient `H F`, Hessian `δF ↦ K(δF Fᵀ + F δFᵀ) F + H δF` (Eq. 252). Converges, quadratically,
-    to the critical point `H M = 0` near the flow's end."""
-    p, r = F0.shape
-    n = A2.shape[0]
-    flat = A2.reshape(n, p * p)
-
-    def parts(x):
-        F = x.reshape(p, r)
-        res = flat @ (F @ F.T).ravel() - t2
-        return F, res, (4.0 / m * (res @ flat)).reshape(p, p)
-
-    def fun(x):
-        F, res, H = parts(x)
-        return float(res @ res) / m, (H @ F).ravel()
-
-    def hess(x):
-        F, _, H = parts(x)
-        AF = np.einsum("nij,jr->nir", A2, F).reshape(n, p * r)  # ∂Δ_μ/∂F = 2 A_μ F
-        return 8.0 / m * AF.T @ AF + np.kron(H, np.eye(r))
-
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        res = scipy.optimize.minimize(
-            fun, F0.ravel(), jac=True, hess=hess, method="trust-exact", options={"gtol": 1e-15}
-        )
-        # near the optimum the loss stops resolving the steps; Newton on the gradient goes on
-        res = scipy.optimize.root(lambda x: fun(x)[1], res.x, jac=hess, method="lm", options={"xtol": 1e-15})
-    F = res.x.reshape(p, r)
+    """The critical point `H M = 0` of `L(F Fᵀ)` (Eq. 26) near the flow's end `F0`: Newton on the
+    factor `F` of `M = F Fᵀ` (`_newton_factor`, quadratic convergence), then on its range, where the
+    problem is linear, the exact minimiser over symmetric matrices (kept if positive definite).
+    `A2`: `(n, p, p)`, zero beyond the first `d` rows and columns; `F0`: `(d, r)`. Returns `(d, r)`."""
+    n, p = A2.shape[0], A2.shape[-1]
+    d, r = F0.shape
+    Q, R = np.linalg.qr(A2.reshape(n, p * p))
+    Rp, qt = np.zeros((p * p, p * p)), np.zeros(p * p)
+    Rp[: R.shape[0]], qt[: R.shape[0]] = R, Q.T @ t2
+    Fp = np.zeros((p, p))
+    Fp[:d, :r] = F0
+    cols = jnp.asarray(np.arange(p) < r, dtype=float)
+    F = np.asarray(_newton_factor(jnp.asarray(Rp), jnp.asarray(qt), jnp.asarray(float(m)), jnp.asarray(Fp), cols))
+    F = F[:d, :r]
+    A2 = A2[:, :d, :d]
     # On its range the problem is linear: the exact minimiser over symmetric X (kept if PD)
     # leaves `H` exactly zero there.
     # The smallest change (Frobenius) from the flow's end does it: directions the loss does not
@@ -342,8 +357,7 @@ def _next_plateau(nqf, A2, t2, m, F, dirs, rate):
     r = int(np.sum(lam > _RANK_RTOL * max(float(lam[0]), 1e-300)))
     gone = T @ U[:, r:n]  # directions the flow had and lost
     F0 = U[:, :r] * np.sqrt(lam[:r])[None, :]
-    AT2 = np.einsum("ia,nij,jb->nab", T, A2, T)
-    Fnew = T @ _polish(AT2, t2, m, F0) if r else T @ F0
+    Fnew = T @ _polish(AT, t2, m, F0) if r else T @ F0
     return Fnew, gone
 
 
@@ -397,7 +411,7 @@ def nqf_plateau_schedule(nqf: NQF, eps, *, max_events: int | None = None) -> NQF
         kkt = max(kkt, float(np.linalg.norm(H @ M)))
         # the inactive subspace S⊥ and the rates of H⊥⊥ there
         if F.shape[1]:
-            B = scipy.linalg.null_space(F.T, rcond=1e-10)
+            B = _null_space(F.T, rcond=1e-10)
         else:
             B = np.eye(p)
         h, Qc = np.linalg.eigh(B.T @ H @ B)
@@ -438,7 +452,7 @@ def nqf_plateau_schedule(nqf: NQF, eps, *, max_events: int | None = None) -> NQF
         # the new flag in the new S⊥: leaving directions at log-scale 0, then the rest in order
         proj = np.eye(p)
         if F.shape[1]:
-            Bn = scipy.linalg.null_space(F.T, rcond=1e-10)
+            Bn = _null_space(F.T, rcond=1e-10)
             proj = Bn @ Bn.T
             if gone.shape[1]:
                 # in the limit a leaving direction is an eigenvector of the new H⊥⊥: snap to it

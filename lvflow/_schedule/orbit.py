@@ -26,8 +26,7 @@ The passive modes `j` (off the orbit, `ż_j = z_j (r_j − (Cz)_j)`) see the tra
 reported as `lim_{t→∞} [ln z_j(t) − σ_j (t − t_c)]` (where the step picture puts it at `t_c`).
 
 Cost: one stiff ODE of `2|M|` unknowns (`ln z` and `∫ z` on `M = S ∪ {k} ∪ supp z_new`) per
-ignition, `O(|M|³)` per step (scipy LSODA with its analytic Jacobian; Radau gives the same
-thresholds to 1e-9 and is 20× slower).
+ignition, `O(|M|³)` per step (`lvflow.Rodas5P`, its Jacobian by autodiff).
 """
 
 from __future__ import annotations
@@ -35,10 +34,16 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import diffrax as dfx
+import equinox as eqx
+import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Float
+import optimistix as optx
+from jaxtyping import Array, Float, Int
 
 from .._core.errors import SolverError
+from .._glv.interaction import exp_clipped
+from .._glv.rodas5p import Rodas5P
 
 # z_k at the start, relative to the target ρ z_new,k: small enough that the linearisation's
 # O(A²) and the logistic's O(A) error stay below the integration tolerance.
@@ -63,23 +68,131 @@ class Transient(NamedTuple):
     rate: float
 
 
-def log_glv(r: Float[np.ndarray, " M"], C: Float[np.ndarray, "M M"]):
-    """The restricted gLV (Eq. 32) in `y = (u, I)`, `u = ln z`, `I = ∫ z dt`: `u̇ = r − C e^u`,
-    `İ = e^u`, as scipy's `solve_ivp` takes it. Returns `(f, jac)`, the field and its Jacobian."""
-    n = r.shape[0]
+# steps per solve (a solve that needs more is continued from where it stopped)
+_MAX_STEPS = 4096
 
-    def f(t, y):
-        z = np.exp(y[:n])
-        return np.concatenate([r - C @ z, z])
 
-    def jac(t, y):
-        z = np.exp(y[:n])
-        J = np.zeros((2 * n, 2 * n))
-        J[:n, :n] = -C * z[None, :]
-        J[n:, :n] = np.diag(z)
-        return J
+def _field(t, y: Float[Array, " twoN"], args) -> Float[Array, " twoN"]:
+    """The restricted gLV (Eq. 32) in `y = (u, I)`, `u = ln z`, `I = ∫ z dt`: `u̇ = r − C e^u`, `İ = e^u`."""
+    r, C = args
+    z = exp_clipped(y[: r.shape[0]])
+    return jnp.concatenate([r - C @ z, z])
 
-    return f, jac
+
+@eqx.filter_jit
+def _solve(
+    r: Float[Array, " N"],
+    C: Float[Array, "N N"],
+    mask: Float[Array, " N"],
+    t0: Float[Array, ""],
+    t1: Float[Array, ""],
+    y0: Float[Array, " twoN"],
+    k: Int[Array, ""],
+    log_target: Float[Array, ""],
+) -> dfx.Solution:
+    """`_field` from `y0` at `t0` towards `t1` (RODAS5P, `_RTOL`/`_ATOL`, the PID controller's RMS
+    norm over the real modes, `mask`), every step saved with the dense output; stopped at the end of
+    the step where `u_k` first crosses `log_target` upward when `k ≥ 0`, or after `_MAX_STEPS` steps
+    (`throw=False`: the caller reads the result)."""
+    w = jnp.concatenate([mask, mask])
+
+    def norm(e):
+        return jnp.sqrt(jnp.sum(w * e**2) / jnp.sum(w))
+
+    def crossed(t, y, args, **kwargs):
+        return jnp.where(k >= 0, y[jnp.maximum(k, 0)] - log_target, -1.0)
+
+    return dfx.diffeqsolve(
+        dfx.ODETerm(_field),
+        Rodas5P(),
+        t0,
+        t1,
+        None,
+        y0,
+        args=(r, C),
+        saveat=dfx.SaveAt(t0=True, steps=True, dense=True),
+        stepsize_controller=dfx.PIDController(rtol=_RTOL, atol=_ATOL, norm=norm),
+        event=dfx.Event(crossed, direction=True),
+        max_steps=_MAX_STEPS,
+        throw=False,
+    )
+
+
+@eqx.filter_jit
+def _evaluate(sol: dfx.Solution, t: Float[Array, ""]) -> Float[Array, " twoN"]:
+    """The dense output of a `_solve` at `t`."""
+    return sol.evaluate(t)
+
+
+@eqx.filter_jit
+def _bisect(
+    sol: dfx.Solution, i: Int[Array, ""], target: Float[Array, ""], a: Float[Array, ""], b: Float[Array, ""]
+) -> Float[Array, ""]:
+    """The time in `[a, b]` where `y_i` of the dense output crosses `target` upward (`y_i(a) < target
+    ≤ y_i(b)`), by bisection to adjacent floats."""
+
+    def gap(x, _):
+        return sol.evaluate(x)[i] - target
+
+    solver = optx.Bisection(rtol=0.0, atol=0.0, flip=False)
+    opts = dict(lower=a, upper=b)
+    return optx.root_find(gap, solver, b, options=opts, max_steps=160, throw=False).value
+
+
+class Path(NamedTuple):
+    """A solve of the restricted gLV in `(u, I)` on `n` modes, padded to `N` (`LogGLV`): `ts`, `ys`
+    (`(2n, steps)`, unpadded) its steps, `sol` its dense output (padded: `u_i` is entry `i`, `I_i`
+    entry `N + i`), `result` diffrax's."""
+
+    ts: Float[np.ndarray, " steps"]
+    ys: Float[np.ndarray, "twon steps"]
+    sol: dfx.Solution
+    result: dfx.RESULTS
+
+
+class LogGLV(NamedTuple):
+    """The restricted gLV (Eq. 32) of `n` modes for `_solve`, padded to a power of two `N ≥ 8`
+    (one compilation per `N`; a step costs about the same below 8 modes): the padding modes have
+    `r = 0`, `C = 0` and start at `u = −700`."""
+
+    r: Float[Array, " N"]
+    C: Float[Array, "N N"]
+    mask: Float[Array, " N"]
+    n: int
+
+    @classmethod
+    def build(cls, r: Float[np.ndarray, " n"], C: Float[np.ndarray, "n n"]) -> LogGLV:
+        """The padded system of `r`, `C`."""
+        n = r.shape[0]
+        N = max(8, 1 << (n - 1).bit_length())
+        rp, Cp, mask = np.zeros(N), np.zeros((N, N)), np.zeros(N)
+        rp[:n], Cp[:n, :n], mask[:n] = r, C, 1.0
+        return cls(jnp.asarray(rp), jnp.asarray(Cp), jnp.asarray(mask), n)
+
+    def solve(self, t0: float, t1: float, y0: Float[np.ndarray, " twon"], k: int = -1, log_target: float = 0.0) -> Path:
+        """From `y0 = (u, I)` (shape `(2n,)`) at `t0` towards `t1`; see `_solve`."""
+        n, N = self.n, self.r.shape[0]
+        yp = np.zeros(2 * N)
+        yp[:N] = -700.0
+        yp[:n], yp[N : N + n] = y0[:n], y0[n:]
+        f = jnp.asarray
+        sol = _solve(self.r, self.C, self.mask, f(float(t0)), f(float(t1)), f(yp), f(k), f(float(log_target)))
+        ts, ys = np.asarray(sol.ts), np.asarray(sol.ys)
+        keep = np.isfinite(ts)
+        ys = ys[keep]
+        return Path(ts[keep], np.concatenate([ys[:, :n], ys[:, N : N + n]], axis=1).T, sol, sol.result)
+
+    def at(self, path: Path, t: float) -> Float[np.ndarray, " twon"]:
+        """`y = (u, I)` (shape `(2n,)`) of `path`'s dense output at `t`."""
+        n, N = self.n, self.r.shape[0]
+        y = np.asarray(_evaluate(path.sol, jnp.asarray(float(t))))
+        return np.concatenate([y[:n], y[N : N + n]])
+
+    def crossing(self, path: Path, i: int, target: float, a: float, b: float) -> float:
+        """The upward crossing of `u_i = target` in `[a, b]` on `path`'s dense output."""
+        return float(
+            _bisect(path.sol, jnp.asarray(i), jnp.asarray(float(target)), jnp.asarray(float(a)), jnp.asarray(float(b)))
+        )
 
 
 def transient(
@@ -116,27 +229,28 @@ def transient(
     rates = np.linalg.eigvalsh(Dn[:, None] * C[np.ix_(Sn, Sn)] * Dn[None, :])
     rate = min([sig_k, float(rates[0])] + [-float(sig_new[j]) for j in leaving])
 
-    f, jac = log_glv(r, C)
-
-    def hit(t, y):
-        return y[k] - math.log(target)
-
-    hit.terminal, hit.direction = True, 1
+    glv = LogGLV.build(r, C)
     y0 = np.concatenate([np.log(np.where(z0 > 0, z0, 1.0)), np.zeros(n)])
     t_max = 10 * (math.log(1 / _AMPLITUDE) + 10) / sig_k + _SETTLE / rate
-    from scipy.integrate import solve_ivp  # here, not at import: only `transients=True` needs it
-
-    opts = dict(method="LSODA", jac=jac, rtol=_RTOL, atol=_ATOL)
-    with np.errstate(over="ignore"):  # rejected trial steps may overflow
-        rise = solve_ivp(f, (0.0, t_max), y0, events=hit, **opts)
-        if rise.status != 1:
-            raise SolverError(f"transients: mode {k} did not reach ρ z_new,k on its orbit ({rise.message})")
-        t_c = float(rise.t_events[0][0])
-        T = t_c + _SETTLE / rate
-        settle = solve_ivp(f, (t_c, T), rise.y_events[0][0], **opts)
-    if not settle.success:
-        raise SolverError(f"transients: the orbit of mode {k} did not settle ({settle.message})")
-    y_T = settle.y[:, -1]
+    t, y = 0.0, y0
+    while True:  # the rise, to the step where z_k reaches ρ z_new,k
+        rise = glv.solve(t, t_max, y, k, math.log(target))
+        if rise.result != dfx.RESULTS.max_steps_reached:
+            break
+        t, y = float(rise.ts[-1]), rise.ys[:, -1]
+    if rise.result != dfx.RESULTS.event_occurred:
+        raise SolverError(f"transients: mode {k} did not reach ρ z_new,k on its orbit ({dfx.RESULTS[rise.result]})")
+    t_c = glv.crossing(rise, k, math.log(target), rise.ts[-2], rise.ts[-1])
+    T = t_c + _SETTLE / rate
+    t, y = t_c, glv.at(rise, t_c)
+    while True:
+        settle = glv.solve(t, T, y)
+        t, y = float(settle.ts[-1]), settle.ys[:, -1]
+        if settle.result != dfx.RESULTS.max_steps_reached:
+            break
+    if settle.result != dfx.RESULTS.successful:
+        raise SolverError(f"transients: the orbit of mode {k} did not settle ({dfx.RESULTS[settle.result]})")
+    y_T = y
 
     m = y_T[n:] - z_old * t_c - z_new * (T - t_c)
     u_off = np.full(n, np.nan)

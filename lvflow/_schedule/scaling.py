@@ -17,6 +17,7 @@ from jaxtyping import ArrayLike, Float
 
 from .._core.errors import LvflowError
 from .._core.validate import as_array, check_in_open_interval, check_positive
+from .._glv.closed_forms import ignition_time
 
 __all__ = [
     "PowerLawFit",
@@ -433,8 +434,6 @@ def resolved_steps(
         room = zs - Ck * ck * eps
         if np.any(room <= 0):
             raise LvflowError("eps: too large, some mode starts at or above its plateau (ζ_k ≤ C_k c_k ε)")
-        from .._glv.closed_forms import ignition_time
-
         t_star = np.asarray(ignition_time(zs, Ck, ck, eps, a=a, rho=rho))
     w = _WIDTH / (a * zs)
     gaps = np.diff(t_star)

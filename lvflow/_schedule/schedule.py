@@ -28,25 +28,23 @@ dense loop about nothing (10³ random dense modes: 7.8 s against 7.5 s).
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from .._core.errors import LvflowError, SolverError
-from .._core.validate import _is_concrete, as_array, check_in_open_interval, check_positive_int, check_psd
+from .._core.validate import as_array, check_in_open_interval, check_positive_int, check_psd
 from .._form.nqf import NQF
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .active_set import _backend, _mode_tol, _repair
+from .base import AbstractPlateauSchedule
+from .nqf_schedule import NQFPlateauSchedule, nqf_plateau_schedule
 from .orbit import _KAPPA, transient
 from .window import joint_window, levels
-
-if TYPE_CHECKING:
-    from .nqf_schedule import NQFPlateauSchedule
 
 # σ_k = r_k − (Cz*)_k counts as positive (zero) above (below) this fraction of max|r|.
 _RTOL = 1e-10
@@ -57,14 +55,49 @@ _TIME_RTOL = 1e-12
 _HISTORY = 16
 
 
+class _Events(NamedTuple):
+    """An event loop's result: per event (in the order recorded) its time `t` (`τ`, or real time
+    corrected), `mode`, whether it `ignites`, and the `excess` `L − L∞` of the plateau after it; the
+    excess before the first event `excess0`, the last plateau's loss `L_inf`, each mode's first
+    ignition time `tstar` (inf if never) and the last plateau `z_final`."""
+
+    t: np.ndarray
+    mode: np.ndarray
+    ignites: np.ndarray
+    excess: np.ndarray
+    excess0: float
+    L_inf: float
+    tstar: np.ndarray
+    z_final: np.ndarray
+
+
+class _Checkpoint(NamedTuple):
+    """The event loop's state before a one-mode ignition (with transients), to undo it when the next
+    ignition overlaps it: the backend (not changed in place afterwards) and the active modes off its
+    support, every mode's distance to ignition `w`, the time, the active set, the first ignition
+    times, the plateau `z`, the event count, the igniting mode, and the lengths of the event and drop
+    lists then."""
+
+    be: object
+    pend: frozenset
+    w: np.ndarray
+    t: float
+    active: np.ndarray
+    tstar: np.ndarray
+    z: np.ndarray
+    n: int
+    k: int
+    n_ev: int
+    n_drops: int
+
+
 def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
     """The event loop in `u` (`s_k` uncorrected, `ln z_k` corrected) and time `t` (`τ`, or real
     time corrected). A mode off the active set ignites when `u_k` reaches `θ_k` (0, or
     `ln(σ_k/γ_k)` corrected) growing at its rate `σ_k`. With `cols` (`M ↦ C[:, M]`; corrected only)
     the next ignition's threshold and its effect on the other modes come from its orbit
     (`orbit.transient`) instead. `tol`: a growth rate at or below it is zero (`None`: each mode's
-    own, `_mode_tol`). Returns `(times, modes, ignites, excess)` per event, `(excess before the
-    first event, L∞)`, the first ignition times and the last plateau: a plateau's excess
+    own, `_mode_tol`). Returns the `_Events`: a plateau's excess
     `L − L∞` is the sum of the drops still to come, each in the stationary form of `_drop`
     (never negative, no cancellation against `y2`)."""
     K = r.shape[0]
@@ -92,7 +125,7 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
     dt = np.empty(K)
     orbits = {}  # mode -> its ignition from the current plateau (`_ignition`), with `cols`
     level = levels(r, be.diagonal()) if cols is not None else None
-    history = []  # with `cols`: the state before each one-mode ignition since the last window
+    history = []  # with `cols`: a `_Checkpoint` before each one-mode ignition since the last window
     # with `cols`: when the one-mode ignitions since the last window have settled (their orbits within e^-κ
     # of the plateau reached); an ignition before that overlaps them (`_window_modes`)
     settled = -math.inf
@@ -129,14 +162,24 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
                     # (and the ones before it while a mode of the window was already in transit
                     # when they started) and integrate them together
                     while history:
-                        be, pend, w, t, active, tstar, n_ev, n_drops, znow, n, k_last = history.pop()
-                        W0, required = W0 | {k_last}, [k_last]
+                        c = history.pop()
+                        be, pend, w, t, active, tstar, znow, n = (
+                            c.be,
+                            set(c.pend),
+                            c.w,
+                            c.t,
+                            c.active,
+                            c.tstar,
+                            c.z,
+                            c.n,
+                        )
+                        W0, required = W0 | {c.k}, [c.k]
                         if not np.any((-w[list(W0)] >= level[list(W0)]) & ~active[list(W0)]):
                             break
-                    del ev[n_ev:], drops[n_drops:]
+                    del ev[c.n_ev :], drops[c.n_drops :]
                 history.clear()
                 settled = -math.inf
-                be = copy.deepcopy(be)  # the window's events are replayed on it in place
+                be = be.copy()  # the window's events are replayed on it in place
                 win = joint_window(be, pend, -w, t, required, W0, r, cols, tol, max_iter, level)
                 zprev = znow
                 for tg, modes, off in win.ignitions:  # the window's events, replayed on the backend
@@ -166,7 +209,11 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
                     raise SolverError(f"max_events: more than {max_events} events; pass a larger max_events")
                 continue
         if cols is not None:
-            prev = (w.copy(), t, active.copy(), tstar.copy())
+            # the state before this ignition, to integrate it jointly with the next one if that
+            # one turns out to be past its threshold already (`be` is not changed in place below)
+            saved = _Checkpoint(
+                be, frozenset(pend), w.copy(), t, active.copy(), tstar.copy(), znow, n, k, len(ev), len(drops)
+            )
         t += dmin
         batch = (dt <= dmin + _TIME_RTOL * max(1.0, abs(t))).nonzero()[0]
         if dmin > 0:
@@ -176,9 +223,7 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
         tstar[batch] = np.minimum(tstar[batch], t)
         zprev = znow
         if cols is not None:
-            # the state before this ignition, to integrate it jointly with the next one if that
-            # one turns out to be past its threshold already (`be` is not changed in place here)
-            history.append((be, set(pend), *prev, len(ev), len(drops), zprev, n, k))
+            history.append(saved)
             del history[:-_HISTORY]
             be, pend = orbits[k].be, orbits[k].pend  # already repaired onto the new plateau
             settled = max(settled, t + orbits[k].settle)
@@ -220,13 +265,16 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
     # excess[p] = L(plateau p) − L(last plateau): the drops still to come
     excess = np.append(np.cumsum(np.asarray(drops[:0:-1]))[::-1], 0.0)
     sizes = [e[1].size for e in ev]
-    out = (
-        np.repeat([e[0] for e in ev], sizes).astype(float),
-        np.concatenate([e[1] for e in ev]).astype(int),
-        np.repeat([e[2] for e in ev], sizes).astype(bool),
-        np.repeat([excess[e[3]] for e in ev], sizes).astype(float),
+    return _Events(
+        t=np.repeat([e[0] for e in ev], sizes).astype(float),
+        mode=np.concatenate([e[1] for e in ev]).astype(int),
+        ignites=np.repeat([e[2] for e in ev], sizes).astype(bool),
+        excess=np.repeat([excess[e[3]] for e in ev], sizes).astype(float),
+        excess0=float(excess[0]),
+        L_inf=_final_loss(r, y2, z_final, be.cz(z_final)),
+        tstar=tstar,
+        z_final=z_final,
     )
-    return out, (float(excess[0]), _final_loss(r, y2, z_final, be.cz(z_final))), tstar, z_final
 
 
 def _drop(be, z_prev, z) -> float:
@@ -304,21 +352,28 @@ class _Ignition(NamedTuple):
     settle: float
 
 
-def _ignition(be, pend, k, r, cols, tol, max_iter) -> _Ignition | str:
+class _NeedsWindow(NamedTuple):
+    """Mode `k`'s ignition cannot be described by one orbit: the support changes by more than `k`
+    and the modes it drops, so a joint window is needed. `reason`: why, for messages."""
+
+    reason: str
+
+
+def _ignition(be, pend, k, r, cols, tol, max_iter) -> _Ignition | _NeedsWindow:
     """Mode `k`'s ignition on its orbit (`orbit.transient`), from a copy of the backend (the
     ignition may lose to another candidate); or, where one orbit cannot describe it (the support
-    changes by more than `k` and the modes it drops), why not: a joint window is needed."""
-    new, new_pend = copy.deepcopy(be), set(pend) | {k}
+    changes by more than `k` and the modes it drops), a `_NeedsWindow`."""
+    new, new_pend = be.copy(), set(pend) | {k}
     _repair(new, new_pend, tol, max_iter)
     z_old, z_new = be.z_full(), new.z_full()
     S, Sn = be.supp, new.supp
     back = np.flatnonzero(Sn & ~S)
     if back.size != 1:  # back == [k] unless a mode at z* = 0 re-enters with it
-        return f"mode {k}'s ignition brings modes {back.tolist()} into the support"
+        return _NeedsWindow(f"mode {k}'s ignition brings modes {back.tolist()} into the support")
     sig_new = new.sigma()
     stay = np.flatnonzero(S & ~Sn & (sig_new >= -(_mode_tol(r, sig_new) if tol is None else tol)))
     if stay.size:
-        return f"mode {k}'s ignition leaves modes {stay.tolist()} at z* = 0 without decaying"
+        return _NeedsWindow(f"mode {k}'s ignition leaves modes {stay.tolist()} at z* = 0 without decaying")
     M = np.flatnonzero(S | Sn)
     CM = cols(M)
     o = transient(r[M], CM[M], z_old[M], z_new[M], int(np.searchsorted(M, k)))
@@ -328,18 +383,19 @@ def _ignition(be, pend, k, r, cols, tol, max_iter) -> _Ignition | str:
 
 def _window_modes(o, k, batch, overlap):
     """The modes to integrate together (a set), or `None` where `k`'s one-mode orbit `o` applies: a
-    joint window where `o` is a reason (a string: the support changes by more than `k` and the
+    joint window where `o` is a `_NeedsWindow` (the support changes by more than `k` and the
     modes it drops), several modes ignite at once, or `k`'s ignition overlaps the previous one
     (`overlap`: `k` is past its orbit's threshold, or it ignites before the previous one-mode
     ignition's orbit is within `e^-κ` of its plateau, `κ` e-folds of that orbit's slowest rate
     after it; its orbit assumes every other inactive mode exponentially small meanwhile)."""
-    if not isinstance(o, _Ignition) or batch.size > 1 or overlap:
+    if isinstance(o, _NeedsWindow) or batch.size > 1 or overlap:
         return {int(j) for j in batch} | {k}
     return None
 
 
-class PlateauSchedule(eqx.Module):
-    """The ε → 0 saddle-to-saddle schedule of a gLV (§4, "Beyond the paper").
+class PlateauSchedule(AbstractPlateauSchedule):
+    """The ε → 0 saddle-to-saddle schedule of a gLV (§4, "Beyond the paper"); final, its common
+    methods (`n_events`, `times`, `loss_at`) on `AbstractPlateauSchedule`.
 
     Events are sorted in time; several may share a time (simultaneous ignitions, or a
     competitor's ignition switching modes off). Between events the loss sits on a plateau.
@@ -378,34 +434,10 @@ class PlateauSchedule(eqx.Module):
     excess: Float[Array, " n+1"] | None = None
 
     @property
-    def n_events(self) -> int:
-        return self.tau.shape[0]
-
-    def times(self, eps=None) -> Float[Array, " n"]:
-        """Event times in real time, `t = τ ln(1/ε)`.
-
-        The uncorrected schedule from the default `z0` does not depend on ε, so any `eps` may
-        be given; the corrected one (or one built from an explicit `z0`) only holds at its own.
-        """
-        if eps is None:
-            eps = self.eps
-        eps = check_in_open_interval("eps", eps, 0.0, 1.0)
-        if (self.corrected or self.explicit_z0) and not math.isclose(eps, self.eps, rel_tol=1e-12):
-            raise LvflowError(
-                f"eps: this schedule was built for eps = {self.eps:g} (corrected or explicit z0), got {eps:g}"
-            )
-        return self.tau * -math.log(eps)
-
-    def loss_at(self, tau: Float[ArrayLike, "*b"]) -> Float[Array, "*b"]:
-        """The limiting step-function loss `L(τ)` (right-continuous: at an event time, the value after it).
-
-        **Raises:** `LvflowError` for a NaN `tau` (concrete); under `jit` a NaN `tau` gives NaN.
-        """
-        tau = jnp.asarray(tau, dtype=float)
-        if _is_concrete(tau) and np.any(np.isnan(np.asarray(tau))):
-            raise LvflowError("tau: contains NaN")
-        value = self.loss[jnp.searchsorted(self.tau, tau, side="right")]
-        return jnp.where(jnp.isnan(tau), jnp.nan, value)
+    def eps_fixed(self) -> bool:
+        """The corrected schedule, and one from an explicit `z0`, hold only at their own ε; the
+        limit from the default `z0` does not depend on it."""
+        return self.corrected or self.explicit_z0
 
     def active_at(self, tau: float) -> Bool[Array, " K"]:
         """The modes on the plateau (`s_k = 0`) at time `tau`."""
@@ -475,7 +507,8 @@ def _diagonal_schedule(r, c, y2, u0, active0, L, corrected):
     """Closed form for diagonal `C` (Thm 6): mode `k` ignites when `u_k` reaches 0 (or
     `ln(r_k / C_kk)` corrected) growing at rate `r_k`, for every `r_k > 0` however small; each
     ignition lowers the loss by `V_k = r_k² / (8 C_kk)` (Eq. 168). Plateau losses are `L∞` plus
-    the drops still to come (no cancellation against `y2`): returned as the excess over `L∞`."""
+    the drops still to come (no cancellation against `y2`): returned as the excess over `L∞`
+    (`_Events`)."""
     grow = r > 0
     if np.any(grow & (c <= 0)):
         k = int(np.flatnonzero(grow & (c <= 0))[0])
@@ -504,7 +537,7 @@ def _diagonal_schedule(r, c, y2, u0, active0, L, corrected):
     ev_mode = np.concatenate([ext, ign]).astype(int)
     ev_ign = np.concatenate([np.zeros(ext.size, bool), np.ones(ign.size, bool)])
     ev_excess = np.concatenate([np.full(ext.size, excess0), after])
-    return ev_t, ev_mode, ev_ign, ev_excess, (excess0, L_inf), t, z_final
+    return _Events(ev_t, ev_mode, ev_ign, ev_excess, excess0, L_inf, t, z_final)
 
 
 def plateau_schedule(
@@ -607,8 +640,6 @@ def plateau_schedule(
             raise LvflowError(
                 "system: an NQF's schedule starts at M0 = eps·I in the limit; z0, corrected, transients are gLV-only"
             )
-        from .nqf_schedule import nqf_plateau_schedule  # scipy and diffrax only on this path
-
         return nqf_plateau_schedule(system, eps, max_events=max_events)
     if not isinstance(system, AbstractLotkaVolterra):
         raise LvflowError(f"system: expected a LotkaVolterra, LowRankLotkaVolterra or NQF, got {type(system).__name__}")
@@ -631,13 +662,11 @@ def plateau_schedule(
         c = np.diagonal(C)
 
     if diagonal:
-        ev_t, ev_mode, ev_ign, ev_ex, (ex0, L_inf), tstar, z_final = _diagonal_schedule(
-            r, c, y2, u0, active0, L, corrected
-        )
+        res = _diagonal_schedule(r, c, y2, u0, active0, L, corrected)
     else:
         N = 4 * K + 16 if max_events is None else max_events
         with _one_blas_thread():
-            (ev_t, ev_mode, ev_ign, ev_ex), (ex0, L_inf), tstar, z_final = _run(
+            res = _run(
                 _backend(system, corrected),
                 r,
                 y2,
@@ -649,20 +678,20 @@ def plateau_schedule(
                 _columns(system) if transients else None,
             )
         # ignitions are recorded before the switch-offs they cause; keep time order stable
-        order = np.argsort(ev_t, kind="stable")
-        ev_t, ev_mode, ev_ign, ev_ex = ev_t[order], ev_mode[order], ev_ign[order], ev_ex[order]
-    excess = np.concatenate([[ex0], np.asarray(ev_ex, dtype=float)])
+        order = np.argsort(res.t, kind="stable")
+        res = res._replace(t=res.t[order], mode=res.mode[order], ignites=res.ignites[order], excess=res.excess[order])
+    excess = np.concatenate([[res.excess0], np.asarray(res.excess, dtype=float)])
 
     scale = L if corrected else 1.0
     return PlateauSchedule(
-        tau=jnp.asarray(np.asarray(ev_t, dtype=float) / scale),
-        mode=jnp.asarray(np.asarray(ev_mode, dtype=int)),
-        ignites=jnp.asarray(np.asarray(ev_ign, dtype=bool)),
-        loss=jnp.asarray(L_inf + excess),
+        tau=jnp.asarray(np.asarray(res.t, dtype=float) / scale),
+        mode=jnp.asarray(np.asarray(res.mode, dtype=int)),
+        ignites=jnp.asarray(np.asarray(res.ignites, dtype=bool)),
+        loss=jnp.asarray(res.L_inf + excess),
         excess=jnp.asarray(excess),
-        tau_star=jnp.asarray(np.asarray(tstar, dtype=float) / scale),
+        tau_star=jnp.asarray(np.asarray(res.tstar, dtype=float) / scale),
         initially_active=jnp.asarray(active0),
-        z_final=jnp.asarray(z_final),
+        z_final=jnp.asarray(res.z_final),
         system=system,
         eps=eps,
         corrected=corrected,

@@ -33,15 +33,15 @@ Read off at the end `T`:
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import NamedTuple
 
+import diffrax as dfx
 import numpy as np
 
 from .._core.errors import LvflowError, SolverError
 from .active_set import _mode_tol, _repair
-from .orbit import _ATOL, _KAPPA, _RTOL, log_glv
+from .orbit import _KAPPA, LogGLV
 
 _RHO = 0.5
 # chunks of the joint integration: the first one `1/max|rate|` long, each next one `_GROW` times longer
@@ -79,11 +79,12 @@ class _Run(NamedTuple):
     u0: np.ndarray  # (K,) logs at t0 off the old support
     ts: np.ndarray  # step times up to T
     uM: np.ndarray  # (|M|, steps) logs up to T
-    sols: list  # dense outputs, one per chunk
+    sols: list  # the chunks' solves (`orbit.Path`, dense outputs)
     chunk: np.ndarray  # chunk of each step
     y_T: np.ndarray  # (2|M|,) state at T
     eq: object  # (backend, pend) of the reached plateau
     seen: np.ndarray  # (|M|,) present at some step up to T
+    glv: LogGLV  # the restricted gLV the chunks solve (their dense outputs: `glv.at`, `glv.crossing`)
 
 
 def joint_window(be, pend, u_t, t, required, W0, r, cols, tol, max_iter, level) -> Window:
@@ -118,7 +119,7 @@ def joint_window(be, pend, u_t, t, required, W0, r, cols, tol, max_iter, level) 
 
 def _equilibrium(be, P, tol, max_iter):
     """The saturated equilibrium on the old active set plus `P`, on a copy of the backend."""
-    fin, fp = copy.deepcopy(be), {int(j) for j in P}
+    fin, fp = be.copy(), {int(j) for j in P}
     _repair(fin, fp, tol, max_iter)
     return fin, fp
 
@@ -144,10 +145,7 @@ def _integrate(be, S, z_old, sig_old, u_t, t, M, CM, required, r, level, tol, ma
         if np.all(np.abs(dz) < 0.5 * D):  # the linearisation holds (else the modes are not small: start as is)
             z0[inS] += dz
     rM = r[M]
-    f, jac = log_glv(rM, CMM)
-
-    from scipy.integrate import solve_ivp  # here, not at import: only `transients=True` needs it
-
+    glv = LogGLV.build(rM, CMM)
     with np.errstate(divide="ignore"):
         y = np.concatenate([np.log(z0), np.zeros(n)])
     rate = max(float(np.max(np.abs(sig_old[M]), initial=0.0)), float(np.max(np.abs(rM))), 1e-300)
@@ -160,11 +158,10 @@ def _integrate(be, S, z_old, sig_old, u_t, t, M, CM, required, r, level, tol, ma
     for c in range(_MAX_CHUNKS):
         if tc - t0 > _HORIZON / rate_min:
             break
-        with np.errstate(over="ignore"):  # rejected trial steps may overflow
-            sol = solve_ivp(f, (tc, tc + h), y, method="LSODA", jac=jac, rtol=_RTOL, atol=_ATOL, dense_output=True)
-        if not sol.success:
-            raise SolverError(f"transients: the joint window of modes {M.tolist()} failed ({sol.message})")
-        tt, yy = sol.t, sol.y
+        sol = glv.solve(tc, tc + h, y)
+        if sol.result != dfx.RESULTS.successful and sol.result != dfx.RESULTS.max_steps_reached:
+            raise SolverError(f"transients: the joint window of modes {M.tolist()} failed ({dfx.RESULTS[sol.result]})")
+        tt, yy = sol.ts, sol.ys
         uM = yy[:n]
         present = (uM >= lvM[:, None]) & ~inS[:, None]
         settled = -1
@@ -186,7 +183,7 @@ def _integrate(be, S, z_old, sig_old, u_t, t, M, CM, required, r, level, tol, ma
             uP = u0[out][:, None] + r[out][:, None] * (tt[:upto] - t0) - CM[out] @ yy[n:, :upto]
             hot = np.flatnonzero(out)[np.max(uP, axis=1) >= level[out]]
             if hot.size:
-                return _Run(set(hot.tolist()), t0, u0, *([None] * 7))
+                return _Run(set(hot.tolist()), t0, u0, *([None] * 8))
         ts_all.append(tt[:upto])
         u_all.append(uM[:, :upto])
         chunk_of.append(np.full(upto, c))
@@ -203,8 +200,11 @@ def _integrate(be, S, z_old, sig_old, u_t, t, M, CM, required, r, level, tol, ma
                 yy[:, settled],
                 cache[key],
                 seen,
+                glv,
             )
-        tc, y, h = float(tt[-1]), yy[:, -1], h * _GROW
+        tc, y = float(tt[-1]), yy[:, -1]
+        if sol.result == dfx.RESULTS.successful:
+            h *= _GROW
     raise LvflowError(
         f"transients: the joint window of modes {M.tolist()} did not settle by t = {tc:.6g} (a mode leaving "
         "the support with zero growth rate decays algebraically, not exponentially); not supported"
@@ -213,21 +213,19 @@ def _integrate(be, S, z_old, sig_old, u_t, t, M, CM, required, r, level, tol, ma
 
 def _crossing(run, i, target, after):
     """The first upward crossing of `ln z = target` by the `i`-th log of `M` after `after`, or None."""
-    from scipy.optimize import brentq
-
     d = run.uM[i] - target
     for s in np.flatnonzero((d[:-1] < 0) & (d[1:] >= 0)):
         a, b = float(run.ts[s]), float(run.ts[s + 1])
         if b <= after:
             continue
-        sol = run.sols[int(run.chunk[s + 1])].sol
+        path = run.sols[int(run.chunk[s + 1])]
         if a < after:
-            if float(sol(after)[i]) >= target:
+            if float(run.glv.at(path, after)[i]) >= target:
                 continue
             a = after
         if d[s + 1] == 0:
             return b
-        return brentq(lambda x: float(sol(x)[i]) - target, a, b, xtol=1e-14 * max(1.0, abs(b)), rtol=1e-15)
+        return run.glv.crossing(path, i, target, a, b)
     return None
 
 
@@ -242,7 +240,7 @@ def _replay(be, run, S, M, z_new, tol, max_iter):
     the window off the support or falls below `ρ z_new,j` later in it (then it is a candidate
     again), and otherwise stays active at `z* = 0` (it never left the support in the gLV).
     Returns `[(t, ignited, switched off)]` and the last plateau's backend."""
-    rep, rp = copy.deepcopy(be), set()
+    rep, rp = be.copy(), set()
     act = S.copy()
     r = be.r
     groups, after = [], -math.inf
