@@ -105,6 +105,7 @@ _EXPORTS = {
     "projector_modes": "._glv.closed_forms",
     "proportional_samples": "._glv.closed_forms",
     "PlateauSchedule": "._schedule.schedule",
+    "AbstractPlateauSchedule": "._schedule.base",
     "NQFPlateauSchedule": "._schedule.nqf_schedule",
     "plateau_schedule": "._schedule.schedule",
     # Scaling laws (Thm 9–11, App. C).
@@ -221,6 +222,7 @@ if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers 
     from ._glv.solve import solve_lv as solve_lv
     from ._glv.switch_on import SwitchOnState as SwitchOnState, SwitchOnTracker as SwitchOnTracker
     from ._glv.term import LogLotkaVolterraTerm as LogLotkaVolterraTerm
+    from ._schedule.base import AbstractPlateauSchedule as AbstractPlateauSchedule
     from ._schedule.nqf_schedule import NQFPlateauSchedule as NQFPlateauSchedule
     from ._schedule.scaling import (
         PowerLawFit as PowerLawFit,
