@@ -11,7 +11,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._core.errors import LvflowError
-from .._core.validate import _is_concrete, as_array, check_symmetric
+from .._core.validate import as_array, check_symmetric
 
 
 class NQF(eqx.Module):
@@ -39,9 +39,13 @@ class NQF(eqx.Module):
       `None` (the default) for ZGZ modules.
     - `features`, `basis`: the factored form instead of `A`: `Φ` of shape `(m, [k,] D)` and the
       symmetric `E` of shape `([k,] D, p, p)` (the output axis `k` on one of them: per-output
-      features with one basis, or shared features with a basis per output).
+      features with one basis, or shared features with a basis per output). `basis` must be
+      concrete (not traced): its sparsity pattern is read once, here.
 
-    **Raises:** `LvflowError` for shapes that do not match or non-symmetric matrices.
+    Under a JAX transformation the value checks (finite, symmetric) run through `equinox.error_if`.
+
+    **Raises:** `LvflowError` for shapes that do not match, non-finite entries, or a traced `basis`;
+    `SymmetryError` for non-symmetric matrices.
     """
 
     dense_A: Float[Array, "m *k p p"] | None
@@ -66,7 +70,7 @@ class NQF(eqx.Module):
                 raise LvflowError(f"A: the last two axes must be square (p, p), got shape {np.shape(A)}")
             if 0 in np.shape(A):
                 raise LvflowError(f"A: needs at least one sample and p ≥ 1, got shape {np.shape(A)}")
-            check_symmetric("A", A)
+            A = check_symmetric("A", A)
             p = np.shape(A)[-1]
         else:
             if features is None or basis is None:
@@ -81,7 +85,7 @@ class NQF(eqx.Module):
                 )
             if np.ndim(features) == 3 and np.ndim(basis) == 4:
                 raise LvflowError("features, basis: the output axis k goes on one of them, not both")
-            check_symmetric("basis", basis)
+            basis = check_symmetric("basis", basis)
             out = np.shape(features)[:-1] + np.shape(basis)[:-3]
         if tuple(np.shape(y)) != tuple(out):
             raise LvflowError(f"y: shape {np.shape(y)} does not match A's sample/output axes {tuple(out)}")
@@ -97,7 +101,7 @@ class NQF(eqx.Module):
             B = as_array("B", B)
             if tuple(np.shape(B)) != tuple(out) + (p, p):
                 raise LvflowError(f"B: shape {np.shape(B)}, expected {tuple(out) + (p, p)}")
-            check_symmetric("B", B)
+            B = check_symmetric("B", B)
         self.dense_A = None if A is None else jnp.asarray(A)
         self.features = None if features is None else jnp.asarray(features)
         self.basis = None if basis is None else jnp.asarray(basis)
@@ -222,24 +226,38 @@ class NQF(eqx.Module):
         return acc
 
     def subset(self, idx) -> "NQF":
-        """The NQF of the samples `idx` (a minibatch)."""
-        take = lambda a: None if a is None else a[idx]
-        A, features = take(self.dense_A), take(self.features)
-        return NQF(A, self.y[idx], f0=self.f0[idx], g=take(self.g), B=take(self.B), features=features, basis=self.basis)
+        """The NQF of the samples `idx` (a minibatch). The arrays were checked when this NQF was built:
+        the minibatch is cut from them without checking again (it may be traced, inside a jitted loop)."""
+        return self._per_sample(lambda a: a[idx], self.y[idx], self.f0[idx])
 
     def scaled(self, factor) -> "NQF":
         """The same data with `A → factor · A` (used by compression, Thm 3)."""
-        scale = lambda a: None if a is None else a * factor
-        A, features = scale(self.dense_A), scale(self.features)
-        return NQF(A, self.y, f0=self.f0, g=self.g, B=self.B, features=features, basis=self.basis)
+        return self._per_sample(lambda a: a * factor, self.y, self.f0, targets=False)
+
+    def _per_sample(self, fn, y, f0, *, targets: bool = True) -> "NQF":
+        """This NQF with `fn` applied to `A` (`dense_A`, or `features` when factored), and to `g` and `B`
+        when `targets`, and the given `y`, `f0`; the basis (and its sparsity pattern) kept."""
+        A_part = (lambda n: n.dense_A) if self.features is None else (lambda n: n.features)
+        parts = [A_part, lambda n: n.y, lambda n: n.f0]
+        if targets:
+            parts += [where for where, a in ((lambda n: n.g, self.g), (lambda n: n.B, self.B)) if a is not None]
+        new = [fn(where(self)) for where in parts[:1]] + [y, f0] + [fn(where(self)) for where in parts[3:]]
+        return eqx.tree_at(lambda n: [where(n) for where in parts], self, new)
 
 
 def _sparse(basis):
-    """The nonzero entries of a concrete `basis` as `(rows, cols, values, d)` (flattened over `[k,] D`),
-    when they are under a tenth of it; otherwise (or under a transformation) `None`."""
-    if not _is_concrete(basis):
-        return None
-    E = np.asarray(basis)
+    """The nonzero entries of `basis` as `(rows, cols, values, d)` (flattened over `[k,] D`), when they
+    are under a tenth of it; otherwise `None`.
+
+    **Raises:** `LvflowError` when `basis` is traced (its sparsity pattern cannot be read).
+    """
+    try:
+        E = np.asarray(basis)
+    except jax.errors.TracerArrayConversionError:
+        raise LvflowError(
+            "basis: must be a concrete array, not traced by jax.jit/vmap/grad (its sparsity pattern is read "
+            "once, when the NQF is built); build the NQF outside the transformation"
+        ) from None
     flat = E.reshape(-1, E.shape[-2], E.shape[-1])
     seg, rows, cols = np.nonzero(flat)
     if rows.size > 0.1 * flat.size:

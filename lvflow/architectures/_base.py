@@ -19,7 +19,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._core.errors import LvflowError, ZGZError
-from .._core.validate import _is_concrete, as_array, check_positive, check_positive_int
+from .._core.validate import as_array, check_positive, check_positive_int
 
 
 class AbstractSumForm(eqx.Module):
@@ -286,23 +286,26 @@ def _normal_chunk(key, i):
     return jax.random.normal(jax.random.fold_in(key, i), (_CHUNK,))
 
 
-def normal(key: PRNGKeyArray, shape: tuple[int, ...]) -> Float[Array, "..."]:
-    """Standard normal draws of the given shape.
+def normal(key: PRNGKeyArray, shape: tuple[int, ...], scale: Float[ArrayLike, ""] = 1.0) -> Float[Array, "..."]:
+    """`scale` times standard normal draws of the given shape.
 
     Drawn in fixed-size chunks (`fold_in(key, i)`, `i = 0, 1, …`) so that one compiled sampler
-    serves every shape: `jax.random.normal` compiles anew for each shape (~0.5 s on CPU), which
-    would dominate building small models. Works under `jit`/`vmap` over keys too.
+    serves every shape (`jax.random.normal` compiles anew for each shape, ~0.5 s on CPU), and
+    assembled by one small compiled function per shape. Works under `jit`/`vmap` over keys too.
     """
     n = int(np.prod(shape, dtype=int))
     chunks = [_normal_chunk(key, i) for i in range(max(1, -(-n // _CHUNK)))]
-    if _is_concrete(chunks[0]):  # assemble in numpy: jnp slicing would compile per shape too
-        return jnp.asarray(np.concatenate([np.asarray(c) for c in chunks])[:n].reshape(shape))
-    return jnp.concatenate(chunks)[:n].reshape(shape)
+    return _assemble(chunks, tuple(int(s) for s in shape), jnp.asarray(scale, dtype=float))
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _assemble(chunks: list[Array], shape: tuple[int, ...], scale: Float[Array, ""]) -> Array:
+    return scale * jnp.concatenate(chunks)[: math.prod(shape)].reshape(shape)
 
 
 def init_W(key: PRNGKeyArray, p: int, d: int, init_scale) -> Float[Array, "p d"]:
     """`W ~ N(0, init_scale²)` entrywise, shape `(p, d)`."""
-    return check_positive("init_scale", init_scale, allow_zero=True) * normal(key, (p, d))
+    return normal(key, (p, d), check_positive("init_scale", init_scale, allow_zero=True))
 
 
 def check_activation(name: str, phi) -> float:
@@ -420,10 +423,8 @@ def per_output(C: Array, out_size: int | None) -> Array:
 
 
 def check_input(name: str, x, shape: tuple[int, ...], what: str, *, dtype=None) -> Array:
-    """`x` as an array of exactly `shape`; finite when concrete."""
-    if _is_concrete(x):
-        x = as_array(name, x)
-    x = jnp.asarray(x, dtype=dtype)
+    """`x` as an array of exactly `shape`, finite (checked through `equinox.error_if` when traced)."""
+    x = jnp.asarray(as_array(name, x), dtype=dtype)
     if tuple(x.shape) != tuple(shape):
         raise LvflowError(f"{name}: expected shape {tuple(shape)} ({what}), got {tuple(x.shape)}")
     return x
@@ -431,9 +432,7 @@ def check_input(name: str, x, shape: tuple[int, ...], what: str, *, dtype=None) 
 
 def check_sequence(name: str, X, D: int, *, dtype=None) -> Array:
     """A sequence `X ∈ R^{D×N}` (tokens are columns), `N ≥ 1`."""
-    if _is_concrete(X):
-        X = as_array(name, X)
-    X = jnp.asarray(X, dtype=dtype)
+    X = jnp.asarray(as_array(name, X), dtype=dtype)
     if X.ndim != 2 or X.shape[0] != D or X.shape[1] < 1:
         raise LvflowError(f"{name}: expected a sequence of shape ({D}, N) (features × tokens), got {tuple(X.shape)}")
     return X
