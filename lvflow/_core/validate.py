@@ -9,27 +9,29 @@ which raises when the values exist. Shapes and dtypes are checked in both cases.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from .errors import LvflowError, NotPSDError, SymmetryError
 
 _T = TypeVar("_T")
+_A = TypeVar("_A", bound=np.ndarray | jax.Array)
 
 
 def _is_concrete(x) -> bool:
     """False for a JAX tracer (inside `jit`/`vmap`), whose values are unknown."""
-    return not isinstance(x, jax.core.Tracer)
+    return not isinstance(x, Tracer)
 
 
-def _namespace(*arrays):
+def _namespace(*arrays) -> Any:
     """`jax.numpy` when one of `arrays` is traced (its values unknown), else `numpy` (which reads
     concrete values without compiling anything per shape)."""
-    return jnp if any(isinstance(a, jax.core.Tracer) for a in arrays) else np
+    return jnp if any(isinstance(a, Tracer) for a in arrays) else np
 
 
 def fail_if(
@@ -53,7 +55,7 @@ def fail_if(
 
     **Raises:** `error` when `bad` is concrete and has a true entry.
     """
-    if isinstance(bad, jax.core.Tracer):
+    if isinstance(bad, Tracer):
         return eqx.error_if(x, bad, msg)
     if np.any(bad):
         raise error(msg if detail is None else detail())
@@ -68,7 +70,9 @@ def is_diagonal(C: np.ndarray) -> bool:
     return K < 2 or not np.any(np.ascontiguousarray(C).ravel()[1:].reshape(K - 1, K + 1)[:, :-1])
 
 
-def as_array(name: str, x, *, ndim: int | tuple[int, ...] | None = None, allow_bool: bool = True):
+def as_array(
+    name: str, x, *, ndim: int | tuple[int, ...] | None = None, allow_bool: bool = True
+) -> np.ndarray | jax.Array:
     """`x` as a numeric array (a numpy array, or the JAX array itself when traced), finite, with the
     given number of dimensions.
 
@@ -82,7 +86,7 @@ def as_array(name: str, x, *, ndim: int | tuple[int, ...] | None = None, allow_b
     """
     if x is None:
         raise LvflowError(f"{name}: is None, expected an array")
-    a = _namespace(*jax.tree_util.tree_leaves(x)).asarray(x)
+    a: np.ndarray | jax.Array = _namespace(*jax.tree_util.tree_leaves(x)).asarray(x)
     if a.dtype == bool and not allow_bool:
         raise LvflowError(f"{name}: boolean values, expected numbers")
     if a.dtype == object or not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
@@ -106,7 +110,7 @@ def as_array(name: str, x, *, ndim: int | tuple[int, ...] | None = None, allow_b
     )
 
 
-def check_symmetric(name: str, a: _T, *, rtol: float = 1e-8) -> _T:
+def check_symmetric(name: str, a: _A, *, rtol: float = 1e-8) -> _A:
     """Last two axes of `a` symmetric to `rtol` of its scale.
 
     **Returns:** `a`, carrying the check when traced (see `fail_if`).
@@ -128,7 +132,7 @@ def check_symmetric(name: str, a: _T, *, rtol: float = 1e-8) -> _T:
     )
 
 
-def check_psd(name: str, a, *, rtol: float = 1e-8, attach: _T | None = None):
+def check_psd(name: str, a: _A, *, rtol: float = 1e-8, attach: _A | None = None) -> _A:
     """`a` symmetric positive semi-definite, up to `rtol` of its largest eigenvalue.
 
     A concrete diagonal matrix is checked on its diagonal (O(K), no eigenvalues).
@@ -146,7 +150,7 @@ def check_psd(name: str, a, *, rtol: float = 1e-8, attach: _T | None = None):
     arr = xp.asarray(a, dtype=float)
     if arr.size == 0:
         return target
-    if xp is np and arr.ndim == 2 and arr.shape[0] == arr.shape[1] and is_diagonal(arr):
+    if xp is np and arr.ndim == 2 and arr.shape[0] == arr.shape[1] and is_diagonal(np.asarray(arr)):
         lo = float(np.min(np.diagonal(arr)))
         if lo < 0:
             raise NotPSDError(f"{name}: not positive semi-definite (diagonal entry {lo:.3g} < 0)")
@@ -166,7 +170,9 @@ def check_psd(name: str, a, *, rtol: float = 1e-8, attach: _T | None = None):
     )
 
 
-def check_nonnegative(name: str, x, *, ndim: int | tuple[int, ...] | None = None, what: str = "non-negative"):
+def check_nonnegative(
+    name: str, x, *, ndim: int | tuple[int, ...] | None = None, what: str = "non-negative"
+) -> np.ndarray | jax.Array:
     """`as_array(name, x, ndim=ndim)` with every entry `≥ 0`.
 
     **Returns:** the array, carrying the checks when traced (see `fail_if`).

@@ -178,11 +178,11 @@ def compression_bound(
         raise LvflowError(f"mu: shape {mu.shape}, expected ({p},) to match M")
     # C = M − μμᵀ/d, PSD iff some W with d columns has W Wᵀ = M, W 1 = μ
     C = check_psd("M - mu muᵀ/d (no W with d columns realises them)", M - mu[:, None] * mu[None, :] / d)
-    lr = check_nonnegative("lr", lr, ndim=0)
-    lipschitz = check_nonnegative("lipschitz", lipschitz, ndim=0)
-    steps = check_nonnegative("steps", steps, what=">= 0")
-    f = lambda x: jnp.asarray(x, dtype=float)
-    return _compression_bound(f(C), d, width, f(lr), f(lipschitz), f(steps))
+    rate = check_nonnegative("lr", lr, ndim=0)
+    lip = check_nonnegative("lipschitz", lipschitz, ndim=0)
+    t = check_nonnegative("steps", steps, what=">= 0")
+    f = lambda x: jnp.asarray(x, dtype=float)  # noqa: E731
+    return _compression_bound(f(C), d, width, f(rate), f(lip), f(t))
 
 
 @eqx.filter_jit

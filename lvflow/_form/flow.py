@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import diffrax
 import equinox as eqx
 import jax
@@ -110,7 +112,7 @@ def _integrate(nqf, M0, mu0, ts, d, gamma, rtol, atol, solver, adjoint, max_step
         throw=False,
         adjoint=adjoint,
     )
-    M, mu = sol.ys
+    M, mu = cast(tuple[Array, Array], sol.ys)  # saved at `ts`: never None
     loss = jax.vmap(nqf.loss)(M, mu)
     return M, mu, loss, sol.result, sol.stats["num_steps"]
 

@@ -116,9 +116,17 @@ class NQF(eqx.Module):
         """The structure matrices `A_μ`, shape `(m, [k,] p, p)` (formed from the factors when factored)."""
         if self.dense_A is not None:
             return self.dense_A
-        if self.basis.ndim == 4:
-            return jnp.einsum("md,cdij->mcij", self.features, self.basis)
-        return jnp.einsum("...d,dij->...ij", self.features, self.basis)
+        features, basis = self._factors()
+        if basis.ndim == 4:
+            return jnp.einsum("md,cdij->mcij", features, basis)
+        return jnp.einsum("...d,dij->...ij", features, basis)
+
+    def _factors(self) -> tuple[Float[Array, "m *kf D"], Float[Array, "*kb D p p"]]:
+        """`(Φ, E)` of a factored NQF (`__init__` sets both exactly when `dense_A` is `None`); the output
+        axis `k` is on one of them (`kf` or `kb`), not both."""
+        if self.features is None or self.basis is None:
+            raise LvflowError("NQF: A is stored densely, not as features and basis")
+        return self.features, self.basis
 
     @property
     def is_factored(self) -> bool:
@@ -133,15 +141,16 @@ class NQF(eqx.Module):
     @property
     def p(self) -> int:
         """Neuron size."""
-        return (self.basis if self.dense_A is None else self.dense_A).shape[-1]
+        return (self._factors()[1] if self.dense_A is None else self.dense_A).shape[-1]
 
     def _theta(self, M) -> Array:
         """`θ_d = ⟨E_d, M⟩_F` (per output when `basis` has an output axis), shape `([k,] D)`."""
+        basis = self._factors()[1]
         if self._coo is None:
-            return jnp.einsum("...dij,ij->...d", self.basis, M)
+            return jnp.einsum("...dij,ij->...d", basis, M)
         rows, cols, vals, seg = self._coo
-        return jax.ops.segment_sum(vals * M[rows, cols], seg, num_segments=math.prod(self.basis.shape[:-2])).reshape(
-            self.basis.shape[:-2]
+        return jax.ops.segment_sum(vals * M[rows, cols], seg, num_segments=math.prod(basis.shape[:-2])).reshape(
+            basis.shape[:-2]
         )
 
     def _pair(self, M) -> Array:
@@ -149,22 +158,24 @@ class NQF(eqx.Module):
         if self.dense_A is not None:
             return jnp.einsum("...ij,ij->...", self.dense_A, M)
         theta = self._theta(M)
+        features = self._factors()[0]
         if theta.ndim == 2:  # (k, D): one feature vector per sample, a basis per output
-            return self.features @ theta.T
-        return self.features @ theta
+            return features @ theta.T
+        return features @ theta
 
     def weighted_sum(self, w: Float[ArrayLike, "m *k"]) -> Float[Array, "p p"]:  # noqa: F821 (jaxtyping's variadic dims)
         """`Σ_μ w_μ A_μ` (summed over outputs too) for weights `w` shaped like `y`."""
         if self.dense_A is not None:
             return jnp.einsum("...,...ij->ij", w, self.dense_A)
-        if self.basis.ndim == 4:
-            coef = w.T @ self.features  # (k, D)
+        features, basis = self._factors()
+        if basis.ndim == 4:
+            coef = jnp.asarray(w).T @ features  # (k, D)
         else:
-            coef = jnp.einsum("...,...d->d", w, self.features)
+            coef = jnp.einsum("...,...d->d", w, features)
         if self._coo is None:
-            return jnp.einsum("...d,...dij->ij", coef, self.basis)
+            return jnp.einsum("...d,...dij->ij", coef, basis)
         rows, cols, vals, seg = self._coo
-        p = self.basis.shape[-1]
+        p = basis.shape[-1]
         return jnp.zeros((p, p), coef.dtype).at[rows, cols].add(vals * coef.reshape(-1)[seg])
 
     @property
