@@ -237,23 +237,21 @@ class NQF(eqx.Module):
         return acc
 
     def subset(self, idx) -> "NQF":
-        """The NQF of the samples `idx` (a minibatch). The arrays were checked when this NQF was built:
-        the minibatch is cut from them without checking again (it may be traced, inside a jitted loop)."""
-        return self._per_sample(lambda a: a[idx], self.y[idx], self.f0[idx])
+        """The NQF of the samples `idx` (a minibatch). Cut from arrays checked when this NQF was built,
+        without checking again (`idx` may be traced, inside a jitted loop); the basis is kept."""
+        where = lambda n: n._per_sample(mu_terms=True)  # noqa: E731
+        return eqx.tree_at(where, self, [a[idx] for a in where(self)])
 
     def scaled(self, factor) -> "NQF":
         """The same data with `A → factor · A` (used by compression, Thm 3)."""
-        return self._per_sample(lambda a: a * factor, self.y, self.f0, targets=False)
+        where = lambda n: n._per_sample(mu_terms=False)[:1]  # noqa: E731
+        return eqx.tree_at(where, self, [a * factor for a in where(self)])
 
-    def _per_sample(self, fn, y, f0, *, targets: bool = True) -> "NQF":
-        """This NQF with `fn` applied to `A` (`dense_A`, or `features` when factored), and to `g` and `B`
-        when `targets`, and the given `y`, `f0`; the basis (and its sparsity pattern) kept."""
-        A_part = (lambda n: n.dense_A) if self.features is None else (lambda n: n.features)
-        parts = [A_part, lambda n: n.y, lambda n: n.f0]
-        if targets:
-            parts += [where for where, a in ((lambda n: n.g, self.g), (lambda n: n.B, self.B)) if a is not None]
-        new = [fn(where(self)) for where in parts[:1]] + [y, f0] + [fn(where(self)) for where in parts[3:]]
-        return eqx.tree_at(lambda n: [where(n) for where in parts], self, new)
+    def _per_sample(self, *, mu_terms: bool) -> list[Array]:
+        """The arrays with a sample axis: `A` (`dense_A`, or `features` when factored), `y`, `f0`, and
+        with `mu_terms` the `g` and `B` that are given."""
+        arrays = [self.dense_A if self.dense_A is not None else self._factors()[0], self.y, self.f0]
+        return arrays + ([a for a in (self.g, self.B) if a is not None] if mu_terms else [])
 
 
 def _sparse(basis):
