@@ -239,19 +239,21 @@ class NQF(eqx.Module):
     def subset(self, idx) -> "NQF":
         """The NQF of the samples `idx` (a minibatch). Cut from arrays checked when this NQF was built,
         without checking again (`idx` may be traced, inside a jitted loop); the basis is kept."""
-        where = lambda n: n._per_sample(mu_terms=True)  # noqa: E731
+        where = lambda n: _per_sample(n, mu_terms=True)  # noqa: E731
         return eqx.tree_at(where, self, [a[idx] for a in where(self)])
 
     def scaled(self, factor) -> "NQF":
         """The same data with `A → factor · A` (used by compression, Thm 3)."""
-        where = lambda n: n._per_sample(mu_terms=False)[:1]  # noqa: E731
+        where = lambda n: _per_sample(n, mu_terms=False)[:1]  # noqa: E731
         return eqx.tree_at(where, self, [a * factor for a in where(self)])
 
-    def _per_sample(self, *, mu_terms: bool) -> list[Array]:
-        """The arrays with a sample axis: `A` (`dense_A`, or `features` when factored), `y`, `f0`, and
-        with `mu_terms` the `g` and `B` that are given."""
-        arrays = [self.dense_A if self.dense_A is not None else self._factors()[0], self.y, self.f0]
-        return arrays + ([a for a in (self.g, self.B) if a is not None] if mu_terms else [])
+
+def _per_sample(nqf, *, mu_terms):
+    """The arrays of `nqf` with a sample axis: `A` (`dense_A`, or `features` when factored), `y`, `f0`,
+    and with `mu_terms` the `g` and `B` that are given. Unannotated: `equinox.tree_at` calls it on a
+    tree of placeholders."""
+    A = nqf.dense_A if nqf.dense_A is not None else nqf.features
+    return [a for a in (A, nqf.y, nqf.f0, *((nqf.g, nqf.B) if mu_terms else ())) if a is not None]
 
 
 def _sparse(basis):
