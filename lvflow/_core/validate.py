@@ -1,78 +1,191 @@
 """Input checks shared by every public entry point.
 
-They run on concrete (non-traced) arrays only: inside `jit` the values are unknown,
-so the checks are skipped there and the public wrappers call them before tracing.
+A check reads concrete values with numpy and raises its error at once. Under a JAX
+transformation (`jit`, `vmap`, `grad`) the values are unknown when the check runs: the same
+predicate is then computed by JAX and attached to the returned array with `equinox.error_if`,
+which raises when the values exist. Shapes and dtypes are checked in both cases.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from .errors import LvflowError, NotPSDError, SymmetryError
+
+_T = TypeVar("_T")
+_A = TypeVar("_A", bound=np.ndarray | jax.Array)
 
 
 def _is_concrete(x) -> bool:
     """False for a JAX tracer (inside `jit`/`vmap`), whose values are unknown."""
-    return not isinstance(x, jax.core.Tracer)
+    return not isinstance(x, Tracer)
+
+
+def _namespace(*arrays) -> Any:
+    """`jax.numpy` when one of `arrays` is traced (its values unknown), else `numpy` (which reads
+    concrete values without compiling anything per shape)."""
+    return jnp if any(isinstance(a, Tracer) for a in arrays) else np
+
+
+def fail_if(
+    x: _T, bad, msg: str, *, detail: Callable[[], str] | None = None, error: type[Exception] = LvflowError
+) -> _T:
+    """Refuse `x` where the boolean (array) `bad` has a true entry.
+
+    With known values (`bad` concrete) the error is raised at once; under a JAX transformation
+    `bad` is traced and the check is attached to the returned `x` by `equinox.error_if` (it runs
+    when the values exist, and only if the return value is used). Gradients pass through.
+
+    **Arguments:**
+
+    - `x`: the array (or PyTree of arrays) the check guards.
+    - `bad`: the predicate, computed from `x` with operations numpy and JAX share.
+    - `msg`: the one-line message (`"{input}: {problem}"`).
+    - `detail`: a message with values in it, used instead of `msg` when the values are known.
+    - `error`: the exception raised with known values (an `LvflowError` subclass, or `SolverError`).
+
+    **Returns:** `x`, carrying the check when traced.
+
+    **Raises:** `error` when `bad` is concrete and has a true entry.
+    """
+    if isinstance(bad, Tracer):
+        return eqx.error_if(x, bad, msg)
+    if np.any(bad):
+        raise error(msg if detail is None else detail())
+    return x
+
+
+def is_diagonal(C: np.ndarray) -> bool:
+    """Whether the concrete square matrix `C` has no non-zero off-diagonal entry (O(K²) reads, no copy
+    when `C` is contiguous)."""
+    K = C.shape[0]
+    # The off-diagonal entries, as a strided view: flat[1:] in rows of K + 1, minus the last column.
+    return K < 2 or not np.any(np.ascontiguousarray(C).ravel()[1:].reshape(K - 1, K + 1)[:, :-1])
 
 
 def as_array(
     name: str, x, *, ndim: int | tuple[int, ...] | None = None, allow_bool: bool = True
 ) -> np.ndarray | jax.Array:
-    """`x` as a float array, finite, with the given number of dimensions (booleans refused with
-    `allow_bool=False`: `True` is no growth rate)."""
+    """`x` as a numeric array (a numpy array, or the JAX array itself when traced), finite, with the
+    given number of dimensions.
+
+    **Arguments:** `name` (the input, for the message); `x`; `ndim`: the allowed numbers of
+    dimensions (`None`: any); `allow_bool`: whether booleans are accepted (`True` is no growth rate).
+
+    **Returns:** the array, carrying the finiteness check when traced (see `fail_if`).
+
+    **Raises:** `LvflowError` for `None`, a non-numeric, boolean (with `allow_bool=False`) or complex
+    dtype, another number of dimensions, or a NaN or infinite entry.
+    """
     if x is None:
         raise LvflowError(f"{name}: is None, expected an array")
-    if not _is_concrete(x):
-        return x
-    a = np.asarray(x)
+    a: np.ndarray | jax.Array = _namespace(*jax.tree_util.tree_leaves(x)).asarray(x)
     if a.dtype == bool and not allow_bool:
         raise LvflowError(f"{name}: boolean values, expected numbers")
     if a.dtype == object or not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
         raise LvflowError(f"{name}: not a numeric array (dtype {a.dtype})")
-    if np.iscomplexobj(a):
+    if np.issubdtype(a.dtype, np.complexfloating):
         raise LvflowError(f"{name}: complex values are not supported (dtype {a.dtype})")
     if ndim is not None:
         allowed = (ndim,) if isinstance(ndim, int) else ndim
         if a.ndim not in allowed:
             raise LvflowError(f"{name}: expected {' or '.join(map(str, allowed))} dimensions, got shape {a.shape}")
-    if not np.all(np.isfinite(a)):
-        bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
-        raise LvflowError(f"{name}: contains {bad} non-finite value(s) (NaN or inf)")
-    return a
+    if a.dtype == bool or np.issubdtype(a.dtype, np.integer):
+        return a
+    finite = abs(a) < np.inf  # False for NaN and ±inf, with numpy or JAX
+    return fail_if(
+        a,
+        ~finite,
+        f"{name}: contains non-finite values (NaN or inf)",
+        detail=lambda: (
+            f"{name}: contains {int(np.size(finite) - np.count_nonzero(finite))} non-finite value(s) (NaN or inf)"
+        ),
+    )
 
 
-def check_symmetric(name: str, a, *, rtol: float = 1e-8) -> None:
-    """Last two axes of `a` symmetric to `rtol` of its scale."""
-    if not _is_concrete(a):
-        return
-    a = np.asarray(a)
-    scale = max(float(np.max(np.abs(a))), np.finfo(float).tiny) if a.size else 1.0
-    err = float(np.max(np.abs(a - np.swapaxes(a, -1, -2)))) if a.size else 0.0
-    if err > rtol * scale:
-        raise SymmetryError(f"{name}: not symmetric (max |a - aᵀ| = {err:.3g}, scale {scale:.3g})")
+def check_symmetric(name: str, a: _A, *, rtol: float = 1e-8) -> _A:
+    """Last two axes of `a` symmetric to `rtol` of its scale.
+
+    **Returns:** `a`, carrying the check when traced (see `fail_if`).
+
+    **Raises:** `SymmetryError` naming `max |a − aᵀ|` and the scale.
+    """
+    if np.size(a) == 0:
+        return a
+    xp = _namespace(a)
+    arr = xp.asarray(a)
+    scale = xp.maximum(abs(arr).max(), np.finfo(float).tiny)
+    err = abs(arr - xp.swapaxes(arr, -1, -2)).max()
+    return fail_if(
+        a,
+        err > rtol * scale,
+        f"{name}: not symmetric",
+        detail=lambda: f"{name}: not symmetric (max |a - aᵀ| = {float(err):.3g}, scale {float(scale):.3g})",
+        error=SymmetryError,
+    )
 
 
-def check_psd(name: str, a, *, rtol: float = 1e-8) -> None:
-    """`a` symmetric positive semi-definite, up to `rtol` of its largest eigenvalue."""
-    if not _is_concrete(a):
-        return
-    from .._glv.interaction import is_diagonal
+def check_psd(name: str, a: _A, *, rtol: float = 1e-8, attach: _A | None = None) -> _A:
+    """`a` symmetric positive semi-definite, up to `rtol` of its largest eigenvalue.
 
-    a = np.asarray(a, dtype=float)
-    # O(K): a diagonal matrix is PSD iff its diagonal is ≥ 0 (no O(K³) eigenvalues)
-    if a.ndim == 2 and a.shape[0] == a.shape[1] and is_diagonal(a):
-        lo = float(np.min(np.diagonal(a))) if a.size else 0.0
+    A concrete diagonal matrix is checked on its diagonal (O(K), no eigenvalues).
+
+    **Arguments:** `name`; `a`, a `(p, p)` matrix (or a stack); `rtol`; `attach`: the array that
+    carries the check when traced (default `a`; e.g. `M` when `a = M − μμᵀ/d` is a derived matrix).
+
+    **Returns:** `attach` (or `a`), carrying the check when traced (see `fail_if`).
+
+    **Raises:** `SymmetryError` when `a` is not symmetric, `NotPSDError` when an eigenvalue is below
+    `−rtol · max |λ|`.
+    """
+    target = a if attach is None else attach
+    xp = _namespace(a)
+    arr = xp.asarray(a, dtype=float)
+    if arr.size == 0:
+        return target
+    if xp is np and arr.ndim == 2 and arr.shape[0] == arr.shape[1] and is_diagonal(np.asarray(arr)):
+        lo = float(np.min(np.diagonal(arr)))
         if lo < 0:
             raise NotPSDError(f"{name}: not positive semi-definite (diagonal entry {lo:.3g} < 0)")
-        return
-    check_symmetric(name, a, rtol=max(rtol, 1e-10))
-    eig = np.linalg.eigvalsh((a + np.swapaxes(a, -1, -2)) / 2)
-    scale = max(float(np.max(np.abs(eig))), np.finfo(float).tiny) if eig.size else 1.0
-    lo = float(np.min(eig)) if eig.size else 0.0
-    if lo < -rtol * scale:
-        raise NotPSDError(f"{name}: not positive semi-definite (smallest eigenvalue {lo:.3g}, largest {scale:.3g})")
+        return target
+    arr = check_symmetric(name, arr, rtol=max(rtol, 1e-10))
+    eig = xp.linalg.eigvalsh((arr + xp.swapaxes(arr, -1, -2)) / 2)
+    scale = xp.maximum(abs(eig).max(), np.finfo(float).tiny)
+    lo = eig.min()
+    return fail_if(
+        target,
+        lo < -rtol * scale,
+        f"{name}: not positive semi-definite",
+        detail=lambda: (
+            f"{name}: not positive semi-definite (smallest eigenvalue {float(lo):.3g}, largest {float(scale):.3g})"
+        ),
+        error=NotPSDError,
+    )
+
+
+def check_nonnegative(
+    name: str, x, *, ndim: int | tuple[int, ...] | None = None, what: str = "non-negative"
+) -> np.ndarray | jax.Array:
+    """`as_array(name, x, ndim=ndim)` with every entry `≥ 0`.
+
+    **Returns:** the array, carrying the checks when traced (see `fail_if`).
+
+    **Raises:** `LvflowError` as `as_array`, or `"{name}: must be non-negative, got v"` (the smallest entry).
+    """
+    a = as_array(name, x, ndim=ndim)
+    return fail_if(
+        a,
+        a < 0,
+        f"{name}: must be {what}",
+        detail=lambda: f"{name}: must be {what}, got {float(np.min(a)):g}",
+    )
 
 
 def check_in_open_interval(name: str, v, lo: float, hi: float) -> float:

@@ -9,7 +9,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Real
 
 from .._core.errors import LvflowError
-from .._core.validate import _is_concrete, as_array, check_positive, check_positive_int, check_psd
+from .._core.validate import as_array, check_nonnegative, check_positive, check_positive_int, check_psd
 from .flow import check_state
 from .nqf import NQF
 
@@ -169,36 +169,25 @@ def compression_bound(
     if width > d:
         raise LvflowError(f"width: must be at most d = {d} (a compression), got {width}")
     M = as_array("M", M, ndim=2)
-    if np.shape(M)[0] != np.shape(M)[1]:
-        raise LvflowError(f"M: expected a square (p, p) matrix, got shape {np.shape(M)}")
-    p = np.shape(M)[0]
-    check_psd("M", M)
-    if mu is None:
-        mu = jnp.zeros(p)
-    mu = as_array("mu", mu, ndim=1)
-    if np.shape(mu) != (p,):
-        raise LvflowError(f"mu: shape {np.shape(mu)}, expected ({p},) to match M")
-    if _is_concrete(M) and _is_concrete(mu):
-        check_psd("M - mu muᵀ/d (no W with d columns realises them)", np.asarray(M) - np.outer(mu, mu) / d)
-    lr = check_positive("lr", lr, allow_zero=True) if _is_concrete(lr) else lr
-    lipschitz = check_positive("lipschitz", lipschitz, allow_zero=True) if _is_concrete(lipschitz) else lipschitz
-    steps = as_array("steps", steps)
-    if _is_concrete(steps) and np.any(np.asarray(steps) < 0):
-        raise LvflowError("steps: must be >= 0")
-    return _compression_bound(
-        jnp.asarray(M, dtype=float),
-        jnp.asarray(mu, dtype=float),
-        d,
-        width,
-        jnp.asarray(lr, dtype=float),
-        jnp.asarray(lipschitz, dtype=float),
-        jnp.asarray(steps, dtype=float),
-    )
+    if M.shape[0] != M.shape[1]:
+        raise LvflowError(f"M: expected a square (p, p) matrix, got shape {M.shape}")
+    p = M.shape[0]
+    M = check_psd("M", M)
+    mu = as_array("mu", jnp.zeros(p) if mu is None else mu, ndim=1)
+    if mu.shape != (p,):
+        raise LvflowError(f"mu: shape {mu.shape}, expected ({p},) to match M")
+    # C = M − μμᵀ/d, PSD iff some W with d columns has W Wᵀ = M, W 1 = μ
+    C = check_psd("M - mu muᵀ/d (no W with d columns realises them)", M - mu[:, None] * mu[None, :] / d)
+    rate = check_nonnegative("lr", lr, ndim=0)
+    lip = check_nonnegative("lipschitz", lipschitz, ndim=0)
+    t = check_nonnegative("steps", steps, what=">= 0")
+    f = lambda x: jnp.asarray(x, dtype=float)  # noqa: E731
+    return _compression_bound(f(C), d, width, f(rate), f(lip), f(t))
 
 
 @eqx.filter_jit
-def _compression_bound(M, mu, d, width, lr, lipschitz, steps):
-    C = d / width * (M - jnp.outer(mu, mu) / d)
+def _compression_bound(C, d, width, lr, lipschitz, steps):
+    C = d / width * C
     lam = jnp.linalg.eigvalsh((C + C.T) / 2)[::-1]  # descending
     tail = jnp.where(jnp.arange(lam.shape[0]) >= width - 1, lam, 0.0)  # k = d', …, p (1-based)
     return jnp.sqrt(jnp.sum(tail**2)) * jnp.exp(lr * lipschitz * steps)

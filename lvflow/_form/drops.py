@@ -71,7 +71,7 @@ class MatrixDrops(eqx.Module):
 
 def _loss_floor(nqf: NQF) -> float:
     """`min_θ (1/m) Σ |Φ θ − (y − f0)|²` over the factored features (NaN when `A` is dense)."""
-    if not nqf.is_factored or nqf.has_mu_terms:
+    if nqf.features is None or nqf.basis is None or nqf.has_mu_terms:  # dense A, or μ-terms
         return math.nan
     t = np.asarray(nqf.y - nqf.f0, dtype=np.float64)
     F = np.asarray(nqf.features, dtype=np.float64)
@@ -224,7 +224,7 @@ def matrix_drops(
     args = (f(floor if t1 is None else math.nan), f(gap0), f(tol if t1 is None else -1.0), f(rate))
     if lr is None:
 
-        def run(t_lo, t_hi, M):
+        def run_flow(t_lo, t_hi, M):
             ts = _grid(t_lo, t_hi, n)
             Ms, result, t_stop = _chunk(nqf, f(M), f(ts), *args, f(rtol), f(atol), int(max_steps))
             event = result == diffrax.RESULTS.event_occurred
@@ -236,10 +236,11 @@ def matrix_drops(
                 keep &= ts <= float(t_stop)
             return ts[keep], Ms[keep], bool(event)
 
-        ts, Ms, converged = _until_event(run, M0, t1 if t1 is not None else T, math.inf, t1 is not None, max_chunks)
+        horizon = t1 if t1 is not None else T
+        ts, Ms, converged = _until_event(run_flow, M0, horizon, math.inf, t1 is not None, max_chunks)
     else:
 
-        def run(n_lo, n_hi, M):
+        def run_gd(n_lo, n_hi, M):
             steps = np.round(_grid(n_lo, n_hi, n)).astype(np.int64)
             out = _gd_chunk(nqf, f(M), jnp.asarray(n_lo, jnp.int64), jnp.asarray(steps), f(lr), *args)
             Ms, ns, stops, diverged = (np.asarray(v) for v in out)
@@ -255,7 +256,7 @@ def matrix_drops(
 
         # N = ⌈T/η⌉ steps first (at most max_steps a chunk), or ⌈t1/η⌉
         first = max(1, math.ceil(t1 / lr)) if t1 is not None else min(max(1, math.ceil(T / lr)), max_steps)
-        ts, Ms, converged = _until_event(run, M0, first, max_steps, t1 is not None, max_chunks)
+        ts, Ms, converged = _until_event(run_gd, M0, first, max_steps, t1 is not None, max_chunks)
     loss = np.asarray(jax.vmap(nqf.loss)(f(Ms)))
     return _drops(ts, Ms, loss, lam0[0], rho, floor, converged, lr)
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._core.errors import LvflowError, SolverError
-from .._core.validate import _is_concrete, as_array, check_positive, check_positive_int, check_psd
+from .._core.validate import as_array, check_positive, check_positive_int, check_psd, fail_if
 from .nqf import NQF
 
 
@@ -45,7 +46,7 @@ def check_state(nqf: NQF, M0, mu0, d, *, M_name: str = "M0", mu_name: str = "mu0
     M0 = as_array(M_name, M0, ndim=2)
     if M0.shape != (p, p):
         raise LvflowError(f"{M_name}: shape {M0.shape}, expected ({p}, {p}) to match the NQF")
-    check_psd(M_name, M0)
+    M0 = check_psd(M_name, M0)
     if mu0 is None and nqf.has_mu_terms:
         raise LvflowError(f"{mu_name}: required, the NQF has μ-terms (g or B, Thm 12)")
     if mu0 is not None:
@@ -57,8 +58,9 @@ def check_state(nqf: NQF, M0, mu0, d, *, M_name: str = "M0", mu_name: str = "mu0
             raise LvflowError("d: required (the number of neurons), the NQF has μ-terms (g or B, Thm 12)")
         return M0, mu0, 1.0
     d = check_positive("d", d)
-    if mu0 is not None and _is_concrete(M0) and _is_concrete(mu0):
-        check_psd(f"{M_name} - {mu_name} {mu_name}ᵀ/d (no W with d columns realises them)", M0 - np.outer(mu0, mu0) / d)
+    if mu0 is not None:
+        name = f"{M_name} - {mu_name} {mu_name}ᵀ/d (no W with d columns realises them)"
+        M0 = check_psd(name, M0 - mu0[:, None] * mu0[None, :] / d, attach=M0)
     return M0, mu0, d
 
 
@@ -81,17 +83,17 @@ def _vector_field(t, y, args):
     return -(X + X.T), -(d * v + H @ mu)
 
 
-def _smallest_scale(M0, mu0, xp=np):
+@jax.jit
+def _smallest_scale(M0: Float[Array, "p p"], mu0: Float[Array, " p"] | None) -> Float[Array, ""]:
     """The smallest significant eigenvalue of `M0` (above 1e-13 of the largest, i.e. above rounding).
 
     A mode starting at 1e-10 beside one at 1 must be resolved to relative accuracy: its
-    ignition time depends on it. Falls back to `max μ0²`, then 1, when `M0 = 0`. `xp`: `numpy`
-    for concrete inputs, `jax.numpy` for traced ones (the same operations in both).
+    ignition time depends on it. Falls back to `max μ0²`, then 1, when `M0 = 0`.
     """
-    eig = xp.linalg.eigvalsh(M0)
-    top = xp.max(eig)
-    fallback = 1.0 if mu0 is None else xp.where(xp.any(mu0 != 0), xp.max(mu0**2), 1.0)
-    return xp.where(top > 0, xp.min(xp.where(eig > 1e-13 * top, eig, xp.inf)), fallback)
+    eig = jnp.linalg.eigvalsh(M0)
+    top = jnp.max(eig)
+    fallback = 1.0 if mu0 is None else jnp.where(jnp.any(mu0 != 0), jnp.max(mu0**2), 1.0)
+    return jnp.where(top > 0, jnp.min(jnp.where(eig > 1e-13 * top, eig, jnp.inf)), fallback)
 
 
 @eqx.filter_jit
@@ -110,7 +112,7 @@ def _integrate(nqf, M0, mu0, ts, d, gamma, rtol, atol, solver, adjoint, max_step
         throw=False,
         adjoint=adjoint,
     )
-    M, mu = sol.ys
+    M, mu = cast(tuple[Array, Array], sol.ys)  # saved at `ts`: never None
     loss = jax.vmap(nqf.loss)(M, mu)
     return M, mu, loss, sol.result, sol.stats["num_steps"]
 
@@ -184,16 +186,12 @@ def matrix_flow(
     ts = as_array("ts", ts, ndim=1)
     if ts.size == 0:
         raise LvflowError("ts: is empty, expected at least one time")
-    if _is_concrete(ts) and np.any(np.diff(ts) <= 0):
-        raise LvflowError("ts: must be strictly increasing")
+    ts = fail_if(ts, ts[1:] <= ts[:-1], "ts: must be strictly increasing")
     gamma = check_positive("weight_decay", weight_decay, allow_zero=True)
     rtol = check_positive("rtol", rtol)
     if atol is None:
-        if _is_concrete(M0) and (mu0 is None or _is_concrete(mu0)):
-            atol = 1e-3 * rtol * float(_smallest_scale(np.asarray(M0), None if mu0 is None else np.asarray(mu0)))
-        else:
-            sg = lambda x: None if x is None else jax.lax.stop_gradient(jnp.asarray(x))  # noqa: E731
-            atol = 1e-3 * rtol * _smallest_scale(sg(M0), sg(mu0), jnp)
+        sg = lambda x: None if x is None else jax.lax.stop_gradient(jnp.asarray(x))  # noqa: E731
+        atol = 1e-3 * rtol * _smallest_scale(sg(M0), sg(mu0))
     else:
         atol = check_positive("atol", atol)
     check_positive_int("max_steps", max_steps)
@@ -209,13 +207,13 @@ def matrix_flow(
     M, mu, loss, result, num_steps = _integrate(
         nqf, f(M0), f(mu_init), f(ts), f(d), f(gamma), f(rtol), f(atol), solver, adjoint, int(max_steps)
     )
+    M = fail_if(
+        M,
+        result != diffrax.RESULTS.successful,
+        "matrix_flow: the ODE solve failed",
+        detail=lambda: f"matrix_flow: the ODE solve failed: {diffrax.RESULTS[result]}",
+        error=SolverError,
+    )
     finite = jnp.all(jnp.isfinite(M)) & jnp.all(jnp.isfinite(mu))
-    if _is_concrete(result == diffrax.RESULTS.successful) and _is_concrete(finite):
-        if result != diffrax.RESULTS.successful:
-            raise SolverError(f"matrix_flow: the ODE solve failed: {diffrax.RESULTS[result]}")
-        if not bool(finite):
-            raise SolverError("matrix_flow: the state left the finite numbers (the flow diverged)")
-    else:
-        M = result.error_if(M, result != diffrax.RESULTS.successful)
-        M = eqx.error_if(M, ~finite, "matrix_flow: the state left the finite numbers (the flow diverged)")
+    M = fail_if(M, ~finite, "matrix_flow: the state left the finite numbers (the flow diverged)", error=SolverError)
     return FlowSolution(ts=jnp.asarray(ts), M=M, mu=None if mu0 is None else mu, loss=loss, num_steps=num_steps)

@@ -11,7 +11,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._core.errors import LvflowError
-from .._core.validate import _is_concrete, as_array, check_symmetric
+from .._core.validate import as_array, check_symmetric
 
 
 class NQF(eqx.Module):
@@ -39,9 +39,13 @@ class NQF(eqx.Module):
       `None` (the default) for ZGZ modules.
     - `features`, `basis`: the factored form instead of `A`: `Φ` of shape `(m, [k,] D)` and the
       symmetric `E` of shape `([k,] D, p, p)` (the output axis `k` on one of them: per-output
-      features with one basis, or shared features with a basis per output).
+      features with one basis, or shared features with a basis per output). `basis` must be
+      concrete (not traced): its sparsity pattern is read once, here.
 
-    **Raises:** `LvflowError` for shapes that do not match or non-symmetric matrices.
+    Under a JAX transformation the value checks (finite, symmetric) run through `equinox.error_if`.
+
+    **Raises:** `LvflowError` for shapes that do not match, non-finite entries, or a traced `basis`;
+    `SymmetryError` for non-symmetric matrices.
     """
 
     dense_A: Float[Array, "m *k p p"] | None
@@ -66,7 +70,7 @@ class NQF(eqx.Module):
                 raise LvflowError(f"A: the last two axes must be square (p, p), got shape {np.shape(A)}")
             if 0 in np.shape(A):
                 raise LvflowError(f"A: needs at least one sample and p ≥ 1, got shape {np.shape(A)}")
-            check_symmetric("A", A)
+            A = check_symmetric("A", A)
             p = np.shape(A)[-1]
         else:
             if features is None or basis is None:
@@ -81,7 +85,7 @@ class NQF(eqx.Module):
                 )
             if np.ndim(features) == 3 and np.ndim(basis) == 4:
                 raise LvflowError("features, basis: the output axis k goes on one of them, not both")
-            check_symmetric("basis", basis)
+            basis = check_symmetric("basis", basis)
             out = np.shape(features)[:-1] + np.shape(basis)[:-3]
         if tuple(np.shape(y)) != tuple(out):
             raise LvflowError(f"y: shape {np.shape(y)} does not match A's sample/output axes {tuple(out)}")
@@ -97,7 +101,7 @@ class NQF(eqx.Module):
             B = as_array("B", B)
             if tuple(np.shape(B)) != tuple(out) + (p, p):
                 raise LvflowError(f"B: shape {np.shape(B)}, expected {tuple(out) + (p, p)}")
-            check_symmetric("B", B)
+            B = check_symmetric("B", B)
         self.dense_A = None if A is None else jnp.asarray(A)
         self.features = None if features is None else jnp.asarray(features)
         self.basis = None if basis is None else jnp.asarray(basis)
@@ -112,9 +116,17 @@ class NQF(eqx.Module):
         """The structure matrices `A_μ`, shape `(m, [k,] p, p)` (formed from the factors when factored)."""
         if self.dense_A is not None:
             return self.dense_A
-        if self.basis.ndim == 4:
-            return jnp.einsum("md,cdij->mcij", self.features, self.basis)
-        return jnp.einsum("...d,dij->...ij", self.features, self.basis)
+        features, basis = self._factors()
+        if basis.ndim == 4:
+            return jnp.einsum("md,cdij->mcij", features, basis)
+        return jnp.einsum("...d,dij->...ij", features, basis)
+
+    def _factors(self) -> tuple[Float[Array, "m *kf D"], Float[Array, "*kb D p p"]]:
+        """`(Φ, E)` of a factored NQF (`__init__` sets both exactly when `dense_A` is `None`); the output
+        axis `k` is on one of them (`kf` or `kb`), not both."""
+        if self.features is None or self.basis is None:
+            raise LvflowError("NQF: A is stored densely, not as features and basis")
+        return self.features, self.basis
 
     @property
     def is_factored(self) -> bool:
@@ -129,15 +141,16 @@ class NQF(eqx.Module):
     @property
     def p(self) -> int:
         """Neuron size."""
-        return (self.basis if self.dense_A is None else self.dense_A).shape[-1]
+        return (self._factors()[1] if self.dense_A is None else self.dense_A).shape[-1]
 
     def _theta(self, M) -> Array:
         """`θ_d = ⟨E_d, M⟩_F` (per output when `basis` has an output axis), shape `([k,] D)`."""
+        basis = self._factors()[1]
         if self._coo is None:
-            return jnp.einsum("...dij,ij->...d", self.basis, M)
+            return jnp.einsum("...dij,ij->...d", basis, M)
         rows, cols, vals, seg = self._coo
-        return jax.ops.segment_sum(vals * M[rows, cols], seg, num_segments=math.prod(self.basis.shape[:-2])).reshape(
-            self.basis.shape[:-2]
+        return jax.ops.segment_sum(vals * M[rows, cols], seg, num_segments=math.prod(basis.shape[:-2])).reshape(
+            basis.shape[:-2]
         )
 
     def _pair(self, M) -> Array:
@@ -145,22 +158,24 @@ class NQF(eqx.Module):
         if self.dense_A is not None:
             return jnp.einsum("...ij,ij->...", self.dense_A, M)
         theta = self._theta(M)
+        features = self._factors()[0]
         if theta.ndim == 2:  # (k, D): one feature vector per sample, a basis per output
-            return self.features @ theta.T
-        return self.features @ theta
+            return features @ theta.T
+        return features @ theta
 
     def weighted_sum(self, w: Float[ArrayLike, "m *k"]) -> Float[Array, "p p"]:  # noqa: F821 (jaxtyping's variadic dims)
         """`Σ_μ w_μ A_μ` (summed over outputs too) for weights `w` shaped like `y`."""
         if self.dense_A is not None:
             return jnp.einsum("...,...ij->ij", w, self.dense_A)
-        if self.basis.ndim == 4:
-            coef = w.T @ self.features  # (k, D)
+        features, basis = self._factors()
+        if basis.ndim == 4:
+            coef = jnp.asarray(w).T @ features  # (k, D)
         else:
-            coef = jnp.einsum("...,...d->d", w, self.features)
+            coef = jnp.einsum("...,...d->d", w, features)
         if self._coo is None:
-            return jnp.einsum("...d,...dij->ij", coef, self.basis)
+            return jnp.einsum("...d,...dij->ij", coef, basis)
         rows, cols, vals, seg = self._coo
-        p = self.basis.shape[-1]
+        p = basis.shape[-1]
         return jnp.zeros((p, p), coef.dtype).at[rows, cols].add(vals * coef.reshape(-1)[seg])
 
     @property
@@ -222,24 +237,38 @@ class NQF(eqx.Module):
         return acc
 
     def subset(self, idx) -> "NQF":
-        """The NQF of the samples `idx` (a minibatch)."""
-        take = lambda a: None if a is None else a[idx]
-        A, features = take(self.dense_A), take(self.features)
-        return NQF(A, self.y[idx], f0=self.f0[idx], g=take(self.g), B=take(self.B), features=features, basis=self.basis)
+        """The NQF of the samples `idx` (a minibatch). Cut from arrays checked when this NQF was built,
+        without checking again (`idx` may be traced, inside a jitted loop); the basis is kept."""
+        where = lambda n: _per_sample(n, mu_terms=True)  # noqa: E731
+        return eqx.tree_at(where, self, [a[idx] for a in where(self)])
 
     def scaled(self, factor) -> "NQF":
         """The same data with `A → factor · A` (used by compression, Thm 3)."""
-        scale = lambda a: None if a is None else a * factor
-        A, features = scale(self.dense_A), scale(self.features)
-        return NQF(A, self.y, f0=self.f0, g=self.g, B=self.B, features=features, basis=self.basis)
+        where = lambda n: _per_sample(n, mu_terms=False)[:1]  # noqa: E731
+        return eqx.tree_at(where, self, [a * factor for a in where(self)])
+
+
+def _per_sample(nqf, *, mu_terms):
+    """The arrays of `nqf` with a sample axis: `A` (`dense_A`, or `features` when factored), `y`, `f0`,
+    and with `mu_terms` the `g` and `B` that are given. Unannotated: `equinox.tree_at` calls it on a
+    tree of placeholders."""
+    A = nqf.dense_A if nqf.dense_A is not None else nqf.features
+    return [a for a in (A, nqf.y, nqf.f0, *((nqf.g, nqf.B) if mu_terms else ())) if a is not None]
 
 
 def _sparse(basis):
-    """The nonzero entries of a concrete `basis` as `(rows, cols, values, d)` (flattened over `[k,] D`),
-    when they are under a tenth of it; otherwise (or under a transformation) `None`."""
-    if not _is_concrete(basis):
-        return None
-    E = np.asarray(basis)
+    """The nonzero entries of `basis` as `(rows, cols, values, d)` (flattened over `[k,] D`), when they
+    are under a tenth of it; otherwise `None`.
+
+    **Raises:** `LvflowError` when `basis` is traced (its sparsity pattern cannot be read).
+    """
+    try:
+        E = np.asarray(basis)
+    except jax.errors.TracerArrayConversionError:
+        raise LvflowError(
+            "basis: must be a concrete array, not traced by jax.jit/vmap/grad (its sparsity pattern is read "
+            "once, when the NQF is built); build the NQF outside the transformation"
+        ) from None
     flat = E.reshape(-1, E.shape[-2], E.shape[-1])
     seg, rows, cols = np.nonzero(flat)
     if rows.size > 0.1 * flat.size:

@@ -61,17 +61,18 @@ def _ntk(nqf, M, mu, d):
     if nqf.dense_A is not None:
         A = nqf.dense_A.reshape(n, p, p)
         theta = 4.0 * jnp.einsum("aij,bji->ab", A, A @ M)
-        A_mu = None if mu is None else A @ mu
+        A_mu = jnp.zeros((n, p), M.dtype) if mu is None else A @ mu
     else:
-        E = nqf.basis.reshape(-1, p, p)  # (n_E, p, p): the basis, per output when it has an output axis
-        if nqf.basis.ndim == 4:  # shared features (m, D), a basis per output (k, D, p, p)
-            k, D = nqf.basis.shape[:2]
-            coef = jnp.einsum("md,ce->mced", nqf.features, jnp.eye(k)).reshape(n, k * D)
+        features, basis = nqf._factors()
+        E = basis.reshape(-1, p, p)  # (n_E, p, p): the basis, per output when it has an output axis
+        if basis.ndim == 4:  # shared features (m, D), a basis per output (k, D, p, p)
+            k, D = basis.shape[:2]
+            coef = jnp.einsum("md,ce->mced", features, jnp.eye(k)).reshape(n, k * D)
         else:
-            coef = nqf.features.reshape(n, -1)
+            coef = features.reshape(n, -1)
         gram = jnp.einsum("dij,eji->de", E, E @ M)  # Tr[E_d E_e M]
         theta = 4.0 * coef @ gram @ coef.T
-        A_mu = None if mu is None else coef @ (E @ mu)
+        A_mu = jnp.zeros((n, p), M.dtype) if mu is None else coef @ (E @ mu)
     if mu is not None:
         u = jnp.zeros((n, p), dtype=M.dtype)
         if nqf.g is not None:

@@ -96,7 +96,8 @@ def _run(nqf, M0, mu0, d, lr, gamma, beta, batches, n_records, record_every, use
         data = nqf if idx is None else nqf.subset(idx)  # minibatch: ℓ' = 2Δ/b
         if use_momentum:
             return _momentum_step(data, state, d, lr, gamma, beta), None
-        return _gd_step(data, *state, d, lr, gamma), None
+        M, mu = state
+        return _gd_step(data, M, mu, d, lr, gamma), None
 
     def record(state, idx_block):
         state, _ = jax.lax.scan(step, state, idx_block, length=record_every)

@@ -11,11 +11,12 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._core.errors import LvflowError, SymmetryError, ZGZError
-from .._core.validate import _is_concrete, check_positive_int
+from .._core.validate import check_positive_int, fail_if
 
 
-def _scale(*arrays) -> float:
-    return max([1.0] + [float(np.max(np.abs(np.asarray(a)))) for a in arrays if np.size(a)])
+def _max_abs(*arrays) -> Float[Array, ""]:
+    """`max |a|` over the entries of `arrays` (0 when they are all empty)."""
+    return jnp.max(jnp.stack([jnp.zeros(())] + [jnp.max(jnp.abs(a)) for a in arrays if jnp.size(a)]))
 
 
 def structure_matrix(
@@ -50,10 +51,10 @@ def structure_matrix(
     """
     check_positive_int("p", p, what="the neuron size")
     for leaf in jax.tree_util.tree_leaves(x):
-        if _is_concrete(leaf) and np.iscomplexobj(leaf):
-            raise LvflowError(f"x: complex values are not supported (dtype {np.asarray(leaf).dtype})")
+        if np.iscomplexobj(leaf):  # reads the dtype: traced or not
+            raise LvflowError(f"x: complex values are not supported (dtype {jnp.result_type(leaf)})")
     try:
-        f0, g, A = _derivatives_at_zero(unit, x, p, batched)
+        A, finite, gnorm, f0max, scale = _derivatives_at_zero(unit, x, p, batched)
     except (TypeError, ValueError) as e:
         shapes = [np.shape(leaf) for leaf in jax.tree_util.tree_leaves(x)]
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -62,46 +63,67 @@ def structure_matrix(
             f"{shapes[0] if len(shapes) == 1 else shapes}{' (batched)' if batched else ''}: {first}; "
             "is p the neuron size?"
         ) from None
-    if _is_concrete(A):
-        scale = _scale(A)
-        gnorm = float(np.max(np.abs(np.asarray(g)))) if np.size(g) else 0.0
-        if not np.all(np.isfinite(np.asarray(A))):
-            raise LvflowError("unit: its Hessian at w = 0 is not finite")
-        # `not (a <= b)` so that a NaN gradient fails the check instead of passing it.
-        if not (gnorm <= atol * scale):
-            raise ZGZError(
-                f"unit: violates ZGZ (zero gradient at zero): max |∇_w unit(0, x)| = {gnorm:.3g}; "
-                "a bias term or an activation with φ(0) ≠ 0 breaks the NQF expansion (Thm 1)"
-            )
-        f0max = float(np.max(np.abs(np.asarray(f0)))) if np.size(f0) else 0.0
-        if not (f0max <= atol * scale):
-            raise LvflowError(f"unit: unit(0, x) = {f0max:.3g} ≠ 0; a sum-form unit must vanish at w = 0")
-        _check_twice_differentiable(unit, x, p, batched, A)
-    return A
+    A = fail_if(A, ~finite, "unit: its Hessian at w = 0 is not finite")
+    # `~(a <= b)` so that a NaN gradient fails the check instead of passing it.
+    A = fail_if(
+        A,
+        ~(gnorm <= atol * scale),
+        "unit: violates ZGZ (zero gradient at zero): ∇_w unit(0, x) ≠ 0; a bias term or an activation with "
+        "φ(0) ≠ 0 breaks the NQF expansion (Thm 1)",
+        detail=lambda: (
+            f"unit: violates ZGZ (zero gradient at zero): max |∇_w unit(0, x)| = {float(gnorm):.3g}; "
+            "a bias term or an activation with φ(0) ≠ 0 breaks the NQF expansion (Thm 1)"
+        ),
+        error=ZGZError,
+    )
+    A = fail_if(
+        A,
+        ~(f0max <= atol * scale),
+        "unit: unit(0, x) ≠ 0; a sum-form unit must vanish at w = 0",
+        detail=lambda: f"unit: unit(0, x) = {float(f0max):.3g} ≠ 0; a sum-form unit must vanish at w = 0",
+    )
+    return _check_twice_differentiable(unit, x, p, batched, A)
 
 
-def _check_twice_differentiable(unit, x, p, batched, A) -> None:
+def _check_twice_differentiable(unit, x, p, batched, A):
     """Thm 1's `A(x) = ½∇²unit(0, x)` needs `unit` twice continuously differentiable at `w = 0`;
     autodiff returns *a* number at a kink (`relu(w·x)²`: 0, or half the one-sided values), so
     compare the Hessians at `w = ±δv` (a fixed direction `v`) with each other and with `2A`, at two
     radii `δ` 1000× apart: for a `C²` unit the gap shrinks with `δ`, at a kink it stays.
 
+    **Returns:** `A`, carrying the check when traced.
+
     **Raises:** `LvflowError` naming the jump.
     """
     v = np.random.default_rng(0).standard_normal(p)
-    xs = [np.max(np.abs(np.asarray(leaf, dtype=float))) for leaf in jax.tree_util.tree_leaves(x) if np.size(leaf)]
-    v = v / np.linalg.norm(v) / max([1.0, *xs])  # w·x moves by about δ whatever the scale of x
-    A2 = 2 * np.asarray(A)
-    gaps, scale = [], float(np.max(np.abs(A2))) if A2.size else 0.0
+    gap_far, gap_near, scale = _hessian_gaps(unit, x, jnp.asarray(v / np.linalg.norm(v)), batched, A)
+    return fail_if(
+        A,
+        (gap_near > 1e-6 * scale) & (gap_near > 0.5 * gap_far),
+        "unit: not twice differentiable at w = 0 (its Hessian jumps across w = 0; e.g. relu(w·x)²): "
+        "A(x) = ½∇²unit(0, x) (Eq. 2) is undefined; use a smooth unit",
+        detail=lambda: (
+            f"unit: not twice differentiable at w = 0 (its Hessian jumps by {float(gap_near):.3g}, "
+            f"scale {float(scale):.3g}, across w = 0; e.g. relu(w·x)²): A(x) = ½∇²unit(0, x) (Eq. 2) is undefined; "
+            "use a smooth unit"
+        ),
+    )
+
+
+@eqx.filter_jit
+def _hessian_gaps(unit, x, v, batched, A):
+    """`(gap at δ = 1e-4, gap at δ = 1e-7, scale)`: the gap is the largest entry of `H(δv) − H(−δv)`
+    and of `H(δv) + H(−δv) − 4A`, the scale the largest of `2A` and the Hessians; `w·x` moves by
+    about `δ` whatever the scale of `x` (`v` is divided by `max(1, max |x|)`)."""
+    xs = [jnp.max(jnp.abs(jnp.asarray(leaf, dtype=float))) for leaf in jax.tree_util.tree_leaves(x) if jnp.size(leaf)]
+    v = v / jnp.nanmax(jnp.stack([jnp.ones(()), *xs]))
+    A2 = 2 * A
+    scale, gaps = _max_abs(A2), []
     for delta in (1e-4, 1e-7):
-        Hp, Hm = (np.asarray(h) for h in _hessians_at(unit, x, jnp.asarray(delta * v), batched))
-        scale = max(scale, float(np.max(np.abs(Hp))) if Hp.size else 0.0, float(np.max(np.abs(Hm))) if Hm.size else 0.0)
-        gaps.append(max(float(np.max(np.abs(Hp - Hm))), float(np.max(np.abs(Hp + Hm - 2 * A2)))) if A2.size else 0.0)
-    if gaps[1] > 1e-6 * scale and gaps[1] > 0.5 * gaps[0]:
-        raise LvflowError(
-            f"unit: not twice differentiable at w = 0 (its Hessian jumps by {gaps[1]:.3g}, scale {scale:.3g}, "
-            "across w = 0; e.g. relu(w·x)²): A(x) = ½∇²unit(0, x) (Eq. 2) is undefined; use a smooth unit"
-        )
+        Hp, Hm = _hessians_at(unit, x, delta * v, batched)
+        scale = jnp.maximum(scale, _max_abs(Hp, Hm))
+        gaps.append(jnp.maximum(_max_abs(Hp - Hm), _max_abs(Hp + Hm - 2 * A2)) if A2.size else jnp.zeros(()))
+    return gaps[0], gaps[1], scale
 
 
 @eqx.filter_jit
@@ -118,6 +140,7 @@ def _hessians_at(unit, x, v, batched):
 
 @eqx.filter_jit
 def _derivatives_at_zero(unit, x, p, batched):
+    """`(A, whether A is finite, max |∇unit(0, x)|, max |unit(0, x)|, max(1, max |A|))`."""
     # filter_jit caches on the unit's identity and shapes, so repeated calls do not recompile.
     w0 = jnp.zeros((p,))
 
@@ -127,7 +150,9 @@ def _derivatives_at_zero(unit, x, p, batched):
         h = jax.hessian(unit)(w0, xi)
         return f0, g, 0.25 * (h + jnp.swapaxes(h, -1, -2))
 
-    return jax.vmap(one)(x) if batched else one(x)
+    f0, g, A = jax.vmap(one)(x) if batched else one(x)
+    scale = jnp.maximum(1.0, _max_abs(A))
+    return A, jnp.all(jnp.isfinite(A)), _max_abs(g), _max_abs(f0), scale
 
 
 @eqx.filter_jit
@@ -144,6 +169,20 @@ def _blocks_at_zero(module, x, p, d, batched):
         return f0, G, Hii, Hij
 
     return jax.vmap(one)(x) if batched else one(x)
+
+
+@eqx.filter_jit
+def _symmetry_stats(f0, G, Hii, Hij, d):
+    """`(finite, (dev_g, dev_ii, dev_ij), scale)`: whether every derivative is finite, how far the
+    gradient columns, the diagonal blocks and the off-diagonal blocks are from all equal (neurons on
+    the leading axis of `Hii`, `Hij`; `Hij` also from symmetric, the swap symmetry of `d = 2`), and
+    `max(1, max |G|, max |H|)`."""
+    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in (f0, G, Hii, Hij)]))
+    dev_g = _max_abs(G - G[..., :1])
+    dev_ii = _max_abs(Hii - Hii[:1])
+    # With d = 2 there is one pair; swap symmetry then needs H_01 = H_01ᵀ.
+    dev_ij = jnp.maximum(_max_abs(Hij - Hij[:1]) if d > 2 else jnp.zeros(()), _max_abs(Hij - jnp.swapaxes(Hij, -1, -2)))
+    return finite, jnp.stack([dev_g, dev_ii, dev_ij]), jnp.maximum(1.0, _max_abs(G, Hii, Hij))
 
 
 class Expansion(eqx.Module):
@@ -191,22 +230,20 @@ def expand(
     # Fancy indexing puts the neuron axis first (after the batch axis, when batched).
     ax = 1 if batched else 0
     Hii, Hij = jnp.moveaxis(Hii, ax, 0), jnp.moveaxis(Hij, ax, 0)
-    if _is_concrete(G):
-        if not all(np.all(np.isfinite(np.asarray(a))) for a in (f0, G, Hii, Hij)):
-            raise LvflowError("module: its derivatives at W = 0 are not finite")
-        scale = _scale(G, Hii, Hij)
-        dev_g = float(np.max(np.abs(np.asarray(G) - np.asarray(G)[..., :1])))
-        dev_ii = float(np.max(np.abs(np.asarray(Hii) - np.asarray(Hii)[:1])))
-        # With d = 2 there is one pair; swap symmetry then needs H_01 = H_01ᵀ.
-        Hij_np = np.asarray(Hij)
-        dev_ij = float(np.max(np.abs(Hij_np - Hij_np[:1]))) if d > 2 else 0.0
-        dev_ij = max(dev_ij, float(np.max(np.abs(Hij_np - np.swapaxes(Hij_np, -1, -2)))))
-        dev = max(dev_g, dev_ii, dev_ij)
-        if not (dev <= atol * scale):
-            which = ["gradient columns", "diagonal Hessian blocks H_ii", "off-diagonal blocks H_ij"][
-                int(np.argmax([dev_g, dev_ii, dev_ij]))
-            ]
-            raise SymmetryError(f"module: not permutation-symmetric: its {which} differ across neurons by {dev:.3g}")
+    stats = _symmetry_stats(f0, G, Hii, Hij, d)
+    f0, G, Hii, Hij = fail_if((f0, G, Hii, Hij), ~stats[0], "module: its derivatives at W = 0 are not finite")
+    dev, scale = jnp.max(stats[1]), stats[2]
+    which = ["gradient columns", "diagonal Hessian blocks H_ii", "off-diagonal blocks H_ij"]
+    f0, G, Hii, Hij = fail_if(
+        (f0, G, Hii, Hij),
+        ~(dev <= atol * scale),
+        "module: not permutation-symmetric: its gradient columns or Hessian blocks differ across neurons",
+        detail=lambda: (
+            f"module: not permutation-symmetric: its {which[int(np.argmax(stats[1]))]} differ across "
+            f"neurons by {float(dev):.3g}"
+        ),
+        error=SymmetryError,
+    )
     g = G[..., 0]
     Hii, Hij = Hii[0], Hij[0]
     sym = lambda a: 0.5 * (a + jnp.swapaxes(a, -1, -2))

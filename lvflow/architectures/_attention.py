@@ -56,6 +56,7 @@ def centered_softmax(s: Float[ArrayLike, "N ..."]) -> Float[Array, "N ..."]:
     close to `1/N` would lose everything below `1e-16 · N`, while the NQF regime has `|s| ~ |W|²`.
     The shift `c = max s` (gradient stopped; the value does not depend on it) prevents overflow.
     """
+    s = jnp.asarray(s)
     c = jax.lax.stop_gradient(jnp.max(s, axis=0, keepdims=True))
     e = jnp.expm1(s - c)
     ebar = jnp.mean(e, axis=0, keepdims=True)
@@ -109,6 +110,7 @@ class MultiHeadAttention(AbstractVectorOutput, AbstractSeparableMap):
 
     def unit(self, w: Float[ArrayLike, " p"], X: Float[ArrayLike, "D N"]) -> Float[Array, "*k"]:
         Wq, Wk, Wv, v = unpack(w, self._shapes)
+        X = jnp.asarray(X)
         s = (Wk @ X).T @ (Wq @ X[:, -1]) / math.sqrt(self.key_size)
         return (Wv @ (X @ jax.nn.softmax(s))) @ v
 
@@ -165,8 +167,8 @@ class MultiHeadAttention(AbstractVectorOutput, AbstractSeparableMap):
     def shared_features(self, X: Float[ArrayLike, "D N"]) -> Float[Array, " D"]:
         return jnp.mean(X, axis=1)
 
-    def output_slices(self, Theta: Float[ArrayLike, "D k"]) -> Float[ArrayLike, "k D"]:
-        return Theta.T
+    def output_slices(self, Theta: Float[ArrayLike, "D k"]) -> Float[Array, "k D"]:
+        return jnp.asarray(Theta).T
 
     def draw_teacher(self, rng: np.random.Generator, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         # Head j: Wᴠ = √s_j e_1 u_jᵀ, v = √s_j e_1 v_jᵀ, so Θ = Σ_i W_iᴠᵀ v_i = U S Vᵀ.
@@ -249,6 +251,7 @@ class QKAttention(AbstractVectorOutput, AbstractLearnedMap):
 
     def unit(self, w: Float[ArrayLike, " p"], X: Float[ArrayLike, "D N"]) -> Float[Array, "*k"]:
         Wq, Wk = unpack(w, self._shapes)
+        X = jnp.asarray(X)
         s = (Wk @ X).T @ (Wq @ X[:, -1]) / math.sqrt(self.key_size)
         return (X @ centered_softmax(s)) @ self._c
 
@@ -302,6 +305,7 @@ class QKAttention(AbstractVectorOutput, AbstractLearnedMap):
 
     def map_features(self, X: Float[ArrayLike, "D N"]) -> Float[Array, "k D D"]:
         c = self.readout if self.readout.ndim == 2 else self.readout[:, None]
+        X = jnp.asarray(X)
         N = X.shape[1]
         xbar = jnp.mean(X, axis=1)
         u = (X @ X.T / N - jnp.outer(xbar, xbar)) @ c  # (D, k)
@@ -354,6 +358,7 @@ class AttentionLogits(AbstractArchitecture):
 
     def unit(self, w: Float[ArrayLike, " p"], X: Float[ArrayLike, "D N"]) -> Float[Array, " N"]:
         wq, wk = unpack(w, [(self.in_size,)] * 2)
+        X = jnp.asarray(X)
         return (wq @ X[:, -1]) * (wk @ X) / math.sqrt(self.d)
 
     def __call__(self, X: Float[ArrayLike, "D N"]) -> Float[Array, " N"]:

@@ -19,7 +19,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._core.errors import LvflowError, ZGZError
-from .._core.validate import _is_concrete, as_array, check_positive, check_positive_int
+from .._core.validate import as_array, check_positive, check_positive_int
 
 
 class AbstractSumForm(eqx.Module):
@@ -46,14 +46,14 @@ class AbstractSumForm(eqx.Module):
         return self.W.shape[1]
 
     @abc.abstractmethod
-    def unit(self, w: Float[ArrayLike, " p"], x) -> Float[Array, "*k"]:
+    def unit(self, w: Float[ArrayLike, " p"], x, /) -> Float[Array, "*k"]:
         """One neuron's contribution `unit(w, x)`; `__call__(x) = Σ_i unit(W[:, i], x)`."""
 
     @abc.abstractmethod
-    def __call__(self, x) -> Float[Array, "*k"]:
+    def __call__(self, x, /) -> Float[Array, "*k"]:
         """The network's output on one input `x`."""
 
-    def next_order(self, x) -> int | None:
+    def next_order(self, x, /) -> int | None:
         """The order `k ≥ 3` of the first term of the symmetric expansion (Thm 13, Eq. 200) beyond the
         NQF that is not identically zero, or `None` when the module is exactly quadratic in each neuron.
 
@@ -64,7 +64,7 @@ class AbstractSumForm(eqx.Module):
 
         return probe_order(self.unit, x, self.p)
 
-    def expansion_term(self, x, order: int) -> Float[Array, "*k"]:
+    def expansion_term(self, x, /, order: int) -> Float[Array, "*k"]:
         """The order-`k` part of `f_x(W)` in Thm 13 (Eq. 203), `Σ_i T_(k)(x)[w_i^{⊗k}]`, at this `W`.
 
         For a sum form only the single-neuron partition `λ = (k)` contributes, with
@@ -101,7 +101,7 @@ class AbstractArchitecture(AbstractSumForm):
         return 1 if self.out_size is None else self.out_size
 
     @abc.abstractmethod
-    def structure(self, x) -> Float[Array, "*k p p"]:
+    def structure(self, x, /) -> Float[Array, "*k p p"]:
         """The closed-form structure matrix `A(x)`, shape `(p, p)` or `(k, p, p)`."""
 
     @abc.abstractmethod
@@ -129,7 +129,7 @@ class AbstractLearnedMap(AbstractArchitecture):
         """`Θ(W)`, the block of `M = W Wᵀ` that the NQF reads (Eq. 17)."""
 
     @abc.abstractmethod
-    def map_features(self, x) -> Float[Array, "k a b"]:
+    def map_features(self, x, /) -> Float[Array, "k a b"]:
         """`Φ_c(x)` for every output `c` (`k = 1` for a scalar output): `f_c ≈ ⟨Θ(W), Φ_c(x)⟩`."""
 
     @abc.abstractmethod
@@ -179,11 +179,11 @@ class AbstractSeparableMap(AbstractLearnedMap):
     """
 
     @abc.abstractmethod
-    def shared_features(self, x) -> Float[Array, " F"]:
+    def shared_features(self, x, /) -> Float[Array, " F"]:
         """`ψ(x)`, the features every output reads."""
 
     @abc.abstractmethod
-    def output_slices(self, Theta: Float[ArrayLike, "a b"]) -> Float[ArrayLike, "k F"]:
+    def output_slices(self, Theta: Float[ArrayLike, "a b"], /) -> Float[Array, "k F"]:
         """Output `c`'s slice of `Θ` (a linear rearrangement of its entries), row `c`."""
 
 
@@ -205,11 +205,11 @@ class AbstractPooledPerceptron(AbstractSeparableMap):
         """Size `n` of a neuron's input weights `u` (the input side of `Θ`)."""
 
     @abc.abstractmethod
-    def _check(self, x, *, dtype=None) -> Array:
+    def _check(self, x, /, *, dtype=None) -> Array:
         """`x` as an array of the input's shape (`sample_shape`); raises `LvflowError` otherwise."""
 
     @abc.abstractmethod
-    def pooled_input(self, x) -> Float[ArrayLike, " n"]:
+    def pooled_input(self, x, /) -> Float[Array, " n"]:
         """`z(x) = Σ_q x_q`, the sum of the input's patches (no input check)."""
 
     def _split(self, w: Float[ArrayLike, " p *d"]) -> tuple[Array, Array]:  # noqa: F821 (jaxtyping's variadic dims)
@@ -231,8 +231,8 @@ class AbstractPooledPerceptron(AbstractSeparableMap):
     def shared_features(self, x) -> Float[Array, " n"]:
         return self.dphi0 * self.pooled_input(x)
 
-    def output_slices(self, Theta: Float[ArrayLike, "n k"]) -> Float[ArrayLike, "k n"]:
-        return Theta.T
+    def output_slices(self, Theta: Float[ArrayLike, "n k"]) -> Float[Array, "k n"]:
+        return jnp.asarray(Theta).T
 
     def draw_teacher(self, rng: np.random.Generator, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         # Z_j = √s_j [u_j; v_j]: Tr[Z Zᵀ A_c] = φ'(0) z(x)ᵀ U S Vᵀ e_c.
@@ -286,23 +286,26 @@ def _normal_chunk(key, i):
     return jax.random.normal(jax.random.fold_in(key, i), (_CHUNK,))
 
 
-def normal(key: PRNGKeyArray, shape: tuple[int, ...]) -> Float[Array, "..."]:
-    """Standard normal draws of the given shape.
+def normal(key: PRNGKeyArray, shape: tuple[int, ...], scale: float | Float[Array, ""] = 1.0) -> Float[Array, "..."]:
+    """`scale` times standard normal draws of the given shape.
 
     Drawn in fixed-size chunks (`fold_in(key, i)`, `i = 0, 1, …`) so that one compiled sampler
-    serves every shape: `jax.random.normal` compiles anew for each shape (~0.5 s on CPU), which
-    would dominate building small models. Works under `jit`/`vmap` over keys too.
+    serves every shape (`jax.random.normal` compiles anew for each shape, ~0.5 s on CPU), and
+    assembled by one small compiled function per shape. Works under `jit`/`vmap` over keys too.
     """
     n = int(np.prod(shape, dtype=int))
     chunks = [_normal_chunk(key, i) for i in range(max(1, -(-n // _CHUNK)))]
-    if _is_concrete(chunks[0]):  # assemble in numpy: jnp slicing would compile per shape too
-        return jnp.asarray(np.concatenate([np.asarray(c) for c in chunks])[:n].reshape(shape))
-    return jnp.concatenate(chunks)[:n].reshape(shape)
+    return _assemble(chunks, tuple(int(s) for s in shape), jnp.asarray(scale, dtype=float))
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _assemble(chunks: list[Array], shape: tuple[int, ...], scale: Float[Array, ""]) -> Array:
+    return scale * jnp.concatenate(chunks)[: math.prod(shape)].reshape(shape)
 
 
 def init_W(key: PRNGKeyArray, p: int, d: int, init_scale) -> Float[Array, "p d"]:
     """`W ~ N(0, init_scale²)` entrywise, shape `(p, d)`."""
-    return check_positive("init_scale", init_scale, allow_zero=True) * normal(key, (p, d))
+    return normal(key, (p, d), check_positive("init_scale", init_scale, allow_zero=True))
 
 
 def check_activation(name: str, phi) -> float:
@@ -314,7 +317,7 @@ def check_activation(name: str, phi) -> float:
     if not callable(phi):
         raise LvflowError(f"{name}: must be a callable activation, got {phi!r}")
     with jax.ensure_compile_time_eval():  # concrete even when a model is built under jit/vmap
-        phi0 = float(phi(jnp.zeros(())))
+        phi0 = float(jnp.asarray(phi(jnp.zeros(()))))
         dphi0 = float(jax.grad(phi)(jnp.zeros(())))
     if not np.isfinite(phi0) or abs(phi0) > 1e-12:
         raise ZGZError(
@@ -383,6 +386,7 @@ def unpack(w: Float[ArrayLike, "p *d"], shapes: Sequence[tuple[int, ...]]) -> li
     For one neuron `w` of shape `(p,)` the pieces have shapes `shapes`; for the whole array
     `W` of shape `(p, d)` they have shapes `shape + (d,)` (the neuron axis stays last).
     """
+    w = jnp.asarray(w)
     out, start = [], 0
     for shape, n in zip(shapes, sizes_of(shapes)):
         out.append(w[start : start + n].reshape(tuple(shape) + w.shape[1:]))
@@ -420,10 +424,8 @@ def per_output(C: Array, out_size: int | None) -> Array:
 
 
 def check_input(name: str, x, shape: tuple[int, ...], what: str, *, dtype=None) -> Array:
-    """`x` as an array of exactly `shape`; finite when concrete."""
-    if _is_concrete(x):
-        x = as_array(name, x)
-    x = jnp.asarray(x, dtype=dtype)
+    """`x` as an array of exactly `shape`, finite (checked through `equinox.error_if` when traced)."""
+    x = jnp.asarray(as_array(name, x), dtype=dtype)
     if tuple(x.shape) != tuple(shape):
         raise LvflowError(f"{name}: expected shape {tuple(shape)} ({what}), got {tuple(x.shape)}")
     return x
@@ -431,9 +433,7 @@ def check_input(name: str, x, shape: tuple[int, ...], what: str, *, dtype=None) 
 
 def check_sequence(name: str, X, D: int, *, dtype=None) -> Array:
     """A sequence `X ∈ R^{D×N}` (tokens are columns), `N ≥ 1`."""
-    if _is_concrete(X):
-        X = as_array(name, X)
-    X = jnp.asarray(X, dtype=dtype)
+    X = jnp.asarray(as_array(name, X), dtype=dtype)
     if X.ndim != 2 or X.shape[0] != D or X.shape[1] < 1:
         raise LvflowError(f"{name}: expected a sequence of shape ({D}, N) (features × tokens), got {tuple(X.shape)}")
     return X

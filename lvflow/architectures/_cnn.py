@@ -82,8 +82,9 @@ class CNN(AbstractVectorOutput, AbstractPooledPerceptron):
             raise LvflowError(
                 f"input_shape, kernel_shape: expected two (height, width) pairs, got {input_shape!r}, {kernel_shape!r}"
             )
-        self.input_shape = tuple(check_size("input_shape", s) for s in input_shape)
-        self.kernel_shape = tuple(check_size("kernel_shape", s) for s in kernel_shape)
+        (h, w), (kh, kw) = tuple(input_shape), tuple(kernel_shape)
+        self.input_shape = (check_size("input_shape", h), check_size("input_shape", w))
+        self.kernel_shape = (check_size("kernel_shape", kh), check_size("kernel_shape", kw))
         if any(k > s for k, s in zip(self.kernel_shape, self.input_shape)):
             raise LvflowError(f"kernel_shape: {self.kernel_shape} does not fit in input_shape {self.input_shape}")
         channels = check_size("channels", channels)
@@ -97,15 +98,15 @@ class CNN(AbstractVectorOutput, AbstractPooledPerceptron):
         return self.kernel_shape[0] * self.kernel_shape[1]
 
     def sample_shape(self, *, seq_len: int | None = None) -> tuple[int, int]:
-        return tuple(self.input_shape)
+        return self.input_shape
 
     def _check(self, X, *, dtype=None) -> Float[Array, "H W"]:
         return check_input("X", X, self.input_shape, "one single-channel image", dtype=dtype)
 
-    def patches(self, X: Float[ArrayLike, "H W"]) -> Float[ArrayLike, "P m"]:
+    def patches(self, X: Float[ArrayLike, "H W"]) -> Float[Array, "P m"]:
         """All `P` patches `x_p` of `X`, flattened row-major: shape `(P, kh·kw)`."""
         rows, cols = _patch_index(self.input_shape, self.kernel_shape)
-        return X[rows, cols]
+        return jnp.asarray(X)[rows, cols]
 
     def pooled_input(self, X: Float[ArrayLike, "H W"]) -> Float[Array, " m"]:
         return jnp.sum(self.patches(X), axis=0)  # Σ_p x_p

@@ -54,9 +54,9 @@ class FourierMLP(AbstractArchitecture):
         k = jnp.arange(1, self.num_modes + 1, dtype=jnp.result_type(float))
         return k ** (-self.theta) * math.sqrt(2.0) * jnp.cos(2 * jnp.pi * k * x) / math.sqrt(self.num_modes)
 
-    def unit(self, w: Float[Array, " p"], x: Float[Array, ""]) -> Float[Array, ""]:
+    def unit(self, w: Float[ArrayLike, " p"], x: Float[ArrayLike, ""]) -> Float[Array, ""]:
         a, v = unpack(w, [(self.num_modes,)] * 2)
-        k = jnp.arange(1, self.num_modes + 1, dtype=w.dtype)
+        k = jnp.arange(1, self.num_modes + 1, dtype=a.dtype)
         s_psi = k ** (-self.theta) * math.sqrt(2.0) * jnp.cos(2 * jnp.pi * k * x)
         return v @ jnp.tanh(s_psi * a) / math.sqrt(self.num_modes)
 

@@ -62,8 +62,8 @@ class MLP(AbstractVectorInput, AbstractVectorOutput, AbstractPooledPerceptron):
     def _n(self) -> int:
         return self.in_size
 
-    def pooled_input(self, x: Float[ArrayLike, " n"]) -> Float[ArrayLike, " n"]:
-        return x
+    def pooled_input(self, x: Float[ArrayLike, " n"]) -> Float[Array, " n"]:
+        return jnp.asarray(x)
 
     def unit(self, w: Float[ArrayLike, " p"], x: Float[ArrayLike, " n"]) -> Float[Array, "*k"]:
         u, v = self._split(w)

@@ -94,11 +94,12 @@ class MixtureOfExperts(AbstractVectorInput, AbstractVectorOutput, AbstractSepara
         return self.dpsi0 * jnp.einsum("a,cd,b->cadb", x, np.eye(k), x).reshape(k, n, k * n)
 
     def shared_features(self, x: Float[ArrayLike, " n"]) -> Float[Array, " nn"]:
+        x = jnp.asarray(x)
         return self.dpsi0 * jnp.outer(x, x).reshape(self.in_size**2)
 
-    def output_slices(self, R: Float[ArrayLike, "n kn"]) -> Float[ArrayLike, "k nn"]:
+    def output_slices(self, R: Float[ArrayLike, "n kn"]) -> Float[Array, "k nn"]:
         n, k = self.in_size, self._k  # R[a, c·n + b] -> [c, a·n + b]
-        return R.reshape(n, k, n).transpose(1, 0, 2).reshape(k, n * n)
+        return jnp.asarray(R).reshape(n, k, n).transpose(1, 0, 2).reshape(k, n * n)
 
     def draw_teacher(self, rng: np.random.Generator, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n, k, r = self.in_size, self._k, len(s)

@@ -42,7 +42,7 @@ class QuadraticNet(_AbstractInputSpace):
         self.W = init_W(key, check_size("in_size", in_size), check_size("width", width), init_scale)
 
     def unit(self, w: Float[ArrayLike, " n"], x: Float[ArrayLike, " n"]) -> Float[Array, ""]:
-        return (w @ x) ** 2
+        return (jnp.asarray(w) @ jnp.asarray(x)) ** 2
 
     def __call__(self, x: Float[ArrayLike, " n"]) -> Float[Array, ""]:
         x = self._check(x)
@@ -67,7 +67,8 @@ class DiagonalLinear(_AbstractInputSpace):
         self.W = init_W(key, check_size("in_size", in_size), check_size("width", width), init_scale)
 
     def unit(self, w: Float[ArrayLike, " n"], x: Float[ArrayLike, " n"]) -> Float[Array, ""]:
-        return x @ (w * w) / 4
+        w = jnp.asarray(w)
+        return jnp.asarray(x) @ (w * w) / 4
 
     def __call__(self, x: Float[ArrayLike, " n"]) -> Float[Array, ""]:
         x = self._check(x)
@@ -126,7 +127,8 @@ class MatrixSensing(_AbstractScalarOutput):
         return (self.p, self.p)
 
     def unit(self, w: Float[ArrayLike, " n"], S: Float[ArrayLike, "n n"]) -> Float[Array, ""]:
-        return w @ S @ w
+        w = jnp.asarray(w)
+        return w @ jnp.asarray(S) @ w
 
     def __call__(self, S: Float[ArrayLike, "n n"]) -> Float[Array, ""]:
         S = check_input("S", S, (self.p, self.p), "one sensing matrix")
