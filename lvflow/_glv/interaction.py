@@ -264,10 +264,3 @@ class DenseInteraction(AbstractInteraction):
 
     def positive_definite_on(self, T, rtol):
         return _masked_positive_definite(self.C, T, rtol)
-
-
-def is_diagonal(C: np.ndarray) -> bool:
-    """Whether the concrete square matrix `C` has no non-zero off-diagonal entry."""
-    K = C.shape[0]
-    # The off-diagonal entries, as a strided view: flat[1:] in rows of K + 1, minus the last column.
-    return K < 2 or not np.any(np.ascontiguousarray(C).ravel()[1:].reshape(K - 1, K + 1)[:, :-1])

@@ -9,9 +9,9 @@ from equinox import AbstractVar
 from jaxtyping import Array, ArrayLike, Float
 
 from .._core.errors import LvflowError
-from .._core.validate import as_array, check_psd
+from .._core.validate import as_array, check_psd, is_diagonal
 from .equilibrium import saturated_equilibrium
-from .interaction import AbstractInteraction, DenseInteraction, DiagonalInteraction, LowRankInteraction, is_diagonal
+from .interaction import AbstractInteraction, DenseInteraction, DiagonalInteraction, LowRankInteraction
 
 
 class AbstractLotkaVolterra(eqx.Module):

@@ -11,9 +11,8 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._core.errors import LvflowError, SolverError
-from .._core.validate import _is_concrete, as_array, check_in_open_interval, check_positive
+from .._core.validate import _is_concrete, as_array, check_in_open_interval, check_positive, is_diagonal
 from .equilibrium import saturated_equilibrium
-from .interaction import is_diagonal
 from .lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .solution import SUCCESSFUL, LVSolution, finish_solution, switch_on_target
 
