@@ -34,7 +34,9 @@ two or more) × `U(1.25, 1.6)`, 400 points evenly spaced in steps; it is cut at 
 future drop that falls by at least 3× (the same threshold as the truth's), whether the 95 %
 interval `[step_lo, step_hi]` covers the truth, its width in decades and `|ln(pred/true)|` (a fit
 with no such future drop: not covered, infinite width and error); for the loss at `N` (the last
-held-out step), `FitResult.predict` and `FitResult.band` against the clean loss. The baselines
+held-out step), `FitResult.predict` and `FitResult.band` against the clean loss. Both are also
+scored with both scenarios where the result has an `alternative`: the hull of the two intervals
+(the preferred result's point forecast; the alternative's next drop where the preferred has none). The baselines
 are fitted to the seen part in `x = 1 + step/Δ` (`Δ` the logging interval: epochs, as Domhan et
 al.) by least squares on the relative residual `(f(x) − L)/L` (`scipy.optimize.least_squares`,
 several starts); the ensemble's weights are non-negative least squares of the members' relative
@@ -354,6 +356,17 @@ def fit_one(log: Log) -> dict:
         pred_L = float(res.predict(np.array([N]))[0])
         lo_L, hi_L = (float(a[0]) for a in res.band(np.array([N])))
     step, lo, hi = _next_drop(res, log.cut)
+    # both scenarios: the hull of the two intervals (the preferred point forecast, or the
+    # alternative's where the preferred predicts no drop)
+    step2, lo2, hi2, lo2_L, hi2_L = step, lo, hi, lo_L, hi_L
+    if res.alternative is not None:
+        a = res.alternative
+        s_a, lo_a, hi_a = _next_drop(a, log.cut)
+        if not math.isnan(s_a):
+            step2 = s_a if math.isnan(step) else step
+            lo2, hi2 = (lo_a, hi_a) if math.isnan(lo) else (min(lo, lo_a), max(hi, hi_a))
+        la, ha = (float(v[0]) for v in a.band(np.array([N])))
+        lo2_L, hi2_L = min(lo_L, la), max(hi_L, ha)
     out = {
         "family": log.family,
         "seed": log.seed,
@@ -368,6 +381,8 @@ def fit_one(log: Log) -> dict:
         "loss_true": float(log.clean[-1]),
         "loss_pred": [pred_L, lo_L, hi_L],
         "loss": score_interval(float(log.clean[-1]), pred_L, lo_L, hi_L),
+        "drop_both": score_interval(log.next_drop, step2, lo2, hi2),
+        "loss_both": score_interval(float(log.clean[-1]), pred_L, lo2_L, hi2_L),
     }
     return out
 
@@ -543,12 +558,29 @@ def table(results: list[dict]) -> tuple[str, dict]:
             f"{_fmt(loss['width'], 'num')} | "
             f"{_fmt(loss['error'], 'num')} | {_fmt(ens, 'num')} | {_fmt(last, 'num')} | {two} | {_fmt(sec, 's')} |"
         )
+    head3 = (
+        "| family | logs | next drop: coverage | width (dec) | last loss: coverage | width (dec) |\n" + "|---" * 6 + "|"
+    )
+    lines3 = [head3]
+    for fam, rs in groups.items():
+        if "drop_both" not in rs[0]:
+            continue
+        drop = summarise([r["drop_both"] for r in rs])
+        loss = summarise([r["loss_both"] for r in rs])
+        summary[fam]["both_scenarios"] = {"drop": drop, "loss": loss}
+        lines3.append(
+            f"| {fam} | {len(rs)} | {_fmt(drop['coverage'], 'pct')} | {_fmt(drop['width'], 'num')} | "
+            f"{_fmt(loss['coverage'], 'pct')} | {_fmt(loss['width'], 'num')} |"
+        )
     names = list(CURVES) + ["ensemble"]
     head2 = "| family | " + " | ".join(names) + " |\n|---|" + "---|" * len(names)
     lines2 = [head2]
     for fam, rs in groups.items():
         med = [float(np.median([r["baseline"]["error"][k] for r in rs])) for k in names]
         lines2.append(f"| {fam} | " + " | ".join(_fmt(v, "num") for v in med) + " |")
+    if len(lines3) > 1:
+        lines.append("\nWith both scenarios (the hull of the preferred result's and the alternative's intervals):\n")
+        lines += lines3
     text = (
         "\n".join(lines)
         + "\n\nMedian held-out |ln error| at the last step, per baseline family:\n\n"

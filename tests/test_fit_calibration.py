@@ -98,3 +98,7 @@ def test_tiny_run():
     assert "| modes | 1 |" in text and "| overall | 1 |" in text
     assert summary["overall"]["drop"]["coverage"] in (0.0, 1.0)
     assert r["drop"]["covered"] == (r["next_drop_pred"][1] <= log.next_drop <= r["next_drop_pred"][2])
+    # both scenarios' hull contains the preferred interval
+    assert r["drop_both"]["covered"] >= r["drop"]["covered"]
+    assert r["loss_both"]["covered"] >= r["loss"]["covered"]
+    assert r["loss_both"]["width"] >= r["loss"]["width"]
