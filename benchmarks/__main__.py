@@ -22,6 +22,7 @@ BENCHMARKS = {
     "limit": "benchmarks.limit",
     "grad": "benchmarks.grad",
     "fit": "benchmarks.fit",
+    "fit_calibration": "benchmarks.fit_calibration",
     "sweep": "benchmarks.sweep",
     "realdata": "benchmarks.realdata",
     "predict_train": "benchmarks.predict_train",

@@ -27,7 +27,7 @@ class Binned(eqx.Module):
     count: jax.Array
     weight: jax.Array
     scale: jax.Array
-    noise: float = eqx.field(static=True)
+    noise: jax.Array
 
     @property
     def n(self) -> int:
@@ -77,7 +77,7 @@ def bin_log(t: np.ndarray, loss: np.ndarray, bins: int, floor: float) -> Binned:
         jnp.asarray(cnt),
         jnp.asarray(weight),
         jnp.asarray(np.float64(np.inf)),
-        noise,
+        jnp.asarray(np.float64(noise)),
     )
 
 

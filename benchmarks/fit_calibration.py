@@ -1,0 +1,658 @@
+"""Calibration of `lvflow.fit` (issue 28): many training logs with known futures, each cut at a
+random point with a drop still ahead; the seen part fitted with `lvflow.fit` (default options)
+and, side by side, with the parametric learning-curve families of Domhan et al. (2015) and their
+least-squares weighted ensemble; all scored on the same held-out part.
+
+The logs (every one made here, with fixed seeds; the clean curve is the truth):
+
+- **modes** — Thm 6 in closed form (numpy): 2–4 decoupled modes, `r_1 ∈ [0.5, 2]`, each next rate
+  `× U(0.3, 0.6)`, `C_kk ∈ [0.5, 2]`, `z_k(0) = ε c_k`, `ε ∈ [10⁻⁶, 10⁻³]`, `ln c_k ~ N(0, 0.3²)`;
+  `η = 0.01`.
+- **power law** — `lvflow.power_law_lv(α₁ ∈ [1.5, 3], α₂ ∈ [0.7, 1.5], modes ∈ 6…20)`,
+  `z_k(0) = ε k^{−β}`, `β ∈ [0, 1.5]`, solved by `lvflow.solve_lv` (closed form); `η = 0.01`.
+- **coupled gLV** — 3–5 modes with the rates of *modes* and a coupling `C = Diag(d) + UUᵀ`,
+  `U = 0.5 Diag(r) G/√2` (`G` Gaussian, rank 2), solved by `lvflow.solve_lv` (ODE); `η = 0.01`.
+- **MLP linear**, **MLP tanh** — full-batch gradient descent (plain JAX, every step) on all the
+  weights of a two-layer student `W₂ σ(W₁ x)` (width 8, init `N(0, ε²)`, `ε ∈ [10⁻⁴, 10⁻²]`)
+  learning a teacher `A σ(B x)` of rank 3 with singular values `s₁ ∈ [1, 2]`, each next
+  `× U(0.35, 0.6)`, on 64 Gaussian inputs in 6 dimensions (outputs 6); `η = 0.05`.
+- **minibatch SGD** — the tanh teacher and student on 128 inputs, batches of 16: the logged loss
+  is the minibatch loss (noisy); the truth is the full-batch loss along the same run.
+
+**The truth's drops.** On the clean curve (every recorded step), in `x = ln t`: the plateaus
+are the local minima of `g = −d ln L/dx` (smoothed over 0.05 in `x`) and the start; consecutive
+plateaus `a < b` with `L_a / L_b ≥ 3` make a drop, and a last plateau whose loss falls 3× more by
+the end of the record makes one too (lower plateau: the record's end). A drop's step is where the
+loss first crosses the midpoint of its two plateau levels — the definition of `FitResult.drops
+["step"]` (the midpoint between the plateau levels on either side).
+
+**A log** is the record up to `N` = a drop's step (chosen at random, not the first when there are
+two or more) × `U(1.25, 1.6)`, 400 points evenly spaced in steps; it is cut at `U(0.25, 0.6) · N`
+(snapped to a logged step), which always leaves that drop ahead.
+
+**Scores**, per log: for the next drop (the first true drop after the cut) against the fit's first
+future drop that falls by at least 3× (the same threshold as the truth's), whether the 95 %
+interval `[step_lo, step_hi]` covers the truth, its width in decades and `|ln(pred/true)|` (a fit
+with no such future drop: not covered, infinite width and error); for the loss at `N` (the last
+held-out step), `FitResult.predict` and `FitResult.band` against the clean loss. Both are also
+scored with both scenarios where the result has an `alternative`: the hull of the two intervals
+(the preferred result's point forecast; the alternative's next drop where the preferred has none). The baselines
+are fitted to the seen part in `x = 1 + step/Δ` (`Δ` the logging interval: epochs, as Domhan et
+al.) by least squares on the relative residual `(f(x) − L)/L` (`scipy.optimize.least_squares`,
+several starts); the ensemble's weights are non-negative least squares of the members' relative
+fits, normalised to 1; they give no drop step (n/a) and no interval here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+import time
+import warnings
+
+import numpy as np
+
+from ._harness import Row
+from .config import Config
+
+NAME = "fit_calibration"
+FAMILIES = ("modes", "power law", "coupled gLV", "MLP linear", "MLP tanh", "minibatch SGD")
+#: logs per family: the full benchmark, `--quick`, and `--smoke` of `python -m benchmarks`
+FULL, QUICK, SMOKE = 34, 5, 1
+N_POINTS = 400  # logged points per log
+DROP_FACTOR = 3.0  # a drop: the loss falls by at least this factor between two plateaus
+LEVEL = 0.95
+
+
+# -------------------------------------------------------------------------------------------
+# The truth: drops of a clean curve
+
+
+def true_drops(steps: np.ndarray, loss: np.ndarray, lr: float, *, factor: float = DROP_FACTOR) -> np.ndarray:
+    """The steps of the drops of a clean loss curve (see the module's docstring): the first
+    crossing of the midpoint between consecutive plateau levels that differ by `factor` or more.
+
+    **Arguments:** `steps` (increasing), `loss` (positive) on them, `lr` (`t = lr · step`).
+
+    **Returns:** the drops' steps, increasing (possibly none)."""
+    pos = steps > 0
+    s, L = steps[pos], loss[pos]
+    x = np.log(lr * s)
+    y = np.log(L)
+    # g on a uniform grid in x, smoothed
+    xu = np.linspace(x[0], x[-1], 4000)
+    yu = np.interp(xu, x, y)
+    g = -np.gradient(yu, xu)
+    h = xu[1] - xu[0]
+    w = max(int(round(0.05 / h)), 1)
+    ker = np.exp(-0.5 * (np.arange(-3 * w, 3 * w + 1) / w) ** 2)
+    g = np.convolve(np.pad(g, 3 * w, mode="edge"), ker / ker.sum(), mode="valid")
+    interior = np.flatnonzero((g[1:-1] < g[:-2]) & (g[1:-1] <= g[2:])) + 1
+    plateaus = [0] + [int(i) for i in interior]
+    levels = []  # (level_before, level_after)
+    a = plateaus[0]
+    for b in plateaus[1:]:
+        if yu[a] - yu[b] >= math.log(factor):
+            levels.append((math.exp(yu[a]), math.exp(yu[b])))
+            a = b
+        elif g[b] < g[a] and yu[a] - yu[b] < 0.5 * math.log(factor):
+            a = b  # the same plateau, flatter here
+    if yu[a] - yu[-1] >= math.log(factor):
+        levels.append((math.exp(yu[a]), math.exp(yu[-1])))
+    out = []
+    for hi, lo in levels:
+        mid = 0.5 * (hi + lo)
+        start = np.searchsorted(s, out[-1]) if out else 0
+        below = np.flatnonzero(L[start:] <= mid)
+        if below.size:
+            out.append(float(s[start + below[0]]))
+    return np.asarray(out)
+
+
+# -------------------------------------------------------------------------------------------
+# The families: each returns records (steps, clean loss, observed loss, lr) on a regular step grid
+
+
+@dataclasses.dataclass
+class Record:
+    family: str
+    seed: int
+    steps: np.ndarray
+    clean: np.ndarray
+    observed: np.ndarray
+    lr: float
+
+
+def _rates(rng, K):
+    r = [rng.uniform(0.5, 2.0)]
+    for _ in range(K - 1):
+        r.append(r[-1] * rng.uniform(0.3, 0.6))
+    return np.asarray(r)
+
+
+def _grid(t_max: float, lr: float, points: int = 8000) -> np.ndarray:
+    n = int(math.ceil(t_max / lr))
+    stride = max(n // points, 1)
+    return np.arange(0, n + 1, stride, dtype=float)
+
+
+def modes_record(seed: int) -> Record:
+    rng = np.random.default_rng([1, seed])
+    K = int(rng.integers(2, 5))
+    r = _rates(rng, K)
+    C = rng.uniform(0.5, 2.0, K)
+    eps = 10 ** rng.uniform(-6, -3)
+    z0 = eps * np.exp(rng.normal(0, 0.3, K))
+    lr = 0.01
+    t_max = 1.8 * float(np.max(np.log(r / (C * z0)) / r))
+    steps = _grid(t_max, lr)
+    t = lr * steps[:, None]
+    e = (r - C * z0) * np.exp(-r * t)
+    L = np.sum(r**2 / (8 * C) * (e / (C * z0 + e)) ** 2, axis=1)
+    return Record("modes", seed, steps, L, L, lr)
+
+
+def power_law_record(seed: int) -> Record:
+    import lvflow
+
+    rng = np.random.default_rng([2, seed])
+    a1, a2 = rng.uniform(1.5, 3.0), rng.uniform(0.7, 1.5)
+    K = int(rng.integers(6, 21))
+    system = lvflow.power_law_lv(alpha1=a1, alpha2=a2, modes=K)
+    k = np.arange(1, K + 1, dtype=float)
+    r, C = np.asarray(system.r), np.asarray(system.d)
+    zinf = r / C
+    eps = 10 ** rng.uniform(-6, -3)
+    z0 = np.minimum(eps * k ** -rng.uniform(0, 1.5), 1e-2 * zinf)
+    lr = 0.01
+    t_max = 1.8 * float(np.max(np.log(zinf / z0) / r)[..., None].max())
+    # the first eight drops are the ones a log could resolve: the horizon need not see all K
+    t_max = min(t_max, 1.8 * float(np.log(zinf / z0)[min(7, K - 1)] / r[min(7, K - 1)]))
+    steps = _grid(t_max, lr)
+    sol = lvflow.solve_lv(system, z0, float(lr * steps[-1]), ts=lr * steps)
+    zs = np.asarray(sol.zs)
+    L = np.sum(C * (zs - zinf) ** 2, axis=1) / 8
+    return Record("power law", seed, steps, L, L, lr)
+
+
+def glv_record(seed: int) -> Record:
+    import lvflow
+
+    rng = np.random.default_rng([3, seed])
+    while True:
+        K = int(rng.integers(3, 6))
+        r = _rates(rng, K)
+        d = rng.uniform(0.5, 2.0, K)
+        U = 0.5 * r[:, None] * rng.standard_normal((K, 2)) / math.sqrt(2)
+        system = lvflow.LowRankLotkaVolterra(r, d, U)
+        zinf = np.asarray(system.equilibrium())
+        if np.all(zinf > 1e-3 * r / d):
+            break
+    C = np.diag(d) + U @ U.T
+    eps = 10 ** rng.uniform(-6, -3)
+    z0 = eps * np.exp(rng.normal(0, 0.3, K))
+    lr = 0.01
+    t_max = 2.2 * float(np.max(np.log(zinf / z0) / r))
+    steps = _grid(t_max, lr, points=4000)
+    sol = lvflow.solve_lv(system, z0, float(lr * steps[-1]), ts=lr * steps, method="ode", max_steps=65536)
+    dz = np.asarray(sol.zs) - zinf
+    L = np.einsum("ti,ij,tj->t", dz, C, dz) / 8
+    return Record("coupled gLV", seed, steps, L, L, lr)
+
+
+def mlp_records(family: str, seeds: list[int]) -> list[Record]:
+    """GD (or minibatch SGD) on a two-layer student, one vmapped `lax.scan` for all seeds;
+    the loss of every step."""
+    import jax
+    import jax.numpy as jnp
+
+    unit = "linear" if family == "MLP linear" else "tanh"
+    sgd = family == "minibatch SGD"
+    d, o, h, rank = 6, 6, 8, 3
+    n = 128 if sgd else 64
+    batch = 16
+    lr = 0.05
+    act = (lambda u: u) if unit == "linear" else jnp.tanh
+    steps_n = 12000
+
+    def setup(seed):
+        rng = np.random.default_rng([4, seed, FAMILIES.index(family)])
+        s = [rng.uniform(1.0, 2.0)]
+        for _ in range(rank - 1):
+            s.append(s[-1] * rng.uniform(0.35, 0.6))
+        Qa, _ = np.linalg.qr(rng.standard_normal((o, rank)))
+        Qb, _ = np.linalg.qr(rng.standard_normal((d, rank)))
+        A = Qa * np.sqrt(s)
+        B = (Qb * np.sqrt(s)).T
+        X = rng.standard_normal((n, d))
+        Y = act(X @ B.T) @ A.T
+        eps = 10 ** rng.uniform(-4, -2)
+        W1 = eps * rng.standard_normal((h, d))
+        W2 = eps * rng.standard_normal((o, h))
+        return X, Y, W1, W2
+
+    parts = [setup(s) for s in seeds]
+    X, Y, W1, W2 = (jnp.asarray(np.stack(p)) for p in zip(*parts))
+
+    def loss(W, Xb, Yb):
+        return 0.5 * jnp.mean(jnp.sum((act(Xb @ W[0].T) @ W[1].T - Yb) ** 2, axis=1))
+
+    grad = jax.value_and_grad(loss)
+
+    def run_one(X, Y, W1, W2, key):
+        def step(W, k):
+            full = loss(W, X, Y)
+            if sgd:
+                idx = jax.random.choice(k, n, (batch,), replace=False)
+                obs, gr = grad(W, X[idx], Y[idx])
+            else:
+                obs, gr = grad(W, X, Y)
+            return jax.tree_util.tree_map(lambda w, g: w - lr * g, W, gr), (full, obs)
+
+        _, (full, obs) = jax.lax.scan(step, (W1, W2), jax.random.split(key, steps_n))
+        return full, obs
+
+    keys = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
+    full, obs = jax.jit(jax.vmap(run_one))(X, Y, W1, W2, keys)
+    full, obs = np.asarray(full), np.asarray(obs)
+    steps = np.arange(steps_n, dtype=float)
+    return [Record(family, s, steps, full[i], obs[i], lr) for i, s in enumerate(seeds)]
+
+
+# -------------------------------------------------------------------------------------------
+# From a record to a log with a cut
+
+
+@dataclasses.dataclass
+class Log:
+    family: str
+    seed: int
+    steps: np.ndarray  # logged
+    loss: np.ndarray  # logged (observed)
+    clean: np.ndarray  # the clean loss at the logged steps
+    lr: float
+    cut: float  # the last seen step
+    next_drop: float  # the truth: the first drop after the cut
+    drops: np.ndarray  # every true drop up to the log's end
+
+
+def make_log(rec: Record) -> Log | None:
+    """The log of a record (see the module's docstring), or None when its clean curve has no drop."""
+    rng = np.random.default_rng([5, rec.seed, FAMILIES.index(rec.family)])
+    drops = true_drops(rec.steps, rec.clean, rec.lr)
+    drops = drops[drops > 0]
+    if drops.size == 0:
+        return None
+    j = int(rng.integers(1, drops.size)) if drops.size >= 2 else 0
+    N_want = drops[j] * rng.uniform(1.25, 1.6)
+    keep = rec.steps <= N_want
+    if not np.any(rec.steps > N_want):
+        return None  # the record ends too soon
+    idx = np.unique(np.round(np.linspace(0, np.count_nonzero(keep) - 1, N_POINTS)).astype(int))
+    steps = rec.steps[idx]
+    N = steps[-1]
+    cut_want = rng.uniform(0.25, 0.6) * N
+    cut = float(steps[steps <= cut_want][-1])
+    ahead = drops[(drops > cut) & (drops <= N)]
+    if ahead.size == 0:
+        return None
+    return Log(
+        rec.family, rec.seed, steps, rec.observed[idx], rec.clean[idx], rec.lr, cut, float(ahead[0]), drops[drops <= N]
+    )
+
+
+# -------------------------------------------------------------------------------------------
+# Scoring
+
+
+def score_interval(truth: float, pred: float, lo: float, hi: float) -> dict[str, float | bool]:
+    """One interval against the truth: `covered` (`lo ≤ truth ≤ hi`), `width` (decades,
+    `log10(hi/lo)`: inf for `lo ≤ 0` or `hi = inf`) and `error` (`|ln(pred/truth)|`, inf for a
+    missing or non-positive prediction). A missing prediction is NaN: not covered."""
+    ok = math.isfinite(pred) and pred > 0
+    covered = bool(math.isfinite(lo) and lo <= truth <= hi) if not math.isnan(hi) else False
+    width = math.log10(hi / lo) if (lo > 0 and math.isfinite(hi) and hi >= lo) else math.inf
+    error = abs(math.log(pred / truth)) if ok else math.inf
+    return {"covered": covered, "width": width, "error": error}
+
+
+def summarise(scores: list[dict]) -> dict[str, float]:
+    """Coverage (share covered), median width and median error of a list of `score_interval`
+    results (infinite entries count, so a median can be inf); NaN for an empty list."""
+    if not scores:
+        return {"n": 0, "coverage": math.nan, "width": math.nan, "error": math.nan}
+    return {
+        "n": len(scores),
+        "coverage": float(np.mean([s["covered"] for s in scores])),
+        "width": float(np.median([s["width"] for s in scores])),
+        "error": float(np.median([s["error"] for s in scores])),
+    }
+
+
+def _next_drop(res, fit_until: float):
+    """The fit's first future drop falling by at least `DROP_FACTOR`: (step, lo, hi), NaN if none."""
+    d = res.drops
+    ok = d["future"] & (d["loss_before"] >= DROP_FACTOR * d["loss_after"])
+    ok &= d["step"] > fit_until
+    i = np.flatnonzero(ok)
+    if i.size == 0:
+        return math.nan, math.nan, math.nan
+    i = int(i[0])
+    return float(d["step"][i]), float(d["step_lo"][i]), float(d["step_hi"][i])
+
+
+def fit_one(log: Log) -> dict:
+    """`lvflow.fit` (default options) on the seen part; the scores."""
+    import lvflow
+
+    N = float(log.steps[-1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = time.perf_counter()
+        res = lvflow.fit(log.steps, log.loss, learning_rate=log.lr, until=log.cut)
+        sec = time.perf_counter() - t
+        pred_L = float(res.predict(np.array([N]))[0])
+        lo_L, hi_L = (float(a[0]) for a in res.band(np.array([N])))
+    step, lo, hi = _next_drop(res, log.cut)
+    # both scenarios: the hull of the two intervals (the preferred point forecast, or the
+    # alternative's where the preferred predicts no drop)
+    step2, lo2, hi2, lo2_L, hi2_L = step, lo, hi, lo_L, hi_L
+    if res.alternative is not None:
+        a = res.alternative
+        s_a, lo_a, hi_a = _next_drop(a, log.cut)
+        if not math.isnan(s_a):
+            step2 = s_a if math.isnan(step) else step
+            lo2, hi2 = (lo_a, hi_a) if math.isnan(lo) else (min(lo, lo_a), max(hi, hi_a))
+        la, ha = (float(v[0]) for v in a.band(np.array([N])))
+        lo2_L, hi2_L = min(lo_L, la), max(hi_L, ha)
+    out = {
+        "family": log.family,
+        "seed": log.seed,
+        "fit_seconds": sec,
+        "model": res.describe(),
+        "scenarios": 1 if res.alternative is None else 2,
+        "cut": log.cut,
+        "N": N,
+        "next_drop_true": log.next_drop,
+        "next_drop_pred": [step, lo, hi],
+        "drop": score_interval(log.next_drop, step, lo, hi),
+        "loss_true": float(log.clean[-1]),
+        "loss_pred": [pred_L, lo_L, hi_L],
+        "loss": score_interval(float(log.clean[-1]), pred_L, lo_L, hi_L),
+        "drop_both": score_interval(log.next_drop, step2, lo2, hi2),
+        "loss_both": score_interval(float(log.clean[-1]), pred_L, lo2_L, hi2_L),
+    }
+    return out
+
+
+# -------------------------------------------------------------------------------------------
+# Domhan et al. (2015): the parametric learning-curve families
+
+
+def _curves():
+    """name → (f(x, p), starting points): Domhan et al.'s families (as in their code), written for
+    a loss as theirs for the error `1 − accuracy`: an increasing `c − g(x)` becomes `c + g(x)`
+    with the asymptote `c = |p₀| ≥ 0`; `vap` and `log power` are positive as written."""
+    ex = lambda v: np.exp(np.clip(v, -700, 700))  # noqa: E731
+    return {
+        "pow3": (lambda x, p: abs(p[0]) + p[1] * x ** -p[2], [[0.0, 1.0, 0.5], [0.0, 1.0, 1.5]]),
+        "log-log linear": (
+            lambda x, p: np.log(np.maximum(p[0] * np.log(x) + p[1], 1e-300)),
+            [[-0.1, math.e], [-0.5, math.e]],
+        ),
+        "Janoschek": (
+            lambda x, p: abs(p[0]) + (p[1] - abs(p[0])) * ex(-abs(p[2]) * x ** p[3]),
+            [[0.0, 1.0, 0.1, 1.0], [0.0, 1.0, 0.01, 0.5]],
+        ),
+        "Weibull": (
+            lambda x, p: abs(p[0]) + (p[1] - abs(p[0])) * ex(-((abs(p[2]) * x) ** p[3])),
+            [[0.0, 1.0, 0.05, 1.0], [0.0, 1.0, 0.01, 2.0]],
+        ),
+        "MMF": (
+            lambda x, p: abs(p[0]) + (p[1] - abs(p[0])) / (1 + (abs(p[2]) * x) ** p[3]),
+            [[0.0, 1.0, 0.05, 1.0], [0.0, 1.0, 0.01, 2.0]],
+        ),
+        "ilog2": (lambda x, p: abs(p[0]) + p[1] / np.log(x + 1), [[0.0, 0.7], [0.0, 0.1]]),
+        "exp4": (
+            lambda x, p: abs(p[0]) + ex(-abs(p[1]) * x ** p[2] + p[3]),
+            [[0.0, 0.1, 0.5, 0.0], [0.0, 0.01, 1.0, 0.0]],
+        ),
+        "vap": (lambda x, p: ex(p[0] + p[1] / x + p[2] * np.log(x)), [[0.0, 0.0, -0.5], [0.0, 1.0, -1.0]]),
+        "log power": (lambda x, p: p[0] / (1 + (x / ex(p[1])) ** p[2]), [[1.0, 1.0, 1.0], [1.0, 3.0, 0.5]]),
+        "pow4": (
+            lambda x, p: abs(p[0]) + np.abs(p[1] * x + p[2]) ** -p[3],
+            [[0.0, 0.1, 1.0, 0.5], [0.0, 0.01, 1.0, 1.0]],
+        ),
+    }
+
+
+CURVES = tuple(_curves())
+
+
+def domhan_fit(x: np.ndarray, y: np.ndarray, x_pred: float) -> dict[str, float]:
+    """Each family of Domhan et al. fitted to `(x, y)` by least squares on `(f − y)/y`, and the
+    ensemble; their predictions at `x_pred` (NaN where a family fails)."""
+    from scipy.optimize import least_squares, nnls
+
+    scale = float(y[0])
+    ys = y / scale
+    preds, fits = {}, {}
+    for name, (f, starts) in _curves().items():
+        best = None
+        for p0 in starts:
+            p0 = np.array(p0, float)
+            if name in ("pow3", "Janoschek", "Weibull", "MMF", "ilog2", "exp4", "pow4"):
+                p0[0] = ys[-1] * 0.5  # the asymptote below the last seen value
+            with np.errstate(all="ignore"):
+                try:
+                    sol = least_squares(
+                        lambda p, f=f: np.nan_to_num((f(x, p) - ys) / ys, nan=1e6, posinf=1e6, neginf=-1e6),
+                        p0,
+                        method="trf",
+                        max_nfev=400,
+                    )
+                except (ValueError, FloatingPointError):
+                    continue
+            if best is None or sol.cost < best.cost:
+                best = sol
+        with np.errstate(all="ignore"):
+            fx = f(x, best.x) if best is not None else np.full_like(x, np.nan)
+            fp = float(f(np.array([x_pred]), best.x)[0]) if best is not None else math.nan
+        if np.all(np.isfinite(fx)) and math.isfinite(fp) and fp > 0:
+            fits[name] = fx
+            preds[name] = fp * scale
+        else:
+            preds[name] = fp * scale if best is not None else math.nan  # scored, not in the ensemble
+    names = list(fits)
+    if names:
+        A = np.stack([fits[k] / ys for k in names], axis=1)
+        big = 100.0 * math.sqrt(len(ys))
+        A = np.vstack([A, big * np.ones(len(names))])
+        b = np.append(np.ones(len(ys)), big)
+        w, _ = nnls(A, b)
+        w = w / w.sum() if w.sum() > 0 else np.full(len(names), 1 / len(names))
+        preds["ensemble"] = float(sum(wi * preds[k] for wi, k in zip(w, names)))
+    else:
+        preds["ensemble"] = math.nan
+    return preds
+
+
+def baseline_one(log: Log) -> dict:
+    """The baselines on the seen part, scored at the log's last step."""
+    seen = log.steps <= log.cut
+    dx = float(log.steps[1] - log.steps[0])
+    x = 1.0 + log.steps / dx
+    t = time.perf_counter()
+    preds = domhan_fit(x[seen], log.loss[seen], float(x[-1]))
+    sec = time.perf_counter() - t
+    preds["last seen"] = float(np.median(log.loss[seen][-max(seen.sum() // 20, 1) :]))
+    truth = float(log.clean[-1])
+    return {
+        "seconds": sec,
+        "pred": preds,
+        "error": {k: score_interval(truth, v, math.nan, math.nan)["error"] for k, v in preds.items()},
+    }
+
+
+# -------------------------------------------------------------------------------------------
+
+
+def make_logs(per_family: int, families=FAMILIES) -> list[Log]:
+    """`per_family` logs of each family (seeds 0, 1, … skipping records without a usable drop)."""
+    logs = []
+    for fam in families:
+        got, seed = [], 0
+        while len(got) < per_family and seed < 4 * per_family + 8:
+            if fam in ("MLP linear", "MLP tanh", "minibatch SGD"):
+                seeds = list(range(seed, seed + 2 * per_family + 2))
+                recs = mlp_records(fam, seeds)
+                seed += len(seeds)
+            else:
+                gen = {"modes": modes_record, "power law": power_law_record, "coupled gLV": glv_record}[fam]
+                recs = [gen(seed)]
+                seed += 1
+            for rec in recs:
+                log = make_log(rec)
+                if log is not None and len(got) < per_family:
+                    got.append(log)
+        logs += got
+    return logs
+
+
+def _fmt(v, kind):
+    if isinstance(v, float) and math.isnan(v):
+        return "n/a"
+    if kind == "pct":
+        return f"{100 * v:.0f} %"
+    if not math.isfinite(v):
+        return "inf"
+    return f"{v:.2f}" if kind == "num" else f"{v:.1f}"
+
+
+def table(results: list[dict]) -> tuple[str, dict]:
+    """The markdown tables (per family and overall) and the summary numbers."""
+    groups = {fam: [r for r in results if r["family"] == fam] for fam in FAMILIES}
+    groups = {k: v for k, v in groups.items() if v}
+    groups["overall"] = results
+    head = (
+        "| family | logs | next drop: coverage | width (dec) | \\|ln err\\| | no drop predicted "
+        "| last loss: coverage | width (dec) | \\|ln err\\| | ensemble \\|ln err\\| | last seen \\|ln err\\| "
+        "| two scenarios | fit s (median) |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )
+    lines, summary = [head], {}
+    for fam, rs in groups.items():
+        drop = summarise([r["drop"] for r in rs])
+        loss = summarise([r["loss"] for r in rs])
+        ens = float(np.median([r["baseline"]["error"]["ensemble"] for r in rs]))
+        last = float(np.median([r["baseline"]["error"]["last seen"] for r in rs]))
+        nodrop = sum(math.isnan(r["next_drop_pred"][0]) for r in rs)
+        two = sum(r["scenarios"] == 2 for r in rs)
+        sec = float(np.median([r["fit_seconds"] for r in rs]))
+        summary[fam] = {"drop": drop, "loss": loss, "ensemble_error": ens, "last_seen_error": last, "no_drop": nodrop}
+        lines.append(
+            f"| {fam} | {len(rs)} | {_fmt(drop['coverage'], 'pct')} | {_fmt(drop['width'], 'num')} | "
+            f"{_fmt(drop['error'], 'num')} | {nodrop} | {_fmt(loss['coverage'], 'pct')} | "
+            f"{_fmt(loss['width'], 'num')} | "
+            f"{_fmt(loss['error'], 'num')} | {_fmt(ens, 'num')} | {_fmt(last, 'num')} | {two} | {_fmt(sec, 's')} |"
+        )
+    head3 = (
+        "| family | logs | next drop: coverage | width (dec) | last loss: coverage | width (dec) |\n" + "|---" * 6 + "|"
+    )
+    lines3 = [head3]
+    for fam, rs in groups.items():
+        if "drop_both" not in rs[0]:
+            continue
+        drop = summarise([r["drop_both"] for r in rs])
+        loss = summarise([r["loss_both"] for r in rs])
+        summary[fam]["both_scenarios"] = {"drop": drop, "loss": loss}
+        lines3.append(
+            f"| {fam} | {len(rs)} | {_fmt(drop['coverage'], 'pct')} | {_fmt(drop['width'], 'num')} | "
+            f"{_fmt(loss['coverage'], 'pct')} | {_fmt(loss['width'], 'num')} |"
+        )
+    names = list(CURVES) + ["ensemble"]
+    head2 = "| family | " + " | ".join(names) + " |\n|---|" + "---|" * len(names)
+    lines2 = [head2]
+    for fam, rs in groups.items():
+        med = [float(np.median([r["baseline"]["error"][k] for r in rs])) for k in names]
+        lines2.append(f"| {fam} | " + " | ".join(_fmt(v, "num") for v in med) + " |")
+    if len(lines3) > 1:
+        lines.append("\nWith both scenarios (the hull of the preferred result's and the alternative's intervals):\n")
+        lines += lines3
+    text = (
+        "\n".join(lines)
+        + "\n\nMedian held-out |ln error| at the last step, per baseline family:\n\n"
+        + "\n".join(lines2)
+    )
+    return text, summary
+
+
+def evaluate(per_family: int, *, verbose: bool = False, out: str | None = None) -> tuple[list[dict], str, dict]:
+    """Make the logs, fit and score them; the per-log results, the tables and the summary (the
+    results so far written to `out` after every log, when given)."""
+    from lvflow._workflow.io import save_json
+
+    logs = make_logs(per_family)
+    results = []
+    for i, log in enumerate(logs):
+        r = fit_one(log)
+        r["baseline"] = baseline_one(log)
+        results.append(r)
+        if verbose:
+            print(
+                f"[{i + 1}/{len(logs)}] {log.family} seed {log.seed}: drop {r['next_drop_true']:.5g} vs "
+                f"{r['next_drop_pred'][0]:.5g} [{r['next_drop_pred'][1]:.4g}, {r['next_drop_pred'][2]:.4g}]; "
+                f"loss {r['loss_true']:.3g} vs {r['loss_pred'][0]:.3g}; ens {r['baseline']['pred']['ensemble']:.3g}; "
+                f"{r['fit_seconds']:.1f} s",
+                flush=True,
+            )
+        if out:
+            save_json(out, {"per_family": per_family, "logs": results})
+    text, summary = table(results)
+    return results, text, summary
+
+
+def run(cfg: Config) -> list[Row]:
+    per = cfg.size(FULL, SMOKE)
+    results, text, summary = evaluate(per)
+    print(text)
+    rows = []
+    for fam, s in summary.items():
+        note = (
+            f"next drop: coverage {_fmt(s['drop']['coverage'], 'pct')}, width {_fmt(s['drop']['width'], 'num')} dec, "
+            f"|ln err| {_fmt(s['drop']['error'], 'num')}; last loss: coverage {_fmt(s['loss']['coverage'], 'pct')}, "
+            f"width {_fmt(s['loss']['width'], 'num')} dec, |ln err| {_fmt(s['loss']['error'], 'num')} "
+            f"(ensemble {_fmt(s['ensemble_error'], 'num')})"
+        )
+        rs = results if fam == "overall" else [r for r in results if r["family"] == fam]
+        sec = float(np.median([r["fit_seconds"] for r in rs]))
+        data = {"summary": s, "logs": rs if fam == "overall" else []}
+        rows.append(
+            Row(NAME, f"{fam}: 95 % intervals", sec, "nominal 95 %", math.nan, s["drop"]["coverage"], None, note, data)
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.fit_calibration", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help=f"{QUICK} logs per family (default {FULL})")
+    p.add_argument("--per-family", type=int, default=None, help="logs per family")
+    p.add_argument("--out", default=None, help="write every log's result as JSON here")
+    args = p.parse_args(argv)
+    import lvflow  # noqa: F401  (float64)
+
+    per = args.per_family or (QUICK if args.quick else FULL)
+    t = time.perf_counter()
+    results, text, summary = evaluate(per, verbose=True, out=args.out)
+    print(f"\n{text}\n\n{len(results)} logs in {time.perf_counter() - t:.0f} s")
+    if args.out:
+        from lvflow._workflow.io import save_json
+
+        save_json(args.out, {"per_family": per, "summary": summary, "logs": results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

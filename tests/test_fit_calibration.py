@@ -1,0 +1,104 @@
+"""The fit-calibration benchmark (`benchmarks/fit_calibration.py`): its scorer against coverage,
+widths and errors computed by hand, its drop detector against Thm 6's staircase written out, the
+Domhan et al. baseline against a curve of its own family, and a tiny end-to-end run."""
+
+import math
+
+import numpy as np
+import pytest
+
+from benchmarks import fit_calibration as fc
+
+
+def test_score_interval_by_hand():
+    # covered, inside: truth 10 in [5, 20], pred 8
+    s = fc.score_interval(10.0, 8.0, 5.0, 20.0)
+    assert s["covered"] is True
+    assert s["width"] == pytest.approx(math.log10(4.0))
+    assert s["error"] == pytest.approx(math.log(10 / 8))
+    # the ends count as covered
+    assert fc.score_interval(5.0, 8.0, 5.0, 20.0)["covered"] is True
+    assert fc.score_interval(20.0, 8.0, 5.0, 20.0)["covered"] is True
+    # just outside
+    assert fc.score_interval(20.01, 8.0, 5.0, 20.0)["covered"] is False
+    assert fc.score_interval(4.99, 8.0, 5.0, 20.0)["covered"] is False
+    # a lower end of 0 or an upper end of inf: infinite width, coverage as the bounds say
+    s = fc.score_interval(1e-9, 1e-3, 0.0, 1.0)
+    assert s["covered"] is True and s["width"] == math.inf
+    s = fc.score_interval(3.0, 1.0, 2.0, math.inf)
+    assert s["covered"] is True and s["width"] == math.inf
+    # no prediction (NaN): not covered, infinite width and error
+    s = fc.score_interval(3.0, math.nan, math.nan, math.nan)
+    assert s == {"covered": False, "width": math.inf, "error": math.inf}
+    # a non-positive prediction: infinite error
+    assert fc.score_interval(3.0, -1.0, math.nan, math.nan)["error"] == math.inf
+
+
+def test_summarise_by_hand():
+    # five intervals: three cover (1, 2, 4), widths 1, 2, 3, inf, 0.5 decades
+    truths = [1.0, 1.0, 1.0, 1.0, 1.0]
+    preds = [1.0, math.e, 0.5, 2.0, 10.0]
+    ints = [(0.1, 1.0), (0.1, 10.0), (1e-3, 0.9), (0.0, 2.0), (10.0, 10**1.5)]
+    scores = [fc.score_interval(t, p, lo, hi) for t, p, (lo, hi) in zip(truths, preds, ints)]
+    s = fc.summarise(scores)
+    assert s["n"] == 5
+    assert s["coverage"] == pytest.approx(3 / 5)
+    assert s["width"] == pytest.approx(2.0)  # median of 1, 2, 3, inf, 0.5
+    assert s["error"] == pytest.approx(math.log(2.0))  # median of 0, 1, ln 2, ln 2, ln 10
+    assert math.isnan(fc.summarise([])["coverage"])
+
+
+def test_summarise_gaussian_coverage():
+    # intervals of ±1.96 and ±1 standard deviations on the log scale around a Gaussian truth
+    rng = np.random.default_rng(0)
+    ln_truth = rng.standard_normal(40000)
+    for z, p in ((1.959964, 0.95), (1.0, 0.682689)):
+        scores = [fc.score_interval(math.exp(v), 1.0, math.exp(-z), math.exp(z)) for v in ln_truth]
+        s = fc.summarise(scores)
+        assert abs(s["coverage"] - p) < 4 * math.sqrt(p * (1 - p) / ln_truth.size)
+        assert s["width"] == pytest.approx(2 * z / math.log(10))
+
+
+def test_true_drops_match_the_staircase():
+    # three well-separated decoupled modes (Thm 6): the drop's step is the first crossing of
+    # Σ_{j>k} V_j + V_k/2 (the staircase's midpoint)
+    r = np.array([1.0, 0.1, 0.01])
+    C = np.array([1.0, 2.0, 0.5])
+    z0 = 1e-6 * np.ones(3)
+    lr = 0.01
+    steps = np.arange(0.0, 3.5e5, 20.0)
+    t = lr * steps[:, None]
+    e = (r - C * z0) * np.exp(-r * t)
+    L = np.sum(r**2 / (8 * C) * (e / (C * z0 + e)) ** 2, axis=1)
+    V = r**2 / (8 * C)
+    want = [steps[np.flatnonzero(L <= V[k + 1 :].sum() + V[k] / 2)[0]] for k in range(3)]
+    got = fc.true_drops(steps, L, lr)
+    np.testing.assert_allclose(got, want, rtol=0.01)
+    # a curve without a drop of 3x between plateaus: none
+    assert fc.true_drops(steps, 1.0 + 0.5 * np.exp(-lr * steps / 100), lr).size == 0
+
+
+def test_domhan_recovers_its_own_family():
+    x = np.arange(1.0, 101.0)
+    y = 0.1 + 2.0 * x**-0.7
+    pred = fc.domhan_fit(x, y, 1000.0)
+    assert pred["pow3"] == pytest.approx(0.1 + 2.0 * 1000.0**-0.7, rel=1e-3)
+    assert pred["ensemble"] > 0
+
+
+def test_tiny_run():
+    logs = fc.make_logs(1, families=("modes",))
+    assert len(logs) == 1
+    log = logs[0]
+    assert 0.25 * log.steps[-1] - np.diff(log.steps).max() <= log.cut <= 0.6 * log.steps[-1]
+    assert log.cut < log.next_drop <= log.steps[-1]
+    r = fc.fit_one(log)
+    r["baseline"] = fc.baseline_one(log)
+    text, summary = fc.table([r])
+    assert "| modes | 1 |" in text and "| overall | 1 |" in text
+    assert summary["overall"]["drop"]["coverage"] in (0.0, 1.0)
+    assert r["drop"]["covered"] == (r["next_drop_pred"][1] <= log.next_drop <= r["next_drop_pred"][2])
+    # both scenarios' hull contains the preferred interval
+    assert r["drop_both"]["covered"] >= r["drop"]["covered"]
+    assert r["loss_both"]["covered"] >= r["loss"]["covered"]
+    assert r["loss_both"]["width"] >= r["loss"]["width"]
