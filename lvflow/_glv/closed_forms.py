@@ -24,6 +24,31 @@ def _phi(a, t):
     return jnp.where(small, series, -jnp.expm1(-jnp.where(small, 1.0, x)) / safe)
 
 
+def thm6(r, c, z0, t):
+    """Thm 6, `z_k(t) = r_k z_k0 / (C_kk z_k0 + (r_k − C_kk z_k0) e^{−r_k t})` (`z_k0/(1 + C_kk z_k0 t)`
+    at `r_k = 0`), entry by entry on broadcast arrays, in the algebraically equal form of each sign
+    that never overflows (values and derivatives): `z_k0 / (e^{−r_k t} + C_kk z_k0 φ(r_k, t))` for
+    `r_k > 0`, `z_k0 e^{r_k t} / (1 + C_kk z_k0 φ(−r_k, t))` otherwise, `φ(a, t) = (1 − e^{−at})/a`.
+
+    A growing mode with `C_kk z_k0` below float64's normal range (the flow of a rescaled subnormal
+    `z0`, see `solve_lv`) has numerator and denominator multiplied by `2^m`, `m` from `ln(C_kk z_k0)`.
+
+    **Arguments:** `r`, `c` (`C_kk ≥ 0`), `z0` (`> 0`), `t`: broadcastable arrays, unchecked.
+
+    **Returns:** `z_k(t)`, their broadcast shape.
+    """
+    a = jnp.abs(r)
+    e = jnp.exp(-a * t)  # ≤ 1
+    phi = _phi(a, t)
+    grow = r > 0
+    live = grow & (c > 0)
+    lcz = jnp.log(jnp.where(live, c, 1.0)) + jnp.log(z0)
+    m = jnp.where(live & (lcz < -690.0), jnp.floor(-lcz / np.log(2.0)), 0.0)
+    e = jnp.where(m > 0, jnp.exp(-a * t + m * np.log(2.0)), e)
+    cz = jnp.where(m > 0, jnp.exp(lcz + m * np.log(2.0)), c * z0)
+    return jnp.ldexp(z0, m.astype(int)) * (jnp.where(grow, 1.0, e) / (jnp.where(grow, e, 1.0) + cz * phi))
+
+
 def _on_time_grid(*per_mode, t):
     """The per-mode arrays broadcast together, and with a time axis in front when `t` is `(n,)`:
     `(*per_mode, t)` shaped `(K,)` and `()`, or `(1, K)` and `(n, 1)`."""
@@ -49,15 +74,7 @@ def orthogonal_features(r: ArrayLike, c_diag: ArrayLike, z0: ArrayLike, t: Array
     t = jnp.asarray(as_array("t", t, ndim=(0, 1)), dtype=float)
     c = eqx.error_if(c, jnp.any(c < 0), "c_diag: must be >= 0 (C is PSD)")
     z0 = eqx.error_if(z0, jnp.any(z0 <= 0), "z0: must be > 0")
-    r, c, z0, tt = _on_time_grid(r, c, z0, t=t)
-    # Two algebraically equal forms, each free of overflow on its side (values and derivatives):
-    # growing modes z0/(e^{−rt} + C z0 (1 − e^{−rt})/r), others z0 e^{rt}/(1 + C z0 (e^{rt} − 1)/r).
-    grow = r > 0
-    rp = jnp.where(grow, r, 1.0)
-    rn = jnp.where(grow, 0.0, r)
-    growing = z0 / (jnp.exp(-rp * tt) + c * z0 * _phi(rp, tt))
-    other = z0 * jnp.exp(rn * tt) / (1 + c * z0 * _phi(-rn, tt))
-    return jnp.where(grow, growing, other)
+    return thm6(*_on_time_grid(r, c, z0, t=t))
 
 
 def log_orthogonal_features(r: ArrayLike, c_diag: ArrayLike, log_z0: ArrayLike, t: ArrayLike) -> Float[Array, "*n K"]:

@@ -13,6 +13,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._core.errors import LvflowError
 from .._core.validate import _is_concrete, as_array, check_positive
+from .closed_forms import thm6
 from .equilibrium import saturated_equilibrium
 from .interaction import DiagonalInteraction
 from .lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
@@ -285,24 +286,6 @@ def _is_low_rank(system) -> bool:
     return isinstance(system, LowRankLotkaVolterra)
 
 
-def _thm6(r, c, z0, t):
-    """Thm 6, `z_k(t) = z_k0 / (e^{−r_k t} + C_kk z_k0 (1 − e^{−r_k t})/r_k)` for `r_k > 0` and
-    `z_k0 e^{r_k t} / (1 + C_kk z_k0 (1 − e^{r_k t})/(−r_k))` otherwise (`z_k0/(1 + C_kk z_k0 t)` at
-    `r_k = 0`): the algebraically equal form of each sign that never overflows, in two
-    transcendentals per entry (`lvflow.orthogonal_features` evaluates both forms everywhere)."""
-    a = jnp.abs(r)
-    e = jnp.exp(-a * t)  # ≤ 1
-    phi = jnp.where(a > 0, -jnp.expm1(-a * t) / jnp.where(a > 0, a, 1.0), t)  # ∫₀ᵗ e^{−aτ}dτ, exact near a = 0
-    grow = r > 0
-    # A growing mode with C_kk z_k0 below the normal range (the flow of a rescaled subnormal z0,
-    # `_float64_scale`) has numerator and denominator multiplied by 2^m, m from ln(C_kk z_k0).
-    lcz = jnp.log(c) + jnp.log(z0)
-    m = jnp.where(grow & (lcz < -690.0), jnp.floor(-lcz / np.log(2.0)), 0.0)
-    e = jnp.where(m > 0, jnp.exp(-a * t + m * np.log(2.0)), e)
-    cz = jnp.where(m > 0, jnp.exp(lcz + m * np.log(2.0)), c * z0)
-    return jnp.ldexp(z0, m.astype(int)) * (jnp.where(grow, 1.0, e) / (jnp.where(grow, e, 1.0) + cz * phi))
-
-
 @jax.jit
 def _closed_form_core(
     r: Float[ArrayLike, " K"],
@@ -317,8 +300,8 @@ def _closed_form_core(
 ) -> LVSolution:
     """Thm 6 at `ts` and its inversion for the switch-on times (diagonal `C = Diag(c)`)."""
     u0 = jnp.log(z0)
-    zs = _thm6(r[None], c[None], z0[None], ts[:, None])
-    z_end = _thm6(r, c, z0, t1)
+    zs = thm6(r[None], c[None], z0[None], ts[:, None])
+    z_end = thm6(r, c, z0, t1)
     z_inf = jnp.where(eq_ok, z_eq, z_end)
     live = z_inf > 0
     target = switch_on_target(z_inf, rho)  # ln T_k, T_k = ρ z_k(∞)
