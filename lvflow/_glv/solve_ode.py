@@ -147,7 +147,7 @@ def _ode_core(
     zs = jnp.exp(out.ys[0])
     u_end = out.ys[1][-1]
     switch_on_times = jnp.where(live, tracker.crossing_times(out.solver_state), jnp.inf)
-    stats = tuple(out.stats[k] for k in ("num_steps", "num_accepted_steps", "num_rejected_steps"))
+    stats = (out.stats["num_steps"], out.stats["num_accepted_steps"], out.stats["num_rejected_steps"])
     result = dfx.RESULTS.where(first_result == dfx.RESULTS.successful, out.result, first_result)
     Czs = term.interaction.Cz(zs)
     sol = finish_solution(ts, zs, Czs, term.r, y2, switch_on_times, z_inf, rho, u_end, stats, result)
