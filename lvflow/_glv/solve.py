@@ -72,8 +72,9 @@ def solve_lv(
     locate every mode's switch-on time `t*_k`, the first time `z_k(t) = ρ z_k(∞)` (Thm 8, Eq. 158).
 
     **Solver.** `solver=None` (default) takes `lvflow.ClosedForm()` (Thm 6, exact) when the system
-    declares a diagonal `C` (`isinstance(system.interaction(), lvflow.DiagonalInteraction)`), and
-    integrates the ODE otherwise; `solver=lvflow.ClosedForm()`, `lvflow.Rodas5P()` or any diffrax
+    declares a diagonal `C` (`system.interaction()` is a `DiagonalInteraction`: a `LotkaVolterra`
+    with a concrete diagonal `C`, a `LowRankLotkaVolterra` whose `U` has no or only zero columns),
+    and integrates the ODE otherwise; `solver=lvflow.ClosedForm()`, `lvflow.Rodas5P()` or any diffrax
     solver forces either. The step-size options (`rtol`, `atol`, `stepsize_controller`, `adjoint`,
     `max_steps`, `progress`) do not apply to the closed form.
 
