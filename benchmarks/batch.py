@@ -4,7 +4,7 @@ Two families of 1024 systems × 100 modes, each on one common horizon:
 
 - *diagonal* (`problems.batch_diagonal`): a sweep over the rate exponent and the initial scale ε
   of Fig 3-type systems, the sweep a researcher runs to map plateau lengths against ε. lvflow:
-  `solve_lv(..., method="closed_form")` (Thm 6) under `jax.vmap`.
+  the closed form (`lvflow.ClosedForm()`, Thm 6: `LowRankLotkaVolterra` systems without columns) under `jax.vmap`.
 - *coupled* (`problems.batch`): the Fig 3-right rates with an independent random rank-4 PSD
   coupling each. lvflow integrates (RODAS5P) under `jax.vmap`, in lock-step; besides one vmap over
   all 1024 we time `jax.lax.map(..., batch_size=chunk)` (vmapped chunks run one after another),
@@ -47,7 +47,7 @@ def batched_solver(
     def one(args):
         system, z0 = args
         sol = lvflow.solve_lv(
-            system, z0, t1, ts=ts, rho=probs[0].rho, rtol=cfg.rtol, atol=cfg.atol, max_steps=max_steps, method=method
+            system, z0, t1, ts=ts, rho=probs[0].rho, rtol=cfg.rtol, atol=cfg.atol, max_steps=max_steps
         )
         return sol.switch_on_times, sol.num_steps
 
@@ -61,8 +61,11 @@ def batched_solver(
 
 
 def _system(p: problems.Problem, method: str):
-    # the closed form under vmap reads a traced C's diagonal (and checks the rest is zero)
-    return p.system() if method == "closed_form" else p.solver_system()[0]
+    # `Diag(d) + UUᵀ`: a diagonal problem's U has no columns, so its systems declare a diagonal C and
+    # solve_lv takes the closed form (Thm 6) also when they are stacked and vmapped
+    import lvflow
+
+    return lvflow.LowRankLotkaVolterra(p.r, p.d, p.U)
 
 
 def _family(name, probs, cfg: Config, *, method: str, n_loop: int, chunk: int | None) -> list[Row]:

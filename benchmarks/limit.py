@@ -12,7 +12,7 @@ that work at the float64 rate measured here, in-process: a `2000 × 2000` matmul
 and, closer to what a matrix–vector product reaches, chained `1000 × 1000` matvecs.
 `ratio = ideal / measured` is the fraction of the machine a solve uses; its inverse is the
 overhead (step control, while-loop dispatch, the switch-on tracker and root finding). A diagonal
-`C` is timed on solve_lv's ODE path (`method="ode"`; row 1 times its closed form). A bare diffrax
+`C` is timed on solve_lv's ODE path (`solver=lvflow.Rodas5P()`; row 1 times its closed form). A bare diffrax
 `Dopri5` `diffeqsolve` of the same flow, saving only the end state, is given for reference.
 """
 
@@ -97,13 +97,20 @@ def integrated(p: problems.Problem, cfg: Config):
 
     import lvflow
 
-    if not (p.diagonal and "method" in inspect.signature(lvflow.solve_lv).parameters):
+    if not (p.diagonal and "solver" in inspect.signature(lvflow.solve_lv).parameters):
         return measured_lvflow(p, cfg)
     system, _ = p.solver_system()
 
     def call():
         return lvflow.solve_lv(
-            system, p.z0, p.t1, ts=np.array([0.0, p.t1]), rho=p.rho, rtol=cfg.rtol, atol=cfg.atol, method="ode"
+            system,
+            p.z0,
+            p.t1,
+            ts=np.array([0.0, p.t1]),
+            rho=p.rho,
+            rtol=cfg.rtol,
+            atol=cfg.atol,
+            solver=lvflow.Rodas5P(),
         )
 
     call()

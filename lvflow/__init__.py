@@ -92,6 +92,7 @@ _EXPORTS = {
     "solve_lv": "._glv.solve",
     "LogLotkaVolterraTerm": "._glv.term",
     "Rodas5P": "._glv.rodas5p",
+    "ClosedForm": "._glv.solve",
     "Rodas5PInterpolation": "._glv.rodas5p",
     "SwitchOnState": "._glv.switch_on",
     "SwitchOnTracker": "._glv.switch_on",
@@ -219,7 +220,7 @@ if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers 
     )
     from ._glv.rodas5p import Rodas5P as Rodas5P, Rodas5PInterpolation as Rodas5PInterpolation
     from ._glv.solution import LVSolution as LVSolution
-    from ._glv.solve import solve_lv as solve_lv
+    from ._glv.solve import ClosedForm as ClosedForm, solve_lv as solve_lv
     from ._glv.switch_on import SwitchOnState as SwitchOnState, SwitchOnTracker as SwitchOnTracker
     from ._glv.term import LogLotkaVolterraTerm as LogLotkaVolterraTerm
     from ._schedule.base import AbstractPlateauSchedule as AbstractPlateauSchedule

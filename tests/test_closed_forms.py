@@ -207,18 +207,29 @@ def test_errors():
         ignition_time(1.0, 1.0, 1.0, 1e-3, rho=1.0)
     with pytest.raises(lvflow.LvflowError, match="eps"):
         ignition_time(1.0, 1.0, 1.0, 0.0)
-    with pytest.raises(lvflow.LvflowError, match="z0"):
+    # values out of range: equinox's run-time error (eagerly and under jit), naming the input
+    with pytest.raises(Exception, match="z0: must be > 0"):
         orthogonal_features([1.0], [1.0], [0.0], 1.0)
-    with pytest.raises(lvflow.LvflowError, match="c_diag"):
+    with pytest.raises(Exception, match="z0: must be > 0"):
+        jax.jit(orthogonal_features)(jnp.ones(1), jnp.ones(1), jnp.zeros(1), 1.0)
+    with pytest.raises(Exception, match="c_diag: must be >= 0"):
         orthogonal_features([1.0], [-1.0], [0.1], 1.0)
+    with pytest.raises(Exception, match="c_diag: must be >= 0"):
+        log_orthogonal_features([1.0], [-1.0], [-3.0], 1.0)
+    with pytest.raises(Exception, match="c: must be >= 0"):
+        lvflow.isotropic_modes([1.0], -1.0, [0.1], 1.0)
+    with pytest.raises(Exception, match="z0: must be > 0"):
+        orthogonal_samples(np.eye(2), [1.0, 1.0], [0.1, 0.0], [0.0, 0.5])
     with pytest.raises(lvflow.LvflowError, match="r"):
         orthogonal_features([np.nan], [1.0], [0.1], 1.0)
     with pytest.raises(lvflow.SymmetryError, match="Y"):
         isotropic_riccati(np.array([[0.0, 1.0], [0.0, 0.0]]), 1.0, np.eye(2), 1.0)
-    with pytest.raises(lvflow.LvflowError, match="c"):
+    with pytest.raises(Exception, match="c: must be >= 0"):
         isotropic_riccati(np.eye(2), -1.0, np.eye(2), 1.0)
-    with pytest.raises(lvflow.LvflowError, match="ts"):
+    with pytest.raises(Exception, match="ts: must be non-negative and non-decreasing"):
         orthogonal_samples(np.eye(2), [1.0, 1.0], [0.1, 0.1], [1.0, 0.5])
+    with pytest.raises(lvflow.LvflowError, match="ts: is empty"):
+        orthogonal_samples(np.eye(2), [1.0, 1.0], [0.1, 0.1], [])
 
 
 # ---- issue 16: subnormal ε in logs, mismatched shapes and booleans named -----------------------

@@ -76,11 +76,6 @@ def test_diagonal_solve_lv_derivatives_eagerly_and_under_jit():
     np.testing.assert_allclose(grad_r, _fd(lambda r: final(_diagonal_system(r=r)), _R), rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="solve.py's _diagonal_part still decides the path from C's values (not owned here): "
-    "it should read system.interaction()",
-)
 def test_diagonal_solve_lv_same_path_under_jit():
     system, z0, t1 = _diagonal_system(), np.full(4, 1e-3), 20.0
     ts = np.array([0.0, 1.0, 5.0, 20.0])

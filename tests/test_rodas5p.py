@@ -339,6 +339,32 @@ def test_switch_on_tracker_isinstance_forwarding():
 # 4. jit and vmap over a batch of initial conditions.
 
 
+_RODAS5P_GAMMA = 0.21193756319429014  # RODAS5P's γ (Steinebach 2023): stage matrices I/(hγ) − J
+
+
+def test_singular_stage_solve_is_a_failed_result():
+    # ẏ = λy with λ = 1/γ and h = 1: every stage matrix I/(hγ) − J = λ − λ is singular, so the stage
+    # solves give non-finite values. Under a constant step size the step is kept and its flag ends
+    # the solve.
+    lam = 1.0 / _RODAS5P_GAMMA
+    term = dfx.ODETerm(lambda t, y, args: lam * y)
+    kw = dict(t0=0.0, t1=1.0, dt0=1.0, y0=jnp.ones(1), stepsize_controller=dfx.ConstantStepSize())
+    sol = dfx.diffeqsolve(term, lvflow.Rodas5P(), **kw, throw=False)
+    assert sol.result == dfx.RESULTS.singular
+    with pytest.raises(Exception, match="non-finite"):
+        dfx.diffeqsolve(term, lvflow.Rodas5P(), **kw)
+    # The gLV's structured solve, backwards in time (diffeqsolve's direction wrapping looked
+    # through): u̇ = 1 − λe^u at u = 0 has J = −λ, and h = −1 makes I/(hγ) − J = −λ + λ = 0.
+    lv_term = lvflow.LogLotkaVolterraTerm.from_system(lvflow.LotkaVolterra([1.0], [[lam]]))
+    back = dict(kw, t1=-1.0, dt0=-1.0, y0=jnp.zeros(1))
+    assert dfx.diffeqsolve(lv_term, lvflow.Rodas5P(), **back, throw=False).result == dfx.RESULTS.singular
+    # Away from the singular step the same problems succeed (no spurious flag).
+    sol = dfx.diffeqsolve(term, lvflow.Rodas5P(), **dict(kw, t1=0.1, dt0=0.01))
+    np.testing.assert_allclose(np.asarray(sol.ys[-1]), [np.exp(0.1 * lam)], rtol=1e-6)
+    sol = dfx.diffeqsolve(lv_term, lvflow.Rodas5P(), **dict(back, t1=-0.1, dt0=-0.01))
+    assert sol.result == dfx.RESULTS.successful and np.all(np.isfinite(np.asarray(sol.ys)))
+
+
 def test_rodas5p_jit_vmap_over_initial_conditions():
     r, c = _R4[:3], _C4[:3]
     term = lvflow.LogLotkaVolterraTerm.from_system(lvflow.LotkaVolterra(r, np.diag(c)))

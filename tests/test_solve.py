@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 from scipy.integrate import solve_ivp
 
 import lvflow
-from lvflow import solve_lv
+from lvflow import ClosedForm, solve_lv
 
 # internal on purpose: solve_lv's default log-spaced save grid, reused for the GD comparison (not exported)
 from lvflow._glv.solve import default_ts
@@ -197,9 +197,9 @@ def _thm6_nonpositive(r, c, z0, t):
 def test_solver_failure_raises_or_flags():
     system, z0 = _competitive()
     ts = np.linspace(0, 120.0, 41)
-    with pytest.raises(lvflow.SolverError, match="maximum number of solver steps was reached"):
+    # Eagerly and under jit diffrax's message comes through equinox's runtime error.
+    with pytest.raises(Exception, match="maximum number of solver steps was reached"):
         solve_lv(system, z0, 120.0, ts=ts, max_steps=8)
-    # Under jit the same diffrax message comes through equinox's runtime error.
     jitted = jax.jit(lambda z: solve_lv(system, z, 120.0, ts=ts, max_steps=8).zs)
     with pytest.raises(Exception, match="maximum number of solver steps was reached"):
         jax.block_until_ready(jitted(jnp.asarray(z0)))
@@ -230,20 +230,35 @@ def test_progress_bar_on_the_ode_path(capfd):
 
 def test_input_errors():
     system, z0 = _competitive()
-    with pytest.raises(lvflow.LvflowError, match="z0: must be > 0"):
+    # Input of the wrong kind or shape: LvflowError; values out of range: equinox's run-time error
+    # (the same check eagerly and under jit), its message naming the input.
+    with pytest.raises(Exception, match="z0: must be > 0"):
         solve_lv(system, np.array([1e-3, 0.0, 1e-3]), 10.0)
+    with pytest.raises(Exception, match="z0: must be > 0"):
+        jax.jit(lambda z: solve_lv(system, z, 10.0).zs)(jnp.array([1e-3, 0.0, 1e-3]))
     with pytest.raises(lvflow.LvflowError, match="z0"):
         solve_lv(system, np.array([1e-3, np.nan, 1e-3]), 10.0)
     with pytest.raises(lvflow.LvflowError, match="z0"):
         solve_lv(system, np.array([1e-3, 1e-3]), 10.0)
-    with pytest.raises(lvflow.LvflowError, match="t1"):
+    with pytest.raises(Exception, match="t1: must be > 0"):
         solve_lv(system, z0, 0.0)
-    with pytest.raises(lvflow.LvflowError, match="rho"):
+    with pytest.raises(Exception, match="rho: must lie in"):
         solve_lv(system, z0, 10.0, rho=1.0)
-    with pytest.raises(lvflow.LvflowError, match="rho"):
+    with pytest.raises(Exception, match="rho: must lie in"):
         solve_lv(system, z0, 10.0, rho=0.0)
-    with pytest.raises(lvflow.LvflowError, match="ts"):
+    with pytest.raises(Exception, match="ts: must lie in"):
         solve_lv(system, z0, 10.0, ts=[0.0, 11.0])
+    with pytest.raises(Exception, match="ts: must be non-decreasing"):
+        solve_lv(system, z0, 10.0, ts=[0.0, 2.0, 1.0])
+    with pytest.raises(lvflow.LvflowError, match="ts: is empty"):
+        solve_lv(system, z0, 10.0, ts=[])
+    with pytest.raises(Exception, match="z_inf: must be >= 0"):
+        solve_lv(system, z0, 10.0, z_inf=[1.0, -1.0, 1.0])
+    diagonal = lvflow.LotkaVolterra(R5[:3], np.eye(3))  # the closed form checks the same values
+    with pytest.raises(Exception, match="z0: must be > 0"):
+        solve_lv(diagonal, np.array([1e-3, -1.0, 1e-3]), 10.0)
+    with pytest.raises(Exception, match="ts: must lie in"):
+        solve_lv(diagonal, z0, 10.0, ts=[-1.0, 1.0])
     with pytest.raises(lvflow.NotPSDError, match="C"):
         lvflow.LotkaVolterra([1.0, 1.0], [[1.0, 2.0], [2.0, 1.0]])
     with pytest.raises(lvflow.LvflowError, match="r"):
@@ -271,7 +286,7 @@ def test_low_rank_system_matches_dense():
     np.testing.assert_allclose(np.asarray(low.loss), np.asarray(dense.loss), rtol=1e-9, atol=1e-15)
 
 
-# --- method="closed_form" (Thm 6) against the ODE path and against independent numpy -----------
+# --- solver=ClosedForm() (Thm 6) against the ODE path and against independent numpy -----------
 
 _K6 = 6
 
@@ -295,8 +310,8 @@ def test_closed_form_matches_ode_on_random_diagonal_systems(seed):
     t_on = _eq158(r[live], c[live], z0[live], 0.5)
     t1 = 1.3 * float(np.max(t_on))
     ts = np.linspace(0.0, t1, 9)
-    exact = solve_lv(system, z0, t1, ts=ts)  # auto: closed form for a concrete diagonal C
-    ode = solve_lv(system, z0, t1, ts=ts, method="ode", rtol=1e-12, atol=1e-12)
+    exact = solve_lv(system, z0, t1, ts=ts)  # default: the closed form for a declared diagonal C
+    ode = solve_lv(system, z0, t1, ts=ts, solver=lvflow.Rodas5P(), rtol=1e-12, atol=1e-12)
     assert int(exact.num_steps) == 0 and int(ode.num_steps) > 0 and bool(exact.success)
     np.testing.assert_allclose(np.asarray(exact.zs), np.asarray(ode.zs), rtol=1e-8)
     np.testing.assert_allclose(np.asarray(exact.loss), np.asarray(ode.loss), rtol=1e-8, atol=1e-300)
@@ -320,7 +335,7 @@ def test_closed_form_switch_on_edge_cases():
     c = np.ones(5)
     z0 = np.array([0.6, 3.0, 1e-3, 1e-9, 1e-4])
     T = np.array([0.5, 0.5, 2.0, 0.005, 0.1])
-    sol = solve_lv(lvflow.LotkaVolterra(r, np.diag(c)), z0, 100.0, rho=0.5, z_inf=2 * T, method="closed_form")
+    sol = solve_lv(lvflow.LotkaVolterra(r, np.diag(c)), z0, 100.0, rho=0.5, z_inf=2 * T, solver=ClosedForm())
     t = np.asarray(sol.switch_on_times)
     assert t[0] == 0 and t[1] == 0 and np.isinf(t[2]) and np.isinf(t[3])
     e = (z0[4] / T[4] - c[4] * z0[4] / r[4]) / (1 - c[4] * z0[4] / r[4])  # e^{−r t*}
@@ -344,17 +359,16 @@ def test_closed_form_under_vmap_and_jit():
     for i, r in enumerate(rs):
         np.testing.assert_allclose(np.asarray(by_r.z_inf[i]), r / c, rtol=1e-15)
         np.testing.assert_allclose(np.asarray(by_r.switch_on_times[i]), _eq158(r, c, z0s[1], 0.5), rtol=1e-13)
-    # A traced C with method="closed_form" is checked for off-diagonal entries at run time.
-    forced = jax.jit(
-        lambda C: (
-            solve_lv(
-                lvflow.LotkaVolterra(R5, C, check=False), z0s[1], 2000.0, ts=ts, method="closed_form"
-            ).switch_on_times
-        )
-    )
-    np.testing.assert_allclose(np.asarray(forced(np.diag(c))), _eq158(R5, c, z0s[1], 0.5), rtol=1e-13)
-    with pytest.raises(Exception, match="diagonal C"):
-        jax.block_until_ready(forced(np.diag(c) + 1e-3))
+
+    # A traced diagonal: a LowRankLotkaVolterra without columns declares it (a traced dense C does
+    # not, so ClosedForm() refuses it when tracing).
+    def forced(d, C=None):
+        system = lvflow.LowRankLotkaVolterra(R5, d, np.zeros((5, 0))) if C is None else lvflow.LotkaVolterra(R5, C)
+        return solve_lv(system, z0s[1], 2000.0, ts=ts, solver=ClosedForm()).switch_on_times
+
+    np.testing.assert_allclose(np.asarray(jax.jit(forced)(c)), _eq158(R5, c, z0s[1], 0.5), rtol=1e-13)
+    with pytest.raises(lvflow.LvflowError, match="ClosedForm.. needs a diagonal C"):
+        jax.jit(lambda C: forced(c, C))(np.diag(c))
 
 
 def test_result_is_a_diffrax_flag_on_every_path():
@@ -383,12 +397,12 @@ def test_result_is_a_diffrax_flag_on_every_path():
     assert rebuilt.result == dfx.RESULTS.max_steps_reached
 
 
-def test_method_errors():
+def test_solver_errors():
     system, z0 = _competitive()
-    with pytest.raises(lvflow.LvflowError, match="method: 'closed_form' needs a diagonal C"):
-        solve_lv(system, z0, 10.0, method="closed_form")
-    with pytest.raises(lvflow.LvflowError, match="method: must be"):
-        solve_lv(system, z0, 10.0, method="exact")
+    with pytest.raises(lvflow.LvflowError, match=r"solver: ClosedForm\(\) needs a diagonal C"):
+        solve_lv(system, z0, 10.0, solver=ClosedForm())
+    with pytest.raises(lvflow.LvflowError, match="solver: expected lvflow.ClosedForm"):
+        solve_lv(system, z0, 10.0, solver="closed_form")
 
 
 # --- the Rodas5P path (default for a coupled C) against scipy Radau ------------------------------
@@ -448,7 +462,7 @@ def test_rodas5p_switch_on_accuracy_at_default_tolerances():
     t_on = _eq158(r, c, z0, 0.5)
     t1 = 1.2 * float(t_on.max())
     ts = np.linspace(0.0, t1, 50)
-    sol = solve_lv(lvflow.LotkaVolterra(r, np.diag(c)), z0, t1, ts=ts, method="ode")
+    sol = solve_lv(lvflow.LotkaVolterra(r, np.diag(c)), z0, t1, ts=ts, solver=lvflow.Rodas5P())
     assert int(sol.num_steps) > 0
     np.testing.assert_allclose(np.asarray(sol.switch_on_times), t_on, rtol=1e-7)
     np.testing.assert_allclose(np.asarray(sol.zs), _thm6(r, c, z0, ts), rtol=1e-6)

@@ -8,7 +8,6 @@ import diffrax as dfx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
-from diffrax._term import WrapTerm  # private: diffeqsolve wraps every term in it (pinned in pyproject)
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, PyTree
 
@@ -103,6 +102,27 @@ _H = (
 )
 
 
+def _ode_term(terms: dfx.AbstractTerm) -> dfx.ODETerm | LogLotkaVolterraTerm:
+    """The ODE term inside the terms a solver is handed: `diffrax.diffeqsolve` wraps the user's term
+    in a term of its own (the direction of integration), so each wrapper holding exactly one term is
+    looked through (as a pytree: its sub-terms are its leaves) until an `ODETerm` or a
+    `LogLotkaVolterraTerm` is reached.
+
+    **Raises:** `LvflowError` naming the term when it is no ODE (none, or several, inside).
+    """
+    term = terms
+    while not isinstance(term, (dfx.ODETerm, LogLotkaVolterraTerm)):
+        outer = term
+        leaves = jtu.tree_leaves(outer, is_leaf=lambda x: x is not outer and isinstance(x, dfx.AbstractTerm))
+        inner = [x for x in leaves if isinstance(x, dfx.AbstractTerm)]
+        if len(inner) != 1:
+            raise LvflowError(
+                f"terms: Rodas5P solves ODEs (diffrax.ODETerm or LogLotkaVolterraTerm), got {type(outer).__name__}"
+            )
+        term = inner[0]
+    return term
+
+
 class Rodas5PInterpolation(dfx.AbstractLocalInterpolation):
     """RODAS5P's dense output on one step, of order 4:
     `y(t0 + θh) = (1−θ) y0 + θ (y1 + (1−θ)(k₁ + θ (k₂ + θ k₃)))`, `θ = (t − t0)/(t1 − t0)`.
@@ -144,6 +164,10 @@ class Rodas5P(dfx.AbstractAdaptiveSolver):
     the one to use: error order 5), `SaveAt`, adjoint and progress meter. ODEs only
     (`diffrax.ODETerm` or `LogLotkaVolterraTerm`; any other term raises `LvflowError`).
 
+    A step whose stage solves give a non-finite value returns `diffrax.RESULTS.singular`: an
+    adaptive controller rejects such a step (its error estimate is not finite) and retries a
+    shorter one, so the flag ends a solve only under a constant step size.
+
     Example:
 
     ```python
@@ -167,11 +191,7 @@ class Rodas5P(dfx.AbstractAdaptiveSolver):
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         del solver_state, made_jump
-        inner = terms.term if isinstance(terms, WrapTerm) else terms
-        if not isinstance(inner, (dfx.ODETerm, LogLotkaVolterraTerm)):
-            raise LvflowError(
-                f"terms: Rodas5P solves ODEs (diffrax.ODETerm or LogLotkaVolterraTerm), got {type(inner).__name__}"
-            )
+        inner = _ode_term(terms)
         h = terms.contr(t0, t1)  # the step in the term's own variable (diffeqsolve's direction)
         # A zero-length step (diffrax runs the body for finished members of a vmapped batch) is
         # computed with h = 1 and then discarded: 1/h would put inf·0 = NaN into its derivative.
@@ -179,7 +199,7 @@ class Rodas5P(dfx.AbstractAdaptiveSolver):
         h = jnp.where(zero, 1.0, h)
         ht = t1 - t0
         alpha = 1.0 / (h * _GAMMA)
-        if isinstance(inner, LogLotkaVolterraTerm):
+        if isinstance(inner, LogLotkaVolterraTerm) and isinstance(y0, jax.Array) and y0.shape == inner.r.shape:
             # Autonomous, with its structured solve (the wrapped term's Jacobian in y is the same).
             u0, unravel = y0, lambda v: v
 
@@ -214,12 +234,15 @@ class Rodas5P(dfx.AbstractAdaptiveSolver):
             if i:
                 rhs = rhs + inv_h * sum(c * Uj for c, Uj in zip(_C[i], U))
             U.append(solve(rhs))
+        # every stage feeds the last (all of its C_8j are non-zero): a non-finite stage shows in U_8
+        finite = jnp.all(jnp.isfinite(U[-1]))
+        result = dfx.RESULTS.where(zero | finite, dfx.RESULTS.successful, dfx.RESULTS.singular)
         u1 = jnp.where(zero, u0, arg + U[-1])
         err = jnp.where(zero, 0.0, U[-1])
         k = jnp.where(zero, 0.0, jnp.tensordot(jnp.asarray(_H, dtype=u0.dtype), jnp.stack(U), axes=1))
         y1 = unravel(u1)
         dense_info = dict(y0=y0, y1=y1, k=jax.vmap(unravel)(k))
-        return y1, unravel(err), dense_info, None, dfx.RESULTS.successful
+        return y1, unravel(err), dense_info, None, result
 
     def func(self, terms, t0, y0, args):
         return terms.vf(t0, y0, args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import equinox as eqx
@@ -10,9 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from .._core.errors import LvflowError, SolverError
-from .._core.validate import _is_concrete, as_array, check_in_open_interval, check_positive, is_diagonal
+from .._core.errors import LvflowError
+from .._core.validate import _is_concrete, as_array, check_positive
+from .closed_forms import thm6
 from .equilibrium import saturated_equilibrium
+from .interaction import DiagonalInteraction
 from .lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .solution import SUCCESSFUL, LVSolution, finish_solution, switch_on_target
 
@@ -36,9 +39,16 @@ def default_ts(t1, n: int = _N_DEFAULT_TS) -> Float[Array, " n"]:
     return jnp.concatenate([jnp.zeros(1), t1 * jnp.logspace(-4.0, 0.0, n - 1)])
 
 
-def _default_ts_np(t1: float) -> np.ndarray:
-    """`default_ts` in numpy for a concrete `t1` (no device dispatch)."""
-    return np.concatenate([np.zeros(1), t1 * np.logspace(-4.0, 0.0, _N_DEFAULT_TS - 1)])
+class ClosedForm(eqx.Module):
+    """Thm 6 as `solve_lv`'s solver: the gLV with a diagonal `C` (orthogonal features) solved mode by
+    mode, `z_k(t) = r_k z_k0 / (C_kk z_k0 + (r_k − C_kk z_k0) e^{−r_k t})`, with each switch-on time
+    `t*_k = (1/r_k) [ln(T_k/z_k0) + ln(1 + C_kk (T_k − z_k0)/(r_k − C_kk T_k))]`, `T_k = ρ z_k(∞)`
+    (Eq. 158 with `a = 1`): exact, no time steps.
+
+    Only for a system whose `interaction()` is a `DiagonalInteraction` (a `LotkaVolterra` with a
+    concrete diagonal `C`, a `LowRankLotkaVolterra` with no or zero columns in `U`); `solve_lv`
+    raises `LvflowError` for any other. No fields.
+    """
 
 
 def solve_lv(
@@ -50,31 +60,30 @@ def solve_lv(
     rho=0.5,
     rtol: float = 1e-8,
     atol: float = 1e-10,
-    solver: dfx.AbstractSolver | None = None,
+    solver: ClosedForm | dfx.AbstractSolver | None = None,
     stepsize_controller: dfx.AbstractStepSizeController | None = None,
     adjoint: dfx.AbstractAdjoint | None = None,
     max_steps: int = _DEFAULT_MAX_STEPS,
     throw: bool = True,
     progress: bool = False,
     z_inf=None,
-    method: str = "auto",
 ) -> LVSolution:
     """Integrate the gLV `ż_k = z_k (r_k − Σ_j C_kj z_j)` (Eq. 32) from `z(0) = z0` to `t1` and
     locate every mode's switch-on time `t*_k`, the first time `z_k(t) = ρ z_k(∞)` (Thm 8, Eq. 158).
 
-    **Method.** `method="auto"` (default) solves a concrete diagonal `C` (orthogonal features) in
-    closed form (Thm 6) when no `solver=` is given, and integrates the ODE otherwise; `"closed_form"`
-    and `"ode"` force either (`"closed_form"` on a traced `C` checks it for off-diagonal entries
-    through `equinox.error_if`). The closed form evaluates Thm 6 at `ts` and inverts it for
-    `t*_k = (1/r_k) [ln(T_k/z_k0) + ln(1 + C_kk (T_k − z_k0)/(r_k − C_kk T_k))]`, `T_k = ρ z_k(∞)`
-    (Eq. 158 with `a = 1`); the solver options do not apply to it.
+    **Solver.** `solver=None` (default) takes `lvflow.ClosedForm()` (Thm 6, exact) when the system
+    declares a diagonal `C` (`system.interaction()` is a `DiagonalInteraction`: a `LotkaVolterra`
+    with a concrete diagonal `C`, a `LowRankLotkaVolterra` whose `U` has no or only zero columns),
+    and integrates the ODE otherwise; `solver=lvflow.ClosedForm()`, `lvflow.Rodas5P()` or any diffrax
+    solver forces either. The step-size options (`rtol`, `atol`, `stepsize_controller`, `adjoint`,
+    `max_steps`, `progress`) do not apply to the closed form.
 
     The ODE is integrated in `u = ln z`, `u̇ = r − C e^u` (`lvflow.LogLotkaVolterraTerm`), by
-    `diffrax.diffeqsolve` with `lvflow.Rodas5P` (stage solves in `C`'s structure; a dense `C` with
-    more than 100 modes gets `diffrax.Dopri5`), a `diffrax.PIDController` on the max norm over
-    modes, and `lvflow.SwitchOnTracker` recording each mode's crossing step; each crossing is then
-    root-found on that step's dense output. `rtol`/`atol` are tolerances on `ln z`: relative
-    errors in `z` for every mode, whatever its size.
+    `diffrax.diffeqsolve` with `solver` (default `lvflow.Rodas5P`, stage solves in `C`'s structure;
+    a dense `C` with more than 100 modes gets `diffrax.Dopri5`), a `diffrax.PIDController` on the
+    max norm over modes, and `lvflow.SwitchOnTracker` recording each mode's crossing step; each
+    crossing is then root-found on that step's dense output. `rtol`/`atol` are tolerances on
+    `ln z`: relative errors in `z` for every mode, whatever its size.
 
     **`z(∞)`** is the saturated equilibrium (`system.equilibrium()`), the flow's limit when it
     is unique. When it is not (a singular `C`), `z(t1)` from a first solve is used: choose `t1`
@@ -86,8 +95,7 @@ def solve_lv(
     crossing (`lvflow.SwitchOnTracker.crossing_times`); the default adjoint,
     `diffrax.RecursiveCheckpointAdjoint()`, serves `jax.grad`/`jax.vjp`, and
     `adjoint=diffrax.ForwardMode()` serves `jax.jvp`/`jax.jacfwd`. The closed form is exact with
-    respect to `r`, `diag(C)` and `z0`; it sees only `C`'s diagonal, so its derivative along an
-    off-diagonal entry of `C` is 0 (`method="auto"` takes the ODE path for a traced `C`).
+    respect to `r`, `diag(C)` and `z0` (a `C` traced under `jit` declares no structure: the ODE path).
 
     **Arguments:**
 
@@ -98,21 +106,25 @@ def solve_lv(
       log-spaced times). For switch-on times only, pass `ts=[0, t1]`.
     - `rho`: switch-on fraction in `(0, 1)` (the paper's figures use `ρ = ½`).
     - `rtol`, `atol`: step-size tolerances on `u = ln z` (used by the default controller).
-    - `solver`: a diffrax solver for the ODE (default `lvflow.Rodas5P()`, above).
+    - `solver`: `lvflow.ClosedForm()`, a diffrax solver, or `None` (above).
     - `stepsize_controller`: a diffrax step-size controller (default
       `diffrax.PIDController(rtol, atol, norm=optimistix.max_norm)`).
     - `adjoint`: `diffrax.RecursiveCheckpointAdjoint()` (default), `diffrax.ForwardMode()` or
       `diffrax.DirectAdjoint()`.
     - `max_steps`: step budget (accepted + rejected).
-    - `throw`: raise `SolverError` with diffrax's message on failure (under `jit`, through
-      `equinox.error_if`); with `False`, return `success = False` and the `result` flag.
+    - `throw`: raise a run-time error (`equinox.error_if`, eagerly and under `jit`) with diffrax's
+      message when the solve fails or a value is not finite; with `False`, return
+      `success = False` and the `result` flag.
     - `progress`: a `diffrax.TqdmProgressMeter` bar (stderr) on the ODE path.
     - `z_inf`: the limit `z(∞)` to measure switch-on against (default: see above).
-    - `method`: `"auto"`, `"closed_form"` (Thm 6; diagonal `C` only) or `"ode"`.
 
     **Returns:** an `LVSolution`.
 
-    **Raises:** `LvflowError` for bad input; `SolverError` for a failed solve (with `throw=True`).
+    **Raises:** `LvflowError` for input of the wrong kind or shape (and `ClosedForm()` on a system
+    without a diagonal `C`); a run-time error (`equinox.error_if`, whose message names the input)
+    for values out of range: `z0 ≤ 0`, `t1 ≤ 0`, `rho` outside `(0, 1)`, `ts` outside `[0, t1]` or
+    decreasing, `z_inf < 0`, no finite saturated equilibrium; and, with `throw=True`, for a failed
+    solve.
 
     Works under `jax.jit`/`jax.vmap` over `z0`, `t1` and the system's arrays.
     """
@@ -122,20 +134,8 @@ def solve_lv(
     z0 = as_array("z0", z0, ndim=1)
     if np.shape(z0) != (K,):
         raise LvflowError(f"z0: shape {np.shape(z0)} does not match the system's {K} modes")
-    if _is_concrete(z0) and np.any(np.asarray(z0) <= 0):
-        k = int(np.flatnonzero(np.asarray(z0) <= 0)[0])
-        raise LvflowError(
-            f"z0: must be > 0 in every mode (entry {k} is {float(np.asarray(z0)[k]):g}; "
-            "a mode at 0 never grows — drop it from the system instead)"
-        )
-    if _is_concrete(t1):
-        t1 = check_positive("t1", t1)
-    else:
-        t1 = eqx.error_if(t1, t1 <= 0, "t1: must be > 0")
-    if _is_concrete(rho):
-        rho = check_in_open_interval("rho", rho, 0.0, 1.0)
-    else:
-        rho = eqx.error_if(rho, (rho <= 0) | (rho >= 1), "rho: must lie in (0, 1)")
+    t1 = as_array("t1", t1, ndim=0)
+    rho = as_array("rho", rho, ndim=0)
     rtol = check_positive("rtol", rtol)
     atol = check_positive("atol", atol)
     if not isinstance(max_steps, int) or max_steps < 1:
@@ -143,26 +143,21 @@ def solve_lv(
     if not isinstance(progress, (bool, np.bool_)):
         raise LvflowError(f"progress: must be True or False, got {progress!r}")
     progress = bool(progress)  # static in the compiled solve
-    if ts is None:
-        ts = _default_ts_np(t1) if _is_concrete(t1) else default_ts(t1)
-    else:
+    if ts is not None:
         ts = as_array("ts", ts, ndim=1)
-        if _is_concrete(ts) and _is_concrete(t1):
-            a = np.asarray(ts, dtype=float)
-            if a.size == 0:
-                raise LvflowError("ts: is empty")
-            if a[0] < 0 or a[-1] > t1:
-                raise LvflowError(f"ts: must lie in [0, t1 = {t1:g}], got [{a[0]:g}, {a[-1]:g}]")
-            if np.any(np.diff(a) < 0):
-                raise LvflowError("ts: must be non-decreasing")
-    solver_given = solver is not None
-    if solver_given or stepsize_controller is not None or adjoint is not None:
-        from .solve_ode import check_ode_options
+        if np.size(ts) == 0:
+            raise LvflowError("ts: is empty")
+    interaction = system.interaction()
+    diagonal = interaction.d if isinstance(interaction, DiagonalInteraction) else None
+    closed = isinstance(solver, ClosedForm) or (solver is None and diagonal is not None)
+    if closed and diagonal is None:
+        raise LvflowError(
+            f"solver: ClosedForm() needs a diagonal C (Thm 6), the system's C is a {type(interaction).__name__}"
+        )
+    if not closed:
+        from .solve_ode import check_ode_options, solve_ode
 
         check_ode_options(solver, stepsize_controller, adjoint)
-
-    if method not in ("auto", "closed_form", "ode"):
-        raise LvflowError(f"method: must be 'auto', 'closed_form' or 'ode', got {method!r}")
 
     scale = _float64_scale(system, z0)
     if scale != 1.0:  # some z_k0 below the smallest normal double: the same flow, rescaled (see there)
@@ -171,74 +166,79 @@ def solve_lv(
             np.asarray(z0, dtype=float) / scale,
             t1,
             **dict(ts=ts, rho=rho, rtol=rtol, atol=atol, solver=solver, stepsize_controller=stepsize_controller),
-            **dict(adjoint=adjoint, max_steps=max_steps, throw=throw, progress=progress, method=method),
+            **dict(adjoint=adjoint, max_steps=max_steps, throw=throw, progress=progress),
             z_inf=None if z_inf is None else np.asarray(z_inf, dtype=float) / scale,
         )
         scaled = (sol.zs * scale, sol.loss * scale + system.y2, sol.z_inf * scale)  # z = s z', L = s L' + y2
         return eqx.tree_at(lambda s: (s.zs, s.loss, s.z_inf), sol, scaled)
 
     r = system.r
-    low_rank = _is_low_rank(system)
-    concrete_system = all(_is_concrete(x) for x in ((r, system.d, system.U) if low_rank else (r, system.C)))
-    diagonal = _diagonal_part(system, low_rank)  # C's diagonal if C is concrete and diagonal, else None
-    if method == "closed_form" and diagonal is None:
-        if _is_concrete(system.U if low_rank else system.C):
-            raise LvflowError("method: 'closed_form' needs a diagonal C (Thm 6); use method='ode' for a coupled C")
-        C = system.C
-        off = C - jnp.diag(jnp.diagonal(C))
-        diagonal = eqx.error_if(jnp.diagonal(C), jnp.any(off != 0), "method: 'closed_form' needs a diagonal C (Thm 6)")
-    closed = diagonal is not None and (method == "closed_form" or (method == "auto" and not solver_given))
-    if z_inf is not None:
+    given = z_inf is not None
+    if given:
         z_inf = as_array("z_inf", z_inf, ndim=1)
         if np.shape(z_inf) != (K,):
             raise LvflowError(f"z_inf: shape {np.shape(z_inf)} does not match the system's {K} modes")
-        if _is_concrete(z_inf) and np.any(np.asarray(z_inf) < 0):
-            raise LvflowError("z_inf: must be >= 0")
-        z_eq, eq_ok = jnp.asarray(z_inf, dtype=float), jnp.asarray(True)
+        z_eq, eq_ok = z_inf, True
     else:
-        z_eq, eq_ok = saturated_equilibrium(r, system.interaction())
-        if concrete_system and not np.all(np.isfinite(z_eq)):
-            raise LvflowError("system: no finite saturated equilibrium (the loss is unbounded below)")
+        z_eq, eq_ok = saturated_equilibrium(r, interaction)
 
     if closed:
-        sol = _closed_form_core(
-            r,
-            diagonal,
-            _host(z0),
-            _host(t1),
-            _host(ts),
-            z_eq,
-            eq_ok,
-            _host(rho),
-            system.y2,
-        )
-    else:
-        from .solve_ode import check_result, solve_ode
+        return _closed_form_solve(r, diagonal, z0, t1, ts, z_eq, eq_ok, rho, system.y2, given=given, throw=throw)
+    z0, t1, ts, z_eq, rho = _checked_inputs(z0, t1, ts, z_eq, rho, given=given)
+    return solve_ode(
+        system,
+        z0,
+        t1,
+        ts,
+        z_eq,
+        eq_ok,
+        rho,
+        rtol=rtol,
+        atol=atol,
+        solver=solver,
+        stepsize_controller=stepsize_controller,
+        adjoint=adjoint,
+        max_steps=max_steps,
+        progress=progress,
+        first_pass=not given,
+        throw=throw,
+    )
 
-        sol = solve_ode(
-            system,
-            z0,
-            t1,
-            ts,
-            z_eq,
-            eq_ok,
-            rho,
-            rtol=rtol,
-            atol=atol,
-            solver=solver,
-            stepsize_controller=stepsize_controller,
-            adjoint=adjoint,
-            max_steps=max_steps,
-            progress=progress,
-        )
-    if throw:
-        if _is_concrete(sol.success):
-            if not bool(sol.success):
-                raise SolverError(_failure_message(sol))
-        else:
-            if not closed:  # the closed form's result is `successful`: it fails only by non-finite values
-                sol = check_result(sol)
-            sol = eqx.error_if(sol, ~sol.success, "solve_lv: non-finite values in the solution")
+
+def _checks(z0, t1, ts, z_eq, rho, *, given: bool):
+    """`solve_lv`'s value checks (`equinox.error_if`: eagerly and under `jit`), with the default
+    `ts` filled in: `(z0, t1, ts, z_eq, rho)` as float arrays."""
+    z0, t1, z_eq, rho = (jnp.asarray(x, dtype=float) for x in (z0, t1, z_eq, rho))
+    z0 = eqx.error_if(
+        z0, jnp.any(z0 <= 0), "z0: must be > 0 in every mode (a mode at 0 never grows: drop it from the system)"
+    )
+    t1 = eqx.error_if(t1, t1 <= 0, "t1: must be > 0")
+    rho = eqx.error_if(rho, (rho <= 0) | (rho >= 1), "rho: must lie in (0, 1)")
+    if ts is None:
+        ts = default_ts(t1)
+    else:
+        ts = jnp.asarray(ts, dtype=float)
+        ts = eqx.error_if(ts, (ts[0] < 0) | (ts[-1] > t1), "ts: must lie in [0, t1]")
+        ts = eqx.error_if(ts, jnp.any(jnp.diff(ts) < 0), "ts: must be non-decreasing")
+    if given:
+        z_eq = eqx.error_if(z_eq, jnp.any(z_eq < 0), "z_inf: must be >= 0")
+    else:
+        bad = ~jnp.all(jnp.isfinite(z_eq))
+        z_eq = eqx.error_if(z_eq, bad, "system: no finite saturated equilibrium (the loss is unbounded below)")
+    return z0, t1, ts, z_eq, rho
+
+
+_checked_inputs = jax.jit(_checks, static_argnames="given")
+
+
+@functools.partial(jax.jit, static_argnames=("given", "throw"))
+def _closed_form_solve(r, c, z0, t1, ts, z_eq, eq_ok, rho, y2, *, given: bool, throw: bool) -> LVSolution:
+    """`solve_lv` by Thm 6 (`ClosedForm`): the checked inputs, `_closed_form_core`, and with
+    `throw` a run-time error for a non-finite solution."""
+    z0, t1, ts, z_eq, rho = _checks(z0, t1, ts, z_eq, rho, given=given)
+    sol = _closed_form_core(r, c, z0, t1, ts, z_eq, eq_ok, rho, y2)
+    if throw:  # the closed form's result is `successful`: it fails only by non-finite values
+        sol = eqx.error_if(sol, ~sol.success, "solve_lv: non-finite values in the solution")
     return sol
 
 
@@ -257,6 +257,7 @@ def _float64_scale(system: AbstractLotkaVolterra, z0) -> float:
     if not (_is_concrete(z0) and _is_concrete(system.r) and _is_concrete(system.C_diagonal)):
         return 1.0
     z0 = np.asarray(z0, dtype=float)
+    z0 = z0[z0 > 0]  # a z_k0 ≤ 0 is refused by solve_lv's value checks
     if not z0.size or float(np.min(z0)) >= _TINY:
         return 1.0
     r, Ckk = np.asarray(system.r, dtype=float), np.asarray(system.C_diagonal, dtype=float)
@@ -281,50 +282,8 @@ def _rescaled(system: AbstractLotkaVolterra, s: float) -> AbstractLotkaVolterra:
     return LotkaVolterra(system.r, system.C * s, check=False)
 
 
-def _host(x):
-    """`x` as a float64 numpy array when concrete (a jitted call takes it without an eager device
-    dispatch per argument), else as a JAX array."""
-    return np.asarray(x, dtype=float) if _is_concrete(x) else jnp.asarray(x, dtype=float)
-
-
-def _diagonal_part(system, low_rank: bool):
-    """`C`'s diagonal when `C` is concrete and diagonal (Thm 6 applies), else `None`."""
-    if low_rank:
-        if not (_is_concrete(system.U) and _is_concrete(system.d)):
-            return None
-        return system.d if not np.any(np.asarray(system.U)) else None
-    if not _is_concrete(system.C) or not is_diagonal(np.asarray(system.C)):
-        return None
-    return np.diagonal(np.asarray(system.C))
-
-
 def _is_low_rank(system) -> bool:
     return isinstance(system, LowRankLotkaVolterra)
-
-
-def _failure_message(sol: LVSolution) -> str:
-    import diffrax as dfx  # a failed solve only
-
-    why = "non-finite values in the solution" if sol.result == dfx.RESULTS.successful else dfx.RESULTS[sol.result]
-    return f"solve_lv: {why} (after {int(sol.num_steps)} steps)"
-
-
-def _thm6(r, c, z0, t):
-    """Thm 6, `z_k(t) = z_k0 / (e^{−r_k t} + C_kk z_k0 (1 − e^{−r_k t})/r_k)` for `r_k > 0` and
-    `z_k0 e^{r_k t} / (1 + C_kk z_k0 (1 − e^{r_k t})/(−r_k))` otherwise (`z_k0/(1 + C_kk z_k0 t)` at
-    `r_k = 0`): the algebraically equal form of each sign that never overflows, in two
-    transcendentals per entry (`lvflow.orthogonal_features` evaluates both forms everywhere)."""
-    a = jnp.abs(r)
-    e = jnp.exp(-a * t)  # ≤ 1
-    phi = jnp.where(a > 0, -jnp.expm1(-a * t) / jnp.where(a > 0, a, 1.0), t)  # ∫₀ᵗ e^{−aτ}dτ, exact near a = 0
-    grow = r > 0
-    # A growing mode with C_kk z_k0 below the normal range (the flow of a rescaled subnormal z0,
-    # `_float64_scale`) has numerator and denominator multiplied by 2^m, m from ln(C_kk z_k0).
-    lcz = jnp.log(c) + jnp.log(z0)
-    m = jnp.where(grow & (lcz < -690.0), jnp.floor(-lcz / np.log(2.0)), 0.0)
-    e = jnp.where(m > 0, jnp.exp(-a * t + m * np.log(2.0)), e)
-    cz = jnp.where(m > 0, jnp.exp(lcz + m * np.log(2.0)), c * z0)
-    return jnp.ldexp(z0, m.astype(int)) * (jnp.where(grow, 1.0, e) / (jnp.where(grow, e, 1.0) + cz * phi))
 
 
 @jax.jit
@@ -341,8 +300,8 @@ def _closed_form_core(
 ) -> LVSolution:
     """Thm 6 at `ts` and its inversion for the switch-on times (diagonal `C = Diag(c)`)."""
     u0 = jnp.log(z0)
-    zs = _thm6(r[None], c[None], z0[None], ts[:, None])
-    z_end = _thm6(r, c, z0, t1)
+    zs = thm6(r[None], c[None], z0[None], ts[:, None])
+    z_end = thm6(r, c, z0, t1)
     z_inf = jnp.where(eq_ok, z_eq, z_end)
     live = z_inf > 0
     target = switch_on_target(z_inf, rho)  # ln T_k, T_k = ρ z_k(∞)

@@ -11,7 +11,6 @@ import optimistix as optx
 from jaxtyping import ArrayLike, Bool, Float
 
 from .._core.errors import LvflowError
-from .._core.validate import _is_concrete
 from .interaction import DenseInteraction
 from .lv import AbstractLotkaVolterra
 from .rodas5p import Rodas5P
@@ -29,7 +28,7 @@ def check_ode_options(solver, stepsize_controller, adjoint) -> None:
     **Raises:** `LvflowError` for an option of the wrong kind.
     """
     if solver is not None and not isinstance(solver, dfx.AbstractSolver):
-        raise LvflowError(f"solver: expected a diffrax solver, got {type(solver).__name__}")
+        raise LvflowError(f"solver: expected lvflow.ClosedForm() or a diffrax solver, got {type(solver).__name__}")
     if stepsize_controller is not None and not isinstance(stepsize_controller, dfx.AbstractStepSizeController):
         raise LvflowError(
             f"stepsize_controller: expected a diffrax step-size controller, got {type(stepsize_controller).__name__}"
@@ -40,12 +39,6 @@ def check_ode_options(solver, stepsize_controller, adjoint) -> None:
             "(the solve saves the tracker's state, which the others cannot differentiate), "
             f"got {type(adjoint).__name__}"
         )
-
-
-def check_result(sol: LVSolution) -> LVSolution:
-    """`sol`, with a run-time error (`equinox.error_if`, under tracing) if diffrax's result is not
-    `successful`."""
-    return sol.result.error_if(sol, sol.result != dfx.RESULTS.successful)
 
 
 def solve_ode(
@@ -64,10 +57,13 @@ def solve_ode(
     adjoint: dfx.AbstractAdjoint | None,
     max_steps: int,
     progress: bool,
+    first_pass: bool,
+    throw: bool,
 ) -> LVSolution:
     """`solve_lv`'s ODE path on validated input (see there): the default solver (`Rodas5P`, or
     `diffrax.Dopri5` for a dense `C` with more than 100 modes), controller and adjoint, then
-    `_ode_core`."""
+    `_ode_core`. `first_pass`: `z_eq` may not be `z(∞)` (where `eq_ok` is false, `z(t1)` of a
+    first solve is used); `throw`: a run-time error for a failed solve or a non-finite value."""
     term = LogLotkaVolterraTerm.from_system(system)
     if solver is None:
         dense_large = isinstance(term.interaction, DenseInteraction) and system.K > _DENSE_RODAS_MAX_K
@@ -89,7 +85,8 @@ def solve_ode(
         adjoint=dfx.RecursiveCheckpointAdjoint() if adjoint is None else adjoint,
         max_steps=max_steps,
         progress=progress,
-        first_pass=not (_is_concrete(eq_ok) and bool(eq_ok)),
+        first_pass=first_pass,
+        throw=throw,
     )
 
 
@@ -110,9 +107,11 @@ def _ode_core(
     max_steps: int,
     progress: bool,
     first_pass: bool,
+    throw: bool,
 ) -> LVSolution:
     """The ODE path of `solve_lv`: `diffrax.diffeqsolve` of `u̇ = r − C e^u` with every mode's
-    switch-on crossing tracked (`SwitchOnTracker`) and root-found on its step's dense output."""
+    switch-on crossing tracked (`SwitchOnTracker`) and root-found on its step's dense output; with
+    `throw`, diffrax's message or a non-finite value as a run-time error (`equinox.error_if`)."""
 
     def solve(solver, horizon, saveat, meter):
         return dfx.diffeqsolve(
@@ -131,8 +130,8 @@ def _ode_core(
         )
 
     if first_pass:
-        # z(∞) not unique (or not known to be, under tracing): z(t1) from a first solve. Its horizon
-        # is 0 where z(∞) is unique, so that under vmap it costs nothing for those systems.
+        # z(∞) not unique where eq_ok is false: z(t1) from a first solve. Its horizon is 0 where
+        # z(∞) is unique, so that it costs nothing for those systems (also under vmap).
         first = solve(solver, jnp.where(eq_ok, 0.0, t1), dfx.SaveAt(t1=True), dfx.NoProgressMeter())
         z_inf = jnp.where(eq_ok, z_eq, jnp.exp(first.ys[-1]))
         first_result = first.result
@@ -148,7 +147,11 @@ def _ode_core(
     zs = jnp.exp(out.ys[0])
     u_end = out.ys[1][-1]
     switch_on_times = jnp.where(live, tracker.crossing_times(out.solver_state), jnp.inf)
-    stats = tuple(out.stats[k] for k in ("num_steps", "num_accepted_steps", "num_rejected_steps"))
+    stats = (out.stats["num_steps"], out.stats["num_accepted_steps"], out.stats["num_rejected_steps"])
     result = dfx.RESULTS.where(first_result == dfx.RESULTS.successful, out.result, first_result)
     Czs = term.interaction.Cz(zs)
-    return finish_solution(ts, zs, Czs, term.r, y2, switch_on_times, z_inf, rho, u_end, stats, result)
+    sol = finish_solution(ts, zs, Czs, term.r, y2, switch_on_times, z_inf, rho, u_end, stats, result)
+    if throw:
+        sol = result.error_if(sol, result != dfx.RESULTS.successful)
+        sol = eqx.error_if(sol, ~sol.success, "solve_lv: non-finite values in the solution")
+    return sol

@@ -8,11 +8,14 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import optimistix as optx
 from jaxtyping import Array, Bool, Float, PyTree
 
 from .._core.errors import LvflowError
 
-_BISECTION_STEPS = 60  # halves [0, 1] down to 1e-18: below float64 resolution of any step
+_BISECTION_STEPS = 64  # halves [0, 1] down to 5e-20: below float64 resolution of any step
+# g(θ) < 0 at θ = 0 and ≥ 0 at θ = 1 (flip=False); tolerances on θ at float64 resolution
+_BISECTION = optx.Bisection(rtol=1e-16, atol=1e-20, flip=False)
 
 
 class SwitchOnState(eqx.Module):
@@ -120,11 +123,13 @@ class SwitchOnTracker(dfx.AbstractWrappedSolver):
         mode that started at or above its threshold, `inf` for one that never reached it, else the
         root of the recorded step's dense output minus the threshold.
 
-        The root is found by bisection (to float64 resolution of the step); its derivative is the
-        implicit-function one, `dt* = −∂y_k(t*)/∂θ / ẏ_k(t*)` (both from the dense output), so
-        `jax.jvp` and `jax.grad` of `t*` are those of the crossing itself, not of the bisection. At
-        a tangential crossing (`ẏ_k(t*) = 0`, where the true derivative is unbounded) the
-        derivative is returned as 0. Forward in time only (`t1 > t0`).
+        The root is found by `optimistix.root_find` with `optimistix.Bisection` on the step's
+        fraction `θ ∈ [0, 1]` (below the threshold at 0, at or above it at 1), halved down to
+        float64 resolution of the step; its derivative is the implicit-function one
+        (`optimistix.ImplicitAdjoint`), `dt* = −∂y_k(t*)/∂θ / ẏ_k(t*)` (both from the dense output),
+        so `jax.jvp` and `jax.grad` of `t*` are those of the crossing itself, not of the bisection.
+        At a tangential crossing (`ẏ_k(t*) = 0`, where the true derivative is unbounded) the
+        derivative is 0 (the pseudo-inverse of the zero slope). Forward in time only (`t1 > t0`).
         """
         crossed = ~state.above0 & ~state.pending
         # Modes that never crossed get a harmless placeholder step [0, 1] (masked below).
@@ -133,25 +138,25 @@ class SwitchOnTracker(dfx.AbstractWrappedSolver):
         threshold = jnp.where(crossed, self.threshold, 0.0)
         interp_cls = self.solver.interpolation_cls
 
+        def g(theta, args):
+            ta_k, tb_k, info_k, thr_k = args
+            return interp_cls(t0=ta_k, t1=tb_k, **info_k).evaluate(ta_k + theta * (tb_k - ta_k)) - thr_k
+
         def one(ta_k, tb_k, info_k, thr_k):
-            def g(t):
-                return interp_cls(t0=ta_k, t1=tb_k, **info_k).evaluate(t) - thr_k
-
-            g_sg = lambda t: jax.lax.stop_gradient(g(t))  # noqa: E731
-            ta_sg, h_sg = jax.lax.stop_gradient(ta_k), jax.lax.stop_gradient(tb_k - ta_k)
-
-            def bisect(_, lohi):
-                lo, hi = lohi
-                mid = (lo + hi) / 2
-                up = g_sg(ta_sg + mid * h_sg) >= 0
-                return jnp.where(up, lo, mid), jnp.where(up, mid, hi)
-
-            lo, hi = jax.lax.fori_loop(0, _BISECTION_STEPS, bisect, (jnp.zeros_like(ta_sg), jnp.ones_like(ta_sg)))
-            t_root = ta_sg + (lo + hi) / 2 * h_sg
-            slope = jax.lax.stop_gradient(jax.jvp(g, (t_root,), (jnp.ones_like(t_root),))[1])
-            safe = jnp.where(slope > 0, slope, 1.0)
-            # t_root in value, −g_θ/ġ in derivative (g(t_root) = 0 up to the root's resolution).
-            return t_root - jnp.where(slope > 0, (g(t_root) - jax.lax.stop_gradient(g(t_root))) / safe, 0.0)
+            # Bisection's stopping rule also asks |g| < atol, which float64 rounding of g may never
+            # meet: the halvings stop at `_BISECTION_STEPS` (the bracket then lies within rounding
+            # of θ*), and the value is the bracket's midpoint whatever the flag.
+            sol = optx.root_find(
+                g,
+                _BISECTION,
+                jnp.asarray(0.5, dtype=ta_k.dtype),
+                args=(ta_k, tb_k, info_k, thr_k),
+                options=dict(lower=0.0, upper=1.0),
+                max_steps=_BISECTION_STEPS,
+                adjoint=optx.ImplicitAdjoint(),
+                throw=False,
+            )
+            return ta_k + sol.value * (tb_k - ta_k)
 
         info = jtu.tree_map(lambda a: jnp.moveaxis(a, -1, 0), state.dense_info)
         t_star = jax.vmap(one)(ta, tb, info, threshold)
