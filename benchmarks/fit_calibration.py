@@ -196,7 +196,7 @@ def glv_record(seed: int) -> Record:
     lr = 0.01
     t_max = 2.2 * float(np.max(np.log(zinf / z0) / r))
     steps = _grid(t_max, lr, points=4000)
-    sol = lvflow.solve_lv(system, z0, float(lr * steps[-1]), ts=lr * steps, method="ode", max_steps=65536)
+    sol = lvflow.solve_lv(system, z0, float(lr * steps[-1]), ts=lr * steps, solver=lvflow.Rodas5P(), max_steps=65536)
     dz = np.asarray(sol.zs) - zinf
     L = np.einsum("ti,ij,tj->t", dz, C, dz) / 8
     return Record("coupled gLV", seed, steps, L, L, lr)

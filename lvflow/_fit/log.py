@@ -227,6 +227,11 @@ def check_log(steps, loss, learning_rate=None, *, source: str = "log") -> Traini
             t = lr_const * steps
         else:
             t = eta[0] * steps[0] + np.concatenate([[0.0], np.cumsum(eta[1:] * np.diff(steps))])
+    if not 1e-150 < t[-1] < 1e150:  # rates 1/t and their logarithms stay far inside float64
+        raise LvflowError(
+            f"learning_rate: gradient-flow time t = η × step ends at {t[-1]:g}; lvflow fits logs whose "
+            "last time lies between 1e-150 and 1e150 (rescale the steps or the learning rate)"
+        )
     return TrainingLog(steps=steps, loss=loss, t=t, learning_rate=lr_const, source=source)
 
 

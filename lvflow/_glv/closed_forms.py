@@ -37,16 +37,17 @@ def thm6(r, c, z0, t):
 
     **Returns:** `z_k(t)`, their broadcast shape.
     """
-    a = jnp.abs(r)
-    e = jnp.exp(-a * t)  # ≤ 1
-    phi = _phi(a, t)
     grow = r > 0
+    # each branch with its own signed rate (not |r|: its derivative at r = 0 would have the wrong sign)
+    rp = jnp.where(grow, r, 1.0)
+    rn = jnp.where(grow, 0.0, r)
     live = grow & (c > 0)
     lcz = jnp.log(jnp.where(live, c, 1.0)) + jnp.log(z0)
     m = jnp.where(live & (lcz < -690.0), jnp.floor(-lcz / np.log(2.0)), 0.0)
-    e = jnp.where(m > 0, jnp.exp(-a * t + m * np.log(2.0)), e)
     cz = jnp.where(m > 0, jnp.exp(lcz + m * np.log(2.0)), c * z0)
-    return jnp.ldexp(z0, m.astype(int)) * (jnp.where(grow, 1.0, e) / (jnp.where(grow, e, 1.0) + cz * phi))
+    growing = jnp.ldexp(z0, m.astype(int)) / (jnp.exp(-rp * t + m * np.log(2.0)) + cz * _phi(rp, t))
+    other = z0 * jnp.exp(rn * t) / (1 + c * z0 * _phi(-rn, t))
+    return jnp.where(grow, growing, other)
 
 
 def _on_time_grid(*per_mode, t):

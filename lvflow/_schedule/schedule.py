@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -42,9 +42,13 @@ from .._form.nqf import NQF
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .active_set import _backend, _mode_tol, _repair
 from .base import AbstractPlateauSchedule
-from .nqf_schedule import NQFPlateauSchedule, nqf_plateau_schedule
-from .orbit import _KAPPA, transient
-from .window import joint_window, levels
+
+if TYPE_CHECKING:
+    from .nqf_schedule import NQFPlateauSchedule
+
+# The transients (`orbit`, `window`) and the NQF schedule integrate with diffrax; they are imported
+# where they are used, so that a schedule without transients (every `lvflow predict`) does not pay
+# diffrax's import (~0.3 s of a cold start).
 
 # σ_k = r_k − (Cz*)_k counts as positive (zero) above (below) this fraction of max|r|.
 _RTOL = 1e-10
@@ -124,6 +128,8 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
     n, t = len(ext), 0.0
     dt = np.empty(K)
     orbits = {}  # mode -> its ignition from the current plateau (`_ignition`), with `cols`
+    if cols is not None:
+        from .window import joint_window, levels
     level = levels(r, be.diagonal()) if cols is not None else None
     history = []  # with `cols`: a `_Checkpoint` before each one-mode ignition since the last window
     # with `cols`: when the one-mode ignitions since the last window have settled (their orbits within e^-κ
@@ -374,6 +380,8 @@ def _ignition(be, pend, k, r, cols, tol, max_iter) -> _Ignition | _NeedsWindow:
     stay = np.flatnonzero(S & ~Sn & (sig_new >= -(_mode_tol(r, sig_new) if tol is None else tol)))
     if stay.size:
         return _NeedsWindow(f"mode {k}'s ignition leaves modes {stay.tolist()} at z* = 0 without decaying")
+    from .orbit import _KAPPA, transient
+
     M = np.flatnonzero(S | Sn)
     CM = cols(M)
     o = transient(r[M], CM[M], z_old[M], z_new[M], int(np.searchsorted(M, k)))
@@ -640,6 +648,8 @@ def plateau_schedule(
             raise LvflowError(
                 "system: an NQF's schedule starts at M0 = eps·I in the limit; z0, corrected, transients are gLV-only"
             )
+        from .nqf_schedule import nqf_plateau_schedule
+
         return nqf_plateau_schedule(system, eps, max_events=max_events)
     if not isinstance(system, AbstractLotkaVolterra):
         raise LvflowError(f"system: expected a LotkaVolterra, LowRankLotkaVolterra or NQF, got {type(system).__name__}")
