@@ -14,7 +14,7 @@ import lvflow.figures
 NAMES = ("fig3", "fig4", "fig5", "limit")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once per worker, even if xdist interleaves another module's tests
 def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("figures")
     rc = main(["figures", "--quick", "--out", str(out), "--only", ",".join(NAMES)])
