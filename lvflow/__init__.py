@@ -85,6 +85,11 @@ _EXPORTS = {
     "AbstractLotkaVolterra": "._glv.lv",
     "LotkaVolterra": "._glv.lv",
     "LowRankLotkaVolterra": "._glv.lv",
+    "AbstractInteraction": "._glv.interaction",
+    "DenseInteraction": "._glv.interaction",
+    "DiagonalInteraction": "._glv.interaction",
+    "LowRankInteraction": "._glv.interaction",
+    "saturated_equilibrium": "._glv.equilibrium",
     "ProjectorForm": "._glv.reduce",
     "reduce_to_lv": "._glv.reduce",
     "reduce_to_projectors": "._glv.reduce",
@@ -161,7 +166,8 @@ _EXPORTS = {
     "sweep": "._sweep.sweep",
 }
 
-__all__ = sorted(_EXPORTS)
+# computed: type checkers read the `name as name` imports below instead
+__all__ = sorted(_EXPORTS)  # pyright: ignore[reportUnsupportedDunderAll]
 
 if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers (tests/test_exports.py)
     from . import architectures as architectures, figures as figures
@@ -207,6 +213,13 @@ if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers 
         orthogonal_samples as orthogonal_samples,
         projector_modes as projector_modes,
         proportional_samples as proportional_samples,
+    )
+    from ._glv.equilibrium import saturated_equilibrium as saturated_equilibrium
+    from ._glv.interaction import (
+        AbstractInteraction as AbstractInteraction,
+        DenseInteraction as DenseInteraction,
+        DiagonalInteraction as DiagonalInteraction,
+        LowRankInteraction as LowRankInteraction,
     )
     from ._glv.lv import (
         AbstractLotkaVolterra as AbstractLotkaVolterra,

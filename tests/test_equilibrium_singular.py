@@ -8,11 +8,9 @@ from hypothesis import given, settings, strategies as st
 from scipy.optimize import linprog, minimize, nnls
 
 import lvflow
-from lvflow import LvflowError
+from lvflow import DenseInteraction, LowRankInteraction, LvflowError, saturated_equilibrium
 
 # internal on purpose: the uniqueness flag and the low-rank face with d = 0 are not public
-from lvflow._glv.equilibrium import saturated_equilibrium
-from lvflow._glv.interaction import DenseInteraction, LowRankInteraction
 from lvflow._sweep.evaluate import loss_floor
 
 R3 = np.array([1.0, 0.5, 0.25])

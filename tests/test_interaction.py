@@ -9,8 +9,7 @@ import pytest
 import lvflow
 
 # internal on purpose: the interaction classes (how the solvers see C) and the uniqueness flag are not public
-from lvflow._glv.equilibrium import saturated_equilibrium
-from lvflow._glv.interaction import DenseInteraction, DiagonalInteraction, LowRankInteraction
+from lvflow import DenseInteraction, DiagonalInteraction, LowRankInteraction, saturated_equilibrium
 
 _R = np.array([1.0, -0.5, 2.0, 0.3])
 _D = np.array([2.0, 1.0, 0.5, 3.0])

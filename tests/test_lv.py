@@ -10,7 +10,7 @@ from scipy.optimize import nnls
 import lvflow
 
 # internal on purpose: the uniqueness flag (solve_lv's second pass for non-unique z∞) is not public
-from lvflow._glv.equilibrium import saturated_equilibrium
+from lvflow import saturated_equilibrium
 
 
 @jax.jit

@@ -442,14 +442,13 @@ def test_outputs_checked_before_solving_and_table_printed_first(capsys, tmp_path
     (tmp_path / "adir.json").mkdir()
     one_line_error(capsys, ["--system", good, "--eps", "1e-3", "--save", tmp_path / "adir.json"], "--save", "directory")
     one_line_error(capsys, ["--system", good, "--eps", "1e-3", "--plot", tmp_path / "no" / "x.png"], "--plot", "no")
+
     # A failed write (a full disk) after the solve: the table is already on stdout, the error names
     # the user's path (not the temporary file), and no temporary is left behind.
-    import lvflow._workflow.io as io  # internal on purpose: simulate ENOSPC in the atomic write
-
     def full(fd):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(io.os, "fsync", full)
+    monkeypatch.setattr(os, "fsync", full)  # ENOSPC when the atomic write flushes its temporary file
     target = tmp_path / "out.json"
     rc, out, err = cli(capsys, "--system", good, "--eps", "1e-3", "--save", target)
     assert rc == 2 and "t*_k" in out

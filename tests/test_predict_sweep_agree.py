@@ -119,6 +119,19 @@ def test_coupled_system_agrees():
     _agree(p, s)
 
 
+@settings(max_examples=5, deadline=None)
+@given(log_t1=st.floats(-1.0, 7.0))
+@example(log_t1=7.0)
+def test_coupled_system_agrees_at_any_horizon(log_t1):
+    """The ODE path (a coupled C, mode 3 switched on and later off) at horizons from before the
+    first switch-on to far past the last: the same numbers and grid in both."""
+    t1 = 10.0**log_t1
+    lv = lvflow.LotkaVolterra(R_OFF, C_OFF)
+    p, s = _both(lv, 1e-5, t1)
+    _agree(p, s)
+    assert p.t1 == pytest.approx(t1, rel=1e-12) and np.asarray(p.ts)[-1] == pytest.approx(t1, rel=1e-12)
+
+
 def _glv_ivp(r, C, z0, t_end, **kw):
     f = lambda t, u: r - C @ np.exp(u)  # noqa: E731 (in ln z)
     return solve_ivp(f, (0.0, t_end), np.log(z0), method="LSODA", rtol=1e-11, atol=1e-12, **kw)

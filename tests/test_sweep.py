@@ -17,12 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _cli import main
 from hypothesis import given, settings, strategies as st
 
 import lvflow
 from lvflow._sweep.grid import expand, make_chunks, values_of
-from lvflow._workflow.cli import main
-from lvflow._workflow.predict_inputs import power_law_lv
 
 ROOT = Path(__file__).resolve().parents[1]
 K_ODE = 6
@@ -200,7 +199,7 @@ def test_coupled_calls_side_by_side_against_scipy(mixed, monkeypatch):
 
 def test_power_law_row_equals_predict(mixed):
     _, _, res = mixed
-    pred = lvflow.predict(power_law_lv(alpha1=2.0, alpha2=0.6, modes=20), eps=1e-4)
+    pred = lvflow.predict(lvflow.power_law_lv(alpha1=2.0, alpha2=0.6, modes=20), eps=1e-4)
     o = np.asarray(pred.order)
     for k in ("t_star", "tau_star", "plateau_loss", "r", "V"):
         np.testing.assert_allclose(res[k][0][o], getattr(pred, k), rtol=1e-12, err_msg=k)
@@ -239,7 +238,7 @@ def test_initial_scales_as_predict():
 
 
 def test_curve_as_predict():
-    lv = power_law_lv(alpha1=2.0, alpha2=0.8, modes=12)
+    lv = lvflow.power_law_lv(alpha1=2.0, alpha2=0.8, modes=12)
     res = lvflow.sweep({"alpha1": 2, "alpha2": 0.8, "modes": 12, "eps": 1e-5, "points": 30}, curve=True, progress=False)
     pred = lvflow.predict(lv, eps=1e-5, num_points=30)
     assert res["ts"].shape == (1, 59)
@@ -299,7 +298,9 @@ res = lvflow.sweep(spec["grid"], configs=spec["configs"], chunk_size=5, progress
 np.savez(sys.argv[2], **res.columns)
 # one device call of the coupled low-rank group: where its rows live
 resolved = resolve(expand([spec["grid"]], spec["configs"]), curve=False)
-runner = R.Runner(resolved, mesh=R.make_mesh(), schedule="limit", max_steps=16384, batch_size=None, chunk_size=5)
+runner = R.Runner(
+    resolved, mesh=R.make_mesh(), schedule=R.Schedule.LIMIT, max_steps=16384, batch_size=None, chunk_size=5
+)
 g = int(resolved.group_of[6])
 b = runner.slice_rows(g)
 rows = np.flatnonzero(resolved.group_of == g)

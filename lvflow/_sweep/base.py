@@ -12,11 +12,38 @@ the system's growth rates `r`, the diagonal `C_kk` and, for the ODE path, the sy
 from __future__ import annotations
 
 import abc
-from typing import Any
+import enum
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
+from jaxtyping import Array, Float
 
 from .._glv.interaction import AbstractInteraction
+from .._glv.lv import LotkaVolterra, LowRankLotkaVolterra
+
+if TYPE_CHECKING:
+    from .families import Resolved
+
+#: a concrete gLV a sweep evaluates: `C` dense or `Diag(d) + UUᵀ`
+System = LotkaVolterra | LowRankLotkaVolterra
+
+
+class Init(enum.Enum):
+    """How a configuration gives `c` in `z_k0 = ε c_k` (Thm 8); the value names it in the manifest."""
+
+    ONES = "ones"  # c_k = 1
+    BETA = "beta"  # c_k = k^{−β} (Thm 9)
+    ARRAY = "array"  # per mode, from `c` or `z0`
+
+
+class Schedule(enum.Enum):
+    """The ε → 0 schedule a sweep reports (`sweep(schedule=...)`, the value): `LIMIT` (as `predict`),
+    `CORRECTED` (the finite-ε one, `plateau_schedule(corrected=True)` per configuration) or `NONE`."""
+
+    LIMIT = "limit"
+    CORRECTED = "corrected"
+    NONE = "none"
 
 
 class AbstractFamily(abc.ABC):
@@ -45,14 +72,14 @@ class AbstractFamily(abc.ABC):
         """What fixes shapes and code: equal keys share one compiled function."""
 
     @abc.abstractmethod
-    def inputs(self, rows: np.ndarray, res) -> dict[str, np.ndarray]:
+    def inputs(self, rows: np.ndarray, res: Resolved) -> dict[str, np.ndarray]:
         """Host arrays for configurations `rows` (leading axis: the batch)."""
 
     @abc.abstractmethod
-    def system(self, x: dict[str, Any]):
+    def system(self, x: Mapping[str, Array]) -> tuple[Float[Array, " K"], Float[Array, " K"], System | None]:
         """Inside the traced, vmapped evaluation: `(r, C_kk, lv)` for one row `x` of `inputs`;
         `lv` is the `AbstractLotkaVolterra` the ODE path integrates (`None` for a diagonal `C`)."""
 
     @abc.abstractmethod
-    def host_system(self, row: int, res):
+    def host_system(self, row: int, res: Resolved) -> System:
         """The concrete system of configuration `row` (for host-side work: the ε → 0 schedule)."""

@@ -33,6 +33,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 from .._glv.equilibrium import saturated_equilibrium
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .._glv.solve import _closed_form_core, solve_lv
+from .base import Init, Schedule
 
 if TYPE_CHECKING:
     from .families import Group
@@ -187,7 +188,7 @@ def configuration(
     K = r.shape[0]
     grow = r > 0
     Ck = jnp.where(Ckk > 0, Ckk, 1.0)
-    log_z0 = log_eps + jnp.log(c)
+    log_z0 = jnp.asarray(log_eps, float) + jnp.log(c)
     m = _scale(r, Ckk, log_z0)
     s = jnp.ldexp(jnp.ones(()), m.astype(jnp.int32))  # exact: a power of two
     z0 = jnp.where(m == 0, eps * c, jnp.exp(log_z0 - m * _LN2))  # z0/s
@@ -211,19 +212,30 @@ def configuration(
         else:  # the curve is [0, t1]: finite where bounded; the caller checks the rest (`batched`)
             bounded = _bounded(r, Ck * s, z0, t1)
     else:
-        lv_s = LotkaVolterra(r, lv.C * s, check=False) if not isinstance(lv, LowRankLotkaVolterra) else None
-        lv_s = lv_s or LowRankLotkaVolterra(r, lv.d * s, lv.U * jnp.sqrt(s))
-        opts = dict(rho=rho, rtol=rtol, atol=atol, max_steps=max_steps, throw=False)
+        lv_s: AbstractLotkaVolterra
+        if isinstance(lv, LowRankLotkaVolterra):
+            lv_s = LowRankLotkaVolterra(r, lv.d * s, lv.U * jnp.sqrt(s))
+        else:
+            lv_s = LotkaVolterra(r, lv.C * s, check=False)
+        # `solve_lv(rho=0.5)` is unannotated, read as `float`; a traced ρ (under `vmap`) is what it takes here
+        solve = functools.partial(
+            solve_lv,
+            rho=rho,  # pyright: ignore[reportArgumentType]
+            rtol=rtol,
+            atol=atol,
+            max_steps=max_steps,
+            throw=False,
+        )
         steps = jnp.zeros((), jnp.int64)
         ok = jnp.asarray(True)
         if z_inf_known:
             z_lim = zf
         else:  # the flow's limit depends on z0: z(t1)
-            first = solve_lv(lv_s, z0, t1, ts=jnp.stack([jnp.zeros(()), t1]), z_inf=jnp.ones(K), **opts)
+            first = solve(lv_s, z0, t1, ts=jnp.stack([jnp.zeros(()), t1]), z_inf=jnp.ones(K))
             z_lim, steps = first.zs[-1], first.num_steps.astype(jnp.int64)
             ok = (first.num_steps < max_steps) & jnp.all(jnp.isfinite(z_lim))
         later_off = (z_lim <= z0) & jnp.isfinite(tau) & (rho * z_on > z0)
-        sol = solve_lv(lv_s, z0, t1, ts=ts, z_inf=jnp.where(later_off, z_on, z_lim), progress=progress, **opts)
+        sol = solve(lv_s, z0, t1, ts=ts, z_inf=jnp.where(later_off, z_on, z_lim), progress=progress)
         # `sol.success` reads diffrax's result code, which under vmap sends XLA's algebraic
         # simplifier into a loop: the step budget not exhausted and finite values instead (RODAS5P
         # has no Newton iteration, the PID controller no dtmin: no other failure applies)
@@ -264,7 +276,7 @@ def _staircase(tau, V):
     return jnp.where(jnp.isfinite(tau), jnp.cumsum(V[::-1])[::-1], jnp.nan)
 
 
-def make_member(group: Group, *, schedule: str, host_schedule: bool, max_steps: int):
+def make_member(group: Group, *, schedule: Schedule, host_schedule: bool, max_steps: int):
     """The evaluation of one configuration of `group` (a dict of arrays, one row of the batch):
     `configuration` plus the ε → 0 schedule's `tau_star` and `plateau_loss` (Eq. 168) and `r`,
     `V = r²/(8 C_kk)`."""
@@ -274,9 +286,9 @@ def make_member(group: Group, *, schedule: str, host_schedule: bool, max_steps: 
     def member(x, *, check_curve: bool = True):
         r, Ckk, lv = fam.system(x)
         k = jnp.arange(1, K + 1, dtype=float)
-        if group.init == "array":
+        if group.init is Init.ARRAY:
             c = x["c"]
-        elif group.init == "beta":
+        elif group.init is Init.BETA:
             c = jnp.exp(-x["beta"] * jnp.log(k))  # k^{−β}
         else:
             c = jnp.ones(K)
@@ -284,7 +296,7 @@ def make_member(group: Group, *, schedule: str, host_schedule: bool, max_steps: 
         V = jnp.where(grow, r**2 / (8 * jnp.where(Ckk > 0, Ckk, 1.0)), 0.0)
         if host_schedule:
             tau, plateau = x["tau_star"], x["plateau_loss"]
-        elif schedule != "none":  # a power-law spectrum: τ*_k = 1/r_k, increasing (Eq. 168)
+        elif schedule is not Schedule.NONE:  # a power-law spectrum: τ*_k = 1/r_k, increasing (Eq. 168)
             tau = jnp.where(grow, 1 / jnp.where(grow, r, 1.0), jnp.inf)
             plateau = _staircase(tau, V)
         else:
@@ -310,7 +322,7 @@ def make_member(group: Group, *, schedule: str, host_schedule: bool, max_steps: 
         )
         out = {k: res[k] for k in ("valid", "success", "t1", "num_steps", "t_star", "z_inf", "bounded") if k in res}
         out.update(r=r, V=V)
-        if schedule != "none":
+        if schedule is not Schedule.NONE:
             out["tau_star"], out["plateau_loss"] = tau, plateau
         if group.points:
             out["ts"], out["excess_loss"] = res["ts"], res["excess_loss"]

@@ -15,11 +15,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core.errors import LvflowError, NotCommutingError
+from .._core.validate import as_array
 from .._glv.interaction import AbstractInteraction, DenseInteraction, DiagonalInteraction, LowRankInteraction
-from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
+from .._glv.lv import LotkaVolterra, LowRankLotkaVolterra
+from .._glv.reduce import reduce_to_lv
+from .._schedule.schedule import plateau_schedule
+from .._workflow.io import load_array, load_arrays
+from .._workflow.predict_data import nqf_from_data
+from .._workflow.predict_inputs import lv_from_arrays, power_law_lv
 from .._workflow.spec import Configurations, check_initial_scale, check_ranges, check_source
-from .base import AbstractFamily
-from .evaluate import loss_floor
+from .base import AbstractFamily, Init, System
+from .evaluate import loss_floor, switch_off_levels
 from .grid import DEFAULTS, Plan
 
 
@@ -73,8 +79,6 @@ class PowerLawFamily(AbstractFamily):
         return r, jnp.exp((x["alpha1"] - 2 * x["alpha2"]) * lk) / 8, None  # C_kk = r_k²/(8 V_k)
 
     def host_system(self, row, res):
-        from .._workflow.predict_inputs import power_law_lv
-
         plan = res.plan
         return power_law_lv(
             alpha1=float(plan.column("alpha1")[row]),
@@ -91,7 +95,7 @@ class SystemInfo:
     flow's limit depends on `z0`, the minimum does not) and, on first use, `z_on`
     (`evaluate.switch_off_levels`: the plateau level of each mode a competitor later switches off)."""
 
-    lv: AbstractLotkaVolterra
+    lv: System
     label: str
     interaction: type[AbstractInteraction]
     r: np.ndarray
@@ -104,12 +108,8 @@ class SystemInfo:
     @property
     def z_on(self) -> np.ndarray:
         if self._z_on is None:
-            from .evaluate import switch_off_levels
-
             self._z_on = np.zeros(self.K)
             if np.any(self.z_inf <= 0):  # only a mode that ends at 0 can be switched off
-                from .._schedule.schedule import plateau_schedule
-
                 # the ε → 0 schedule from z_k0 = Θ(ε) does not depend on ε
                 self._z_on = switch_off_levels(self.lv, plateau_schedule(self.lv, 1e-8), self.z_inf)
         return self._z_on
@@ -120,7 +120,9 @@ class SystemInfo:
 
     @property
     def q(self) -> int:
-        return int(self.lv.U.shape[1]) if self.interaction is LowRankInteraction else 0
+        if isinstance(self.lv, LowRankLotkaVolterra) and self.interaction is LowRankInteraction:
+            return int(self.lv.U.shape[1])
+        return 0
 
 
 class TableFamily(AbstractFamily):
@@ -147,8 +149,9 @@ class TableFamily(AbstractFamily):
                 t["z_floor"] = np.stack([x.z_inf for x in s])
                 t["z_on"] = np.stack([x.z_on for x in s])
             if self.interaction is LowRankInteraction:
-                t["d"] = np.stack([np.asarray(x.lv.d, dtype=float) for x in s])
-                t["U"] = np.stack([np.asarray(x.lv.U, dtype=float) for x in s])
+                lr = [x.lv for x in s if isinstance(x.lv, LowRankLotkaVolterra)]  # all: a low-rank interaction
+                t["d"] = np.stack([np.asarray(x.d, dtype=float) for x in lr])
+                t["U"] = np.stack([np.asarray(x.U, dtype=float) for x in lr])
             elif self.interaction is DenseInteraction:
                 t["C"] = np.stack([np.asarray(x.lv.C, dtype=float) for x in s])
             self._tables = t
@@ -177,13 +180,11 @@ class TableFamily(AbstractFamily):
 # --------------------------------------------------------------------------------------------
 
 
-def _system_from_value(v: Any, label: str) -> AbstractLotkaVolterra:
+def _system_from_value(v: Any, label: str) -> System:
     """A `system` value: a file (as `lvflow predict --system`), a gLV object, or a mapping of arrays
     (`r` and `C`, `zeta` and `V`, or `r`, `d` and `U` for `Diag(d) + UUᵀ`; optional `y2`)."""
-    from .._workflow.io import load_arrays
-    from .._workflow.predict_inputs import lv_from_arrays
 
-    if isinstance(v, AbstractLotkaVolterra):
+    if isinstance(v, (LotkaVolterra, LowRankLotkaVolterra)):
         return v
     if isinstance(v, str):
         arrays = load_arrays(v, name=label)
@@ -204,10 +205,7 @@ def _system_from_value(v: Any, label: str) -> AbstractLotkaVolterra:
     return LotkaVolterra(lv.r, lv.C, y2=y2, check=False) if y2 else lv
 
 
-def _system_from_data(architecture: str, data: Any, kernel: str, value_size: int, label: str) -> AbstractLotkaVolterra:
-    from .._glv.reduce import reduce_to_lv
-    from .._workflow.io import load_arrays
-    from .._workflow.predict_data import nqf_from_data
+def _system_from_data(architecture: str, data: Any, kernel: str, value_size: int, label: str) -> System:
 
     arrays = load_arrays(data, name=label) if isinstance(data, str) else data
     if not isinstance(arrays, Mapping):
@@ -223,7 +221,7 @@ def _system_from_data(architecture: str, data: Any, kernel: str, value_size: int
         ) from None
 
 
-def system_info(lv: AbstractLotkaVolterra, label: str) -> SystemInfo:
+def system_info(lv: System, label: str) -> SystemInfo:
     """The host-side facts about `lv` a sweep needs (arrays, the structure it was built with, `z(∞)`)."""
     r = np.asarray(lv.r, dtype=float)
     y2 = float(np.asarray(lv.y2))
@@ -235,8 +233,7 @@ def system_info(lv: AbstractLotkaVolterra, label: str) -> SystemInfo:
     z_inf, unique = loss_floor(lv)
     z_inf = np.asarray(z_inf, dtype=float)
     unique = bool(unique) and bool(np.all(np.isfinite(z_inf)))
-    # through the class: equinox builds a module (`BoundMethod`) for each `lv.interaction` read
-    interaction = type(type(lv).interaction(lv))
+    interaction = type(lv.interaction())
     return SystemInfo(lv, label, interaction, r, Ckk, z_inf, unique, y2)
 
 
@@ -247,12 +244,12 @@ def system_info(lv: AbstractLotkaVolterra, label: str) -> SystemInfo:
 
 @dataclasses.dataclass
 class Group:
-    """Configurations evaluated by one compiled function: a family, how `c` is given (`"ones"`:
-    `c_k = 1`; `"beta"`: `c_k = k^{−β}`; `"array"`: per configuration), the curve's length (0: none)
+    """Configurations evaluated by one compiled function: a family, how `c` is given (`Init`), the
+    curve's length (0: none)
     and the solver tolerances."""
 
     family: AbstractFamily
-    init: str
+    init: Init
     points: int
     rtol: float
     atol: float
@@ -277,8 +274,6 @@ class Resolved:
 
 
 def _load_vector(name: str, v: Any, label: str) -> np.ndarray:
-    from .._core.validate import as_array
-    from .._workflow.io import load_array
 
     a = load_array(v, name=label) if isinstance(v, str) else as_array(label, v)
     if a.ndim > 1:
@@ -357,7 +352,7 @@ def resolve(plan: Plan, *, curve: bool) -> Resolved:
     local[rows_t] = sys_local[sys_of[rows_t]]
 
     # One group per distinct (family, init, points, rtol, atol), numbered by first appearance.
-    init_code = np.select([init == "array", init == "beta"], [2.0, 1.0], 0.0)
+    init_code = init.astype(np.float64)
     combo = np.stack([fam_code.astype(np.float64), init_code, points.astype(np.float64), rtol, atol], axis=1)
     _, first, inverse = np.unique(combo, axis=0, return_index=True, return_inverse=True)
     order = np.argsort(first)
@@ -365,21 +360,31 @@ def resolve(plan: Plan, *, curve: bool) -> Resolved:
     rank[order] = np.arange(order.size)
     group_of = rank[inverse.reshape(-1)]
     groups = [
-        Group(families[fam_code[i]], ("ones", "beta", "array")[int(init_code[i])], int(points[i]), rtol[i], atol[i])
+        Group(
+            families[fam_code[i]],
+            _INITS[int(init_code[i])],
+            int(points[i]),
+            float(rtol[i]),
+            float(atol[i]),
+        )
         for i in first[order]
     ]
     return Resolved(plan, groups, group_of, K.astype(np.int64), eps, local, c_arrays)
 
 
+#: the `Init` of each code `_initial_scales` returns
+_INITS = (Init.ONES, Init.BETA, Init.ARRAY)
+
+
 def _initial_scales(plan: Plan, K: np.ndarray):
     """`ε` per configuration and, where `c` is given per mode (`c` or `z0` arrays), the arrays;
-    `init` is `"beta"` (c_k = k^{−β}) or `"array"` per configuration (as `predict`'s `initial_scale`);
+    `init` is the index in `_INITS` of each configuration's `Init` (as `predict`'s `initial_scale`);
     the configurations obey `check_initial_scale` and `check_ranges`."""
     has = plan.has
     eps = np.where(has("eps"), plan.column("eps"), np.nan)
     std = has("init_std")
     eps[std] = plan.column("width")[std] * plan.column("init_std")[std] ** 2
-    init = np.where(has("c") | has("z0"), "array", np.where(has("beta"), "beta", "ones"))
+    init = np.where(has("c") | has("z0"), _INITS.index(Init.ARRAY), np.where(has("beta"), _INITS.index(Init.BETA), 0))
     c_arrays: dict[tuple[str, int], np.ndarray] = {}
     for name in ("c", "z0"):
         col = plan.column(name)
@@ -410,7 +415,7 @@ def _initial_scales(plan: Plan, K: np.ndarray):
 
 
 def c_matrix(res: Resolved, rows: np.ndarray, K: int) -> np.ndarray:
-    """`c` per mode for configurations `rows` of an `"array"` group, shape `(B, K)`."""
+    """`c` per mode for configurations `rows` of an `Init.ARRAY` group, shape `(B, K)`."""
     plan = res.plan
     out = np.empty((rows.size, K))
     for name in ("c", "z0"):

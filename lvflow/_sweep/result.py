@@ -123,7 +123,7 @@ class Assembler:
                 continue
             a = self.cols.get(k)
             if a is None:
-                shape = (self.n,) + ((self.widths.get(k, v.shape[1]),) if v.ndim == 2 else v.shape[1:])
+                shape = (self.n, self.widths.get(k, int(v.shape[1]))) if v.ndim == 2 else (self.n, *v.shape[1:])
                 a = self.cols[k] = np.empty(shape, dtype=np.float64 if v.ndim == 2 else v.dtype)
             if v.ndim == 2 and v.shape[1] < a.shape[1]:
                 a[at, : v.shape[1]] = v

@@ -51,8 +51,9 @@ from .._glv.interaction import DenseInteraction, DiagonalInteraction
 from .._schedule.schedule import plateau_schedule
 from .._workflow.io import atomic_write, atomic_write_text, check_path_length, read_document, to_json
 from .._workflow.predict import _schedule_per_mode
+from .base import Init, Schedule
 from .evaluate import batched, derived, make_member
-from .families import Group, Resolved, c_matrix
+from .families import Group, PowerLawFamily, Resolved, c_matrix
 from .grid import ROW_BYTES, Chunk
 
 MANIFEST = "manifest.json"
@@ -86,15 +87,22 @@ class Runner:
     """Evaluates configurations of a `Resolved` sweep, group by group, on a mesh."""
 
     def __init__(
-        self, res: Resolved, *, mesh: Mesh, schedule: str, max_steps: int, batch_size: int | None, chunk_size: int
+        self,
+        res: Resolved,
+        *,
+        mesh: Mesh,
+        schedule: Schedule,
+        max_steps: int,
+        batch_size: int | None,
+        chunk_size: int,
     ):
         self.res, self.mesh = res, mesh
         self.schedule, self.max_steps, self.batch_size, self.chunk_size = schedule, max_steps, batch_size, chunk_size
         self.group_batches: dict[int, int] = {}  # a resumed sweep's recorded batches (`slice_rows`)
         self.sharding = NamedSharding(mesh, PartitionSpec("batch"))
         self.n_dev = int(mesh.size)
-        self.platform = mesh.devices.flat[0].platform
-        self._schedules: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.on_cpu = mesh.devices.flat[0].platform == "cpu"  # else an accelerator
+        self._schedules: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.evaluated_rows = 0
         self.check_memory()
 
@@ -139,13 +147,13 @@ class Runner:
     def host_schedule(self, group: Group) -> bool:
         """Whether `τ*` and the plateau losses come from `plateau_schedule` on the host."""
         fam = group.family
-        return self.schedule == "corrected" or (self.schedule == "limit" and not fam.ascending_tau)
+        return self.schedule is Schedule.CORRECTED or (self.schedule is Schedule.LIMIT and not fam.ascending_tau)
 
     def per_member(self, group: Group) -> bool:
         """`lax.map` instead of `vmap` where the batch would run batched LAPACK on a CPU (see
         `evaluate.batched`): a dense coupled `C`, or a `z(∞)` not known in advance."""
         fam = group.family
-        if self.platform != "cpu" or fam.interaction is DiagonalInteraction:
+        if not self.on_cpu or fam.interaction is DiagonalInteraction:
             return False
         return fam.interaction is DenseInteraction or not fam.z_inf_known
 
@@ -166,7 +174,7 @@ class Runner:
         elif group.family.interaction is DiagonalInteraction:
             base = 4096
         else:
-            base = 32 if self.platform == "cpu" else 1024
+            base = 32 if self.on_cpu else 1024
         largest = min(self.chunk_size, int(np.count_nonzero(self.res.group_of == g)))
         return int(min(base, 1 << max(0, math.ceil(math.log2(max(largest, 1))))))
 
@@ -180,7 +188,7 @@ class Runner:
         kernels already use every core, and a `lax.map` group (batched LAPACK, `per_member`)
         keeps one call."""
         group = self.res.groups[g]
-        if self.platform != "cpu" or group.family.interaction is DiagonalInteraction or self.per_member(group):
+        if not self.on_cpu or group.family.interaction is DiagonalInteraction or self.per_member(group):
             return 1
         try:
             cores = len(os.sched_getaffinity(0))  # the cores this process may use (Linux)
@@ -225,9 +233,9 @@ class Runner:
         x["eps"] = res.eps[rows]
         x["rho"] = np.where(plan.has("rho")[rows], plan.column("rho")[rows], 0.5)
         x["t1"] = plan.column("t1")[rows].astype(np.float64)
-        if group.init == "array":
+        if group.init is Init.ARRAY:
             x["c"] = c_matrix(res, rows, fam.K)
-        elif group.init == "beta":
+        elif group.init is Init.BETA:
             x["beta"] = plan.column("beta")[rows]
         if self.host_schedule(group):
             x["tau_star"], x["plateau_loss"] = self._host_schedule(g, rows, x)
@@ -239,7 +247,7 @@ class Runner:
         K = fam.K
         tau, plateau = np.empty((rows.size, K)), np.empty((rows.size, K))
         for j, row in enumerate(rows):
-            if self.schedule == "corrected":
+            if self.schedule is Schedule.CORRECTED:
                 lv = fam.host_system(row, res)
                 k = np.arange(1, K + 1, dtype=float)
                 c = x["c"][j] if "c" in x else (k ** -x["beta"][j] if "beta" in x else np.ones(K))
@@ -318,9 +326,9 @@ def _refusal(res: Resolved, g: int, row: int, count: int) -> str:
         return f"system: no mode has r_k > 0, so nothing is ever learned (the loss stays flat) {where}"
     plan = res.plan
     K = r.shape[0]
-    if res.groups[g].init == "array":
+    if res.groups[g].init is Init.ARRAY:
         c = c_matrix(res, np.array([row]), K)[0]
-    elif res.groups[g].init == "beta":
+    elif res.groups[g].init is Init.BETA:
         c = np.arange(1, K + 1, dtype=float) ** -plan.column("beta")[row]
     else:
         c = np.ones(K)
@@ -351,7 +359,7 @@ def chunk_columns(res: Resolved, g: int, rows: np.ndarray, out: dict[str, np.nda
     cols["group"] = np.full(rows.size, g, dtype=np.int64)
     lr = plan.column("learning_rate")[rows]
     alpha = None
-    if group.family.key[0] == "power":
+    if isinstance(group.family, PowerLawFamily):
         alpha = (plan.column("alpha1")[rows], plan.column("alpha2")[rows])
     scalars = {k: v for k, v in out.items() if v.ndim == 1}
     cols.update(scalars)
@@ -364,7 +372,9 @@ def write_chunk(path: Path, cols: dict[str, np.ndarray], spec_hash: str) -> None
     """Atomically write a chunk: an uncompressed `.npz` (a 10⁵-configuration sweep writes in
     seconds, not minutes; `numpy.load(..., allow_pickle=False)` reads it), streamed straight into
     `atomic_write`'s temporary file."""
-    atomic_write(path, lambda f: np.savez(f, spec_hash=np.array(spec_hash), **cols))
+    # `Any`: numpy's stub would match an unpacked `dict[str, ndarray]` against `allow_pickle: bool`
+    arrays: dict[str, Any] = {"spec_hash": np.array(spec_hash), **cols}
+    atomic_write(path, lambda f: np.savez(f, **arrays))
 
 
 def read_chunk(path: Path) -> dict[str, np.ndarray]:
@@ -387,7 +397,7 @@ def manifest(
                 "modes": fam.K,
                 "structure": fam.structure,
                 "rank": fam.q,
-                "c": group.init,
+                "c": group.init.value,
                 "curve_points": group.points,
                 "rtol": group.rtol,
                 "atol": group.atol,
@@ -722,12 +732,13 @@ def manifest_difference(m: Mapping[str, Any], definition: Mapping[str, Any], opt
     0.001 there"` (`here` the other sweep, `there` the manifest's).
     """
     new = json.loads(json.dumps({"spec": definition, "options": dict(options)}, allow_nan=True))
-    old_opts = m.get("options", {}) if isinstance(m.get("options"), dict) else {}
+    opts, spec = m.get("options"), m.get("spec")
+    old_opts: dict[str, Any] = opts if isinstance(opts, dict) else {}
     diffs = []
     for k in dict.fromkeys([*new["options"], *old_opts]):
         if k != "parameters" and new["options"].get(k) != old_opts.get(k):
             diffs.append(f"{k}: {new['options'].get(k)} here, {old_opts.get(k)} there")
-    old_spec = m.get("spec") if isinstance(m.get("spec"), dict) else {}
+    old_spec: dict[str, Any] = spec if isinstance(spec, dict) else {}
     old_grids, new_grids = list(old_spec.get("grids") or []), list(new["spec"].get("grids") or [])
     if len(old_grids) != len(new_grids):
         diffs.append(f"grids: {len(new_grids)} here, {len(old_grids)} there")

@@ -15,6 +15,7 @@ import numpy as np
 
 from .._core.errors import LvflowError
 from .._workflow.io import save_json
+from .base import Schedule
 from .families import resolve
 from .grid import PARAMETERS, Object, expand, make_chunks, spec_hash
 from .result import Assembler, SweepResult, load_sweep
@@ -40,7 +41,6 @@ from .summary import plot_summary, summarize
 
 DEFAULT_CHUNK_SIZE = 4096
 _OPTIONS = ("curve", "schedule", "chunk_size", "batch_size", "max_steps")
-_SCHEDULES = ("limit", "corrected", "none")
 
 
 def load_spec(spec) -> dict[str, Any]:
@@ -368,14 +368,16 @@ def sweep(
     all_configs = list(configs_spec) + list(configs or [])
     curve = bool(opts.get("curve", False) if curve is None else curve)
     schedule = opts.get("schedule", "limit") if schedule is None else schedule
-    if schedule not in _SCHEDULES:
-        raise LvflowError(f"schedule: must be one of {', '.join(_SCHEDULES)}, got {schedule!r}")
+    names = [s.value for s in Schedule]
+    if schedule not in names:
+        raise LvflowError(f"schedule: must be one of {', '.join(names)}, got {schedule!r}")
     max_steps = int(opts.get("max_steps", 16384) if max_steps is None else max_steps)
     if max_steps < 1:
         raise LvflowError(f"max_steps: must be a positive integer, got {max_steps}")
     batch_size = opts.get("batch_size") if batch_size is None else batch_size
     if batch_size is not None and (not isinstance(batch_size, (int, np.integer)) or batch_size < 1):
         raise LvflowError(f"batch_size: must be a positive integer, got {batch_size!r}")
+    batch_size = None if batch_size is None else int(batch_size)
     chunk_size = opts.get("chunk_size") if chunk_size is None else chunk_size
     if chunk_size is not None and (
         isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1
@@ -435,7 +437,7 @@ def sweep(
     runner = Runner(
         res,
         mesh=make_mesh(devices),
-        schedule=schedule,
+        schedule=Schedule(schedule),
         max_steps=max_steps,
         batch_size=batch_size,
         chunk_size=chunk_size,
@@ -459,16 +461,16 @@ def sweep(
         **dict.fromkeys(PER_MODE, int(res.K.max())),
         **dict.fromkeys(CURVE, max(2 * g.points - 1 for g in res.groups)),
     }
-    table = Assembler(plan.n, widths) if out_dir is None else None
+    table = Assembler(plan.n, widths)  # the results in memory, filled without `out`
     try:
         for c in todo:
             cols = chunk_columns(res, c.group, c.rows, runner.evaluate(c.group, c.rows))
             path = None
-            if out_dir is not None:
+            if out_dir is None:
+                table.add(cols)
+            else:
                 path = chunk_path(out_dir, c)
                 write_chunk(path, cols, digest)
-            else:
-                table.add(cols)
             if bar is not None:
                 bar.update(c.rows.size)
             if on_chunk is not None:

@@ -405,7 +405,9 @@ def _persistent_cache() -> None:
     import jax
 
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = setting or jax.config.jax_compilation_cache_dir or os.path.join(base, "lvflow", "jax")
+    # JAX's options are attributes its `Config` adds at run time, unseen by a type checker
+    set_dir = jax.config.jax_compilation_cache_dir  # pyright: ignore[reportAttributeAccessIssue]
+    path = setting or set_dir or os.path.join(base, "lvflow", "jax")
     try:
         os.makedirs(path, exist_ok=True)
         _repair_cache(path)

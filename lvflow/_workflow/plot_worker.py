@@ -11,6 +11,7 @@ pipe, and the child then exits too.
 
 from __future__ import annotations
 
+import enum
 import os
 import pickle
 import signal
@@ -22,6 +23,15 @@ from typing import Any
 from .._core.errors import LvflowError
 
 _worker: _Worker | None = None
+
+
+class _Reply(enum.Enum):
+    """What the plot process reports: the figure drawn (its path), an `LvflowError` (its message)
+    or another failure (its type and message)."""
+
+    DRAWN = enum.auto()
+    REFUSED = enum.auto()
+    FAILED = enum.auto()
 
 
 class _Worker:
@@ -46,9 +56,9 @@ class _Worker:
             raise RuntimeError(f"the plot process failed ({type(e).__name__}: {e})") from None
         finally:
             self.close()
-        if kind == "ok":
+        if kind is _Reply.DRAWN:
             return Path(message)
-        if kind == "lvflow":
+        if kind is _Reply.REFUSED:
             raise LvflowError(message)
         raise RuntimeError(f"the plot process failed: {message}")
 
@@ -112,11 +122,11 @@ def _serve(rfd: int, wfd: int) -> None:
         except (EOFError, OSError):  # the parent ended without a plot
             os._exit(0)
         try:
-            reply = ("ok", os.fspath(draw(data, path)))
+            reply = (_Reply.DRAWN, os.fspath(draw(data, path)))
         except LvflowError as e:
-            reply = ("lvflow", str(e))
+            reply = (_Reply.REFUSED, str(e))
         except Exception as e:  # reported by the parent as an internal error
-            reply = ("error", f"{type(e).__name__}: {e}")
+            reply = (_Reply.FAILED, f"{type(e).__name__}: {e}")
         _send(wfd, reply)
     except BaseException:
         pass

@@ -18,6 +18,7 @@ and `predict_data.py`.
 
 from __future__ import annotations
 
+import enum
 import math
 import warnings
 
@@ -28,11 +29,11 @@ import numpy as np
 from .._core.errors import DivergenceError, LvflowError, NotCommutingError, SolverError
 from .._curve.drops import loss_drops
 from .._form.nqf import NQF
-from .._glv.lv import AbstractLotkaVolterra
+from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .._glv.reduce import reduce_to_lv
 from .._glv.solve import _DEFAULT_MAX_STEPS
 from .._schedule.scaling import predicted_exponent
-from .._schedule.schedule import plateau_excess_in_order, plateau_schedule
+from .._schedule.schedule import PlateauSchedule, plateau_excess_in_order, plateau_schedule
 from .._sweep.evaluate import configuration, loss_floor, switch_off_levels
 from .eps_merge import eps_merge
 from .predict_inputs import check_curve_memory, check_drops_finite, initial_scale
@@ -41,7 +42,7 @@ from .spec import Configurations, check_ranges
 
 
 def predict(
-    system: AbstractLotkaVolterra | NQF,
+    system: LotkaVolterra | LowRankLotkaVolterra | NQF,
     *,
     eps: float | None = None,
     c=None,
@@ -134,7 +135,7 @@ def predict(
             )
         y2_known = True
         source = source or f"NQF reduced to a {lv.K}-mode gLV"
-    elif isinstance(system, AbstractLotkaVolterra):
+    elif isinstance(system, (LotkaVolterra, LowRankLotkaVolterra)):
         lv = system
         y2_known = bool(np.asarray(lv.y2) != 0)
         source = source or f"{lv.K}-mode gLV"
@@ -164,6 +165,7 @@ def predict(
 
     # The ε → 0 limit: every z_k0 = Θ(ε), so c_k = O(1) drops out (s_k(0) = −1).
     sched = plateau_schedule(lv, eps)
+    assert isinstance(sched, PlateauSchedule)  # a gLV's schedule (an NQF's only for an NQF)
     if y2_known:
         _check_y2(lv, sched)
     tau_star = np.asarray(sched.tau_star, dtype=np.float64)
@@ -276,15 +278,25 @@ def _configuration_jit(arrays, **statics):
     return configuration(**arrays, **statics)
 
 
+class _Kind(enum.IntEnum):
+    """What kind of mode each is (`_kinds`): `ON`; `DECAYS` (never grows: `z_k(∞) ≤ z_k0`, e.g.
+    `r_k < 0`); `FROM_START` (grows, but starts at or above `ρ z_k(∞)`: `t*_k = 0`, no switch-on
+    to see); `OFF_LATER` (switches on, then a competitor switches it off: `z_k(∞) = 0`; `t*_k` is
+    when it reaches `ρ` × the level of the plateau it ignites into, from the ε → 0 schedule);
+    `LATE` (not on before `t1`)."""
+
+    ON = 0
+    DECAYS = 1
+    FROM_START = 2
+    OFF_LATER = 3
+    LATE = 4
+
+
 def _kinds(z_inf, z0, t_star, later_off, rho) -> np.ndarray:
-    """What kind of mode each is: `"on"`, `"decays"` (never grows: `z_k(∞) ≤ z_k0`, e.g.
-    `r_k < 0`), `"from_start"` (grows, but starts at or above `ρ z_k(∞)`: `t*_k = 0`, no switch-on
-    to see), `"off_later"` (switches on, then a competitor switches it off: `z_k(∞) = 0`; `t*_k` is
-    when it reaches `ρ` × the level of the plateau it ignites into, from the ε → 0 schedule),
-    `"late"` (not on before `t1`)."""
-    kinds = np.where(later_off, "off_later", np.where(z_inf > z0, "on", "decays"))
-    kinds = np.where((kinds != "decays") & ~np.isfinite(t_star), "late", kinds)
-    return np.where((kinds == "on") & (rho * z_inf <= z0), "from_start", kinds)
+    """Each mode's `_Kind`, as an integer array."""
+    kinds = np.where(later_off, _Kind.OFF_LATER, np.where(z_inf > z0, _Kind.ON, _Kind.DECAYS))
+    kinds = np.where((kinds != _Kind.DECAYS) & ~np.isfinite(t_star), _Kind.LATE, kinds)
+    return np.where((kinds == _Kind.ON) & (rho * z_inf <= z0), _Kind.FROM_START, kinds)
 
 
 def _mode_notes(order, t_star, kinds, t1) -> list[str]:
@@ -298,15 +310,15 @@ def _mode_notes(order, t_star, kinds, t1) -> list[str]:
     if not np.any(np.isfinite(t_star)):
         out.append(f"no mode has switched on by t1 = {t1:.4g}: the loss is still on its first plateau")
     for kind, text in (
-        ("late", "do not switch on before t1 = {t1:.4g}"),
+        (_Kind.LATE, "do not switch on before t1 = {t1:.4g}"),
         (
-            "decays",
+            _Kind.DECAYS,
             "end at or below their start (z_k(inf) ≤ z_k(0)): no switch-on (a mode may grow for a while before "
             "competitors push it down)",
         ),
-        ("from_start", "start at or above rho z_k(inf) (z_k(0) ≥ rho z_k(inf)): t*_k = 0, no switch-on to see"),
+        (_Kind.FROM_START, "start at or above rho z_k(inf) (z_k(0) ≥ rho z_k(inf)): t*_k = 0, no switch-on to see"),
         (
-            "off_later",
+            _Kind.OFF_LATER,
             "switch on, then competitors switch them off (z_k(inf) = 0): their t*_k is when z_k reaches rho × "
             "the plateau it switches on to",
         ),

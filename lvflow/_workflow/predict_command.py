@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import math
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ def _build(args):
     `--architecture`) from the parsed flags."""
     values = {name: getattr(args, name) for name in _SAME_NAME} | {"num_points": args.points}
     check_configurations(Configurations.one(values, spell=lambda name: FLAGS.get(name, name)))
-    kw = dict(
+    kw: dict[str, Any] = dict(
         eps=args.eps,
         init_std=args.init_std,
         width=args.width,
@@ -74,19 +75,21 @@ def _build(args):
         system = power_law_lv(alpha1=args.alpha1, alpha2=args.alpha2, modes=args.modes)
         kw["alpha"] = (args.alpha1, args.alpha2) if args.alpha1 > 1 else None
         kw["source"] = f"power law alpha1 = {args.alpha1:g}, alpha2 = {args.alpha2:g}, {args.modes} modes"
-    K = system.K if isinstance(system, AbstractLotkaVolterra) else None  # an NQF has no modes yet
     if args.z0 is not None:
         kw["z0"] = load_array(args.z0, name="--z0").reshape(-1)
     if args.c is not None:
         kw["c"] = load_array(args.c, name="--c").reshape(-1)
-    if args.beta is not None:
-        beta = float(as_array("--beta", args.beta, ndim=0))
-        with np.errstate(over="ignore"):
-            kw["c"] = np.exp(-beta * np.log(np.arange(1, K + 1, dtype=float)))
-        if not np.all((kw["c"] > 0) & np.isfinite(kw["c"])):
-            raise LvflowError(f"--beta: c_k = k^-beta leaves float64's range for {K} modes (beta = {beta:g})")
-    if "c" in kw and args.eps is not None:
-        check_below_plateau(system, args.eps, kw["c"], name="--beta" if args.beta is not None else "--c")
+    if isinstance(system, AbstractLotkaVolterra):  # an NQF has no modes yet (with --beta it was reduced above)
+        if args.beta is not None:
+            beta = float(as_array("--beta", args.beta, ndim=0))
+            with np.errstate(over="ignore"):
+                kw["c"] = np.exp(-beta * np.log(np.arange(1, system.K + 1, dtype=float)))
+            if not np.all((kw["c"] > 0) & np.isfinite(kw["c"])):
+                raise LvflowError(
+                    f"--beta: c_k = k^-beta leaves float64's range for {system.K} modes (beta = {beta:g})"
+                )
+        if "c" in kw and args.eps is not None:
+            check_below_plateau(system, args.eps, kw["c"], name="--beta" if args.beta is not None else "--c")
     return system, kw, arrays
 
 

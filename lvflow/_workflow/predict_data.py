@@ -107,7 +107,7 @@ def input_side_shape(architecture: str, x_shape: tuple[int, ...], kernel=None) -
     return None
 
 
-def _xy(arrays: Mapping[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray]:
+def _xy(arrays: Mapping[str, np.ndarray], name: str) -> tuple[np.ndarray | jax.Array, np.ndarray | jax.Array]:
     keys = {k.lower(): k for k in arrays}
     if set(keys) == {""}:
         a = as_array(name, arrays[""], ndim=2)

@@ -4,7 +4,7 @@ spectrum (Thm 9), and the initial scale `z_k(0) = ε c_k` (Thm 8)."""
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
@@ -21,10 +21,13 @@ from .._core.validate import (
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .spec import Configurations, check_initial_scale
 
+if TYPE_CHECKING:
+    import jax
+
 _positive_int = check_positive_int
 
 
-def lv_from_arrays(arrays: Mapping[str, Any], *, name: str = "system") -> AbstractLotkaVolterra:
+def lv_from_arrays(arrays: Mapping[str, Any], *, name: str = "system") -> LotkaVolterra | LowRankLotkaVolterra:
     """A gLV system from named arrays: `r` and `C`, or `zeta` and `V`; optionally `y2`.
 
     With `zeta` and `V` (the rates and loss drops of independent modes, Thm 6) the system is
@@ -76,7 +79,7 @@ def check_drops_finite(name: str, r: np.ndarray, Ckk: np.ndarray) -> None:
     )
 
 
-def _lv_from_keys(arrays: Mapping[str, Any], keys: dict[str, str], name: str) -> AbstractLotkaVolterra:
+def _lv_from_keys(arrays: Mapping[str, Any], keys: dict[str, str], name: str) -> LotkaVolterra | LowRankLotkaVolterra:
     if set(keys) == {""}:
         a = as_array(name, arrays[keys[""]], ndim=2)
         K = a.shape[0]
@@ -137,7 +140,7 @@ def _y2(name: str, arrays: Mapping[str, Any], keys: dict) -> float:
     return float(v[0])
 
 
-def _check_C(name: str, C: np.ndarray) -> None:
+def _check_C(name: str, C: np.ndarray | jax.Array) -> None:
     # Same checks as `LotkaVolterra`, re-labelled with the input's name for the CLI's one line.
     try:
         check_psd("C", C)
@@ -250,7 +253,7 @@ def initial_scale(
             raise LvflowError(f"z0: every entry must be positive, got min {z0.min():g}")
         e = float(np.max(z0))
         check_in_open_interval("z0: max entry (ε)", e, 0.0, 1.0)
-        return e, z0 / e
+        return e, np.asarray(z0, dtype=np.float64) / e
     if init_std is not None:
         s = check_positive("init_std", init_std)
         eps = _positive_int("width", width) * s**2

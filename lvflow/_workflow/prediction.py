@@ -213,7 +213,7 @@ class Prediction(eqx.Module):
         switched on (`t_star`, `steps_star`, `strength`, `multiplicity`, `direction`, and its
         input and output sides when the architecture is known)."""
         if self.matrix is not None:
-            return self._matrix_rows()
+            return self._matrix_rows(self.matrix)
         # one conversion per column: indexing a device array per entry costs ~10 µs each
         columns = (self.r, self.C_diag, self.V, self.t_star, self.tau_star, self.plateau_loss, self.eps_merge)
         r, Cd, V, ts, tau, pl, em = (np.asarray(a) for a in columns)
@@ -238,8 +238,8 @@ class Prediction(eqx.Module):
             )
         return out
 
-    def _matrix_rows(self) -> list[dict[str, Any]]:
-        d, out = self.matrix, []
+    def _matrix_rows(self, d: MatrixDrops) -> list[dict[str, Any]]:
+        out = []
         for i in range(d.t_star.shape[0]):
             t = float(d.t_star[i])
             u = np.asarray(d.directions[i])
@@ -264,7 +264,7 @@ class Prediction(eqx.Module):
         if self.matrix is not None:
             head = ["#", "t*", "steps*", "strength", "dim", "output direction"]
             body = []
-            for d in self._matrix_rows():
+            for d in self._matrix_rows(self.matrix):
                 out = d.get("output_direction")
                 if out is None or len(out) < 2:
                     desc = "-"

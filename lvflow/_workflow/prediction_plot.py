@@ -54,7 +54,7 @@ def plot_data(pred: Prediction, *, title: str | None = None) -> dict[str, Any]:
     pictures, floor = [], math.nan
     if flow and pred.matrix is not None:
         pictures = [
-            np.asarray(r["input_direction"]) for r in pred.direction_rows() if np.ndim(r.get("input_direction")) == 2
+            np.asarray(r["input_direction"]) for r in pred.direction_rows() if np.ndim(r.get("input_direction", 0)) == 2
         ]
         floor = float(pred.matrix.loss_floor)
     limit = not flow and pred.limit_tau is not None
