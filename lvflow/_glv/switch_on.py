@@ -63,7 +63,8 @@ class SwitchOnTracker(dfx.AbstractWrappedSolver):
         return self.solver.term_structure
 
     @property
-    def interpolation_cls(self):  # pyright: ignore
+    # diffrax declares it a ClassVar (a callable class), forwarded here as diffrax's HalfSolver does
+    def interpolation_cls(self):  # pyright: ignore[reportIncompatibleMethodOverride]
         return self.solver.interpolation_cls
 
     @property
