@@ -4,7 +4,7 @@ diagonal plus low rank, or dense."""
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import equinox as eqx
 import jax
@@ -41,21 +41,25 @@ def _matvec(AT: Float[Array, "q K"], y: Float[Array, " q"]) -> Float[Array, " K"
     q = AT.shape[0]
     if q > _UNROLL_Q or q == 0:  # q = 0: a diagonal C, `A y` is the zero vector
         return y @ AT
-    return _sum([AT[p] * y[p] for p in range(q)])
+    return _sum(AT[p] * y[p] for p in range(q))
 
 
-def _sum(terms: list[Array]) -> Array:
-    """`0 + terms[0] + terms[1] + …` (at least one term), left to right as Python's `sum`: XLA fuses
-    `_matvec`'s products better from the `0` start."""
-    total = 0 + terms[0]
-    for term in terms[1:]:
+def _sum(terms: Iterable[Array]) -> Array:
+    """`0 + t₀ + t₁ + …` over at least one term, each computed when added: the program Python's
+    `sum` traces, typed as an array (`sum`'s type is `Array | int`)."""
+    it = iter(terms)
+    total = 0 + next(it)
+    for term in it:
         total = total + term
     return total
 
 
-def _minus(x: Array, terms: list[Array]) -> Array:
-    """`x − (terms[0] + terms[1] + …)`, `x` for no terms."""
-    return x - _sum(terms) if terms else x
+def _minus(x: Array, terms: Iterable[Array]) -> Array:
+    """`x − (0 + t₀ + t₁ + …)`, `x − 0` for no terms (Python's `sum` of the terms subtracted)."""
+    total: Array | int = 0
+    for term in terms:
+        total = total + term
+    return x - total
 
 
 def _spd_inverse(S: Float[Array, "q q"]) -> Float[Array, "q q"]:
@@ -73,16 +77,16 @@ def _spd_inverse(S: Float[Array, "q q"]) -> Float[Array, "q q"]:
     L: dict[tuple[int, int], Array] = {}  # L[i, j], j ≤ i
     inv_diag: list[Array] = []
     for j in range(q):
-        inv_diag.append(jax.lax.rsqrt(_minus(S[j, j], [L[j, m] * L[j, m] for m in range(j)])))
+        inv_diag.append(jax.lax.rsqrt(_minus(S[j, j], (L[j, m] * L[j, m] for m in range(j)))))
         L[j, j] = 1.0 / inv_diag[j]
         for i in range(j + 1, q):
-            L[i, j] = _minus(S[i, j], [L[i, m] * L[j, m] for m in range(j)]) * inv_diag[j]
+            L[i, j] = _minus(S[i, j], (L[i, m] * L[j, m] for m in range(j))) * inv_diag[j]
     Li: dict[tuple[int, int], Array] = {}  # L⁻¹, lower triangular
     for i in range(q):
         Li[i, i] = inv_diag[i]
         for j in range(i):
-            Li[i, j] = -_sum([L[i, m] * Li[m, j] for m in range(j, i)]) * inv_diag[i]
-    rows = [[_sum([Li[m, i] * Li[m, j] for m in range(max(i, j), q)]) for j in range(q)] for i in range(q)]
+            Li[i, j] = -_sum(L[i, m] * Li[m, j] for m in range(j, i)) * inv_diag[i]
+    rows = [[_sum(Li[m, i] * Li[m, j] for m in range(max(i, j), q)) for j in range(q)] for i in range(q)]
     return jnp.stack([jnp.stack(row) for row in rows])
 
 
