@@ -61,11 +61,11 @@ class ClosedForm(eqx.Module):
 
 def solve_lv(
     system: AbstractLotkaVolterra,
-    z0,
-    t1,
+    z0: ArrayLike,
+    t1: ArrayLike,
     *,
-    ts=None,
-    rho=0.5,
+    ts: ArrayLike | None = None,
+    rho: ArrayLike = 0.5,
     rtol: float = 1e-8,
     atol: float = 1e-10,
     solver: ClosedForm | dfx.AbstractSolver | None = None,
@@ -74,7 +74,7 @@ def solve_lv(
     max_steps: int = _DEFAULT_MAX_STEPS,
     throw: bool = True,
     progress: bool = False,
-    z_inf=None,
+    z_inf: ArrayLike | None = None,
 ) -> LVSolution:
     """Integrate the gLV `ż_k = z_k (r_k − Σ_j C_kj z_j)` (Eq. 32) from `z(0) = z0` to `t1` and
     locate every mode's switch-on time `t*_k`, the first time `z_k(t) = ρ z_k(∞)` (Thm 8, Eq. 158).
