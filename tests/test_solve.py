@@ -501,3 +501,24 @@ def test_any_diffrax_solver_and_adjoint_through_the_tracker():
             lambda t, y, args: -y, dfx.LinearInterpolation(jnp.array([0.0, 1.0]), jnp.array([0.0, 1.0]))
         )
         dfx.diffeqsolve(control, lvflow.Rodas5P(), 0.0, 1.0, 0.1, jnp.ones(()))
+
+
+def test_closed_form_takes_a_subnormal_z0_from_its_log():
+    # z0 below the smallest normal double (compiled code reads it as 0): Thm 6 and Eq. 158 from
+    # ln z0, against numpy, which keeps subnormals. C = 1e300 makes C z0 = 1e-10 a normal number.
+    r, c = np.array([1.0, 0.5]), np.array([1e300, 2.0])
+    z0 = np.array([1e-310, 5e-324])
+    ts = np.array([0.0, 100.0, 1490.0, 2000.0])
+    sol = solve_lv(lvflow.LotkaVolterra(r, np.diag(c)), z0, 2000.0, ts=ts)
+    T = 0.5 * r / c
+    exact_t = (np.log(T) - np.log(z0) + np.log((r - c * z0) / (r - c * T))) / r  # Eq. 158 in logs
+    np.testing.assert_allclose(np.asarray(sol.switch_on_times), exact_t, rtol=1e-13)
+    # ln z(t) = ln z0 − ln(e^{−rt} + C z0 (1 − e^{−rt})/r), the sum in logs (C z0 may be subnormal)
+    t = ts[:, None]
+    with np.errstate(divide="ignore"):  # ln φ = −inf at t = 0
+        log_z = np.log(z0) - np.logaddexp(-r * t, np.log(c) + np.log(z0) + np.log(-np.expm1(-r * t) / r))
+    exact_z = np.exp(log_z)
+    normal = exact_z > np.finfo(float).tiny
+    assert normal[1:, 0].all() and normal[2:, 1].all()
+    np.testing.assert_allclose(np.asarray(sol.zs)[normal], exact_z[normal], rtol=1e-12)
+    assert np.all(np.asarray(sol.zs)[~normal] <= np.finfo(float).tiny)

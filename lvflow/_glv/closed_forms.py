@@ -9,7 +9,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from .._core.errors import LvflowError
-from .._core.validate import _is_concrete, as_array, check_in_open_interval, check_positive, check_symmetric
+from .._core.validate import _namespace, as_array, check_positive, check_symmetric, fail_if
 
 
 def _phi(a, t):
@@ -24,39 +24,61 @@ def _phi(a, t):
     return jnp.where(small, series, -jnp.expm1(-jnp.where(small, 1.0, x)) / safe)
 
 
-def thm6(r, c, z0, t):
+#: `ln` of the smallest normal float64 (2.2e-308): compiled code reads a smaller value as 0
+_LOG_TINY = float(np.log(np.finfo(np.float64).tiny))
+_LN2 = float(np.log(2.0))
+
+
+def host_log(x: ArrayLike) -> Float[Array, "..."] | Float[np.ndarray, "..."]:
+    """`ln x` in float64: by numpy on the host for a Python or numpy value (a subnormal `x` keeps its
+    exact logarithm, where compiled code reads `x` as 0 and gives `−inf`), by `jnp.log` for a JAX
+    array (traced or not). `−inf` for `x = 0`, NaN for `x < 0`."""
+    if isinstance(x, jax.Array):
+        return jnp.log(x)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(np.log(np.asarray(x, dtype=np.float64)))
+
+
+def thm6(r, c, z0, t, log_z0=None):
     """Thm 6, `z_k(t) = r_k z_k0 / (C_kk z_k0 + (r_k − C_kk z_k0) e^{−r_k t})` (`z_k0/(1 + C_kk z_k0 t)`
     at `r_k = 0`), entry by entry on broadcast arrays, in the algebraically equal form of each sign
     that never overflows (values and derivatives): `z_k0 / (e^{−r_k t} + C_kk z_k0 φ(r_k, t))` for
     `r_k > 0`, `z_k0 e^{r_k t} / (1 + C_kk z_k0 φ(−r_k, t))` otherwise, `φ(a, t) = (1 − e^{−at})/a`.
 
-    A growing mode with `C_kk z_k0` below float64's normal range (the flow of a rescaled subnormal
-    `z0`, see `solve_lv`) has numerator and denominator multiplied by `2^m`, `m` from `ln(C_kk z_k0)`.
+    A growing mode with `C_kk z_k0` or `z_k0` below float64's normal range has numerator and
+    denominator multiplied by `2^m`, `m` from `ln(C_kk z_k0)` and `ln z_k0`: with `log_z0` given, a
+    subnormal `z_k0` (read as 0 by compiled code) is taken from its logarithm.
 
-    **Arguments:** `r`, `c` (`C_kk ≥ 0`), `z0` (`> 0`), `t`: broadcastable arrays, unchecked.
+    **Arguments:** `r`, `c` (`C_kk ≥ 0`), `z0` (`> 0`), `t`: broadcastable arrays, unchecked;
+    `log_z0`: `ln z0` (default `jnp.log(z0)`), exact where `z0` is subnormal.
 
     **Returns:** `z_k(t)`, their broadcast shape.
     """
+    lz0 = jnp.log(z0) if log_z0 is None else log_z0
     grow = r > 0
     # each branch with its own signed rate (not |r|: its derivative at r = 0 would have the wrong sign)
     rp = jnp.where(grow, r, 1.0)
     rn = jnp.where(grow, 0.0, r)
     live = grow & (c > 0)
-    lcz = jnp.log(jnp.where(live, c, 1.0)) + jnp.log(z0)
-    m = jnp.where(live & (lcz < -690.0), jnp.floor(-lcz / np.log(2.0)), 0.0)
-    cz = jnp.where(m > 0, jnp.exp(lcz + m * np.log(2.0)), c * z0)
-    growing = jnp.ldexp(z0, m.astype(int)) / (jnp.exp(-rp * t + m * np.log(2.0)) + cz * _phi(rp, t))
+    lcz = jnp.log(jnp.where(live, c, 1.0)) + lz0
+    m = jnp.where(live & (lcz < -690.0), jnp.floor(-lcz / _LN2), 0.0)
+    normal = z0 > 0  # false where compiled code reads a subnormal z_k0 as 0
+    # a subnormal z_k0 times 2^m (at least) normal
+    m = jnp.where(grow & ~normal, jnp.maximum(m, jnp.ceil((_LOG_TINY - lz0) / _LN2)), m)
+    cz = jnp.where(live & (m > 0), jnp.exp(lcz + m * _LN2), c * z0)
+    z0m = jnp.where(normal, jnp.ldexp(z0, m.astype(int)), jnp.exp(jnp.where(normal, 0.0, lz0) + m * _LN2))
+    growing = z0m / (jnp.exp(-rp * t + m * _LN2) + cz * _phi(rp, t))
     other = z0 * jnp.exp(rn * t) / (1 + c * z0 * _phi(-rn, t))
     return jnp.where(grow, growing, other)
 
 
-def _on_time_grid(*per_mode, t):
+def _on_time_grid(*per_mode: ArrayLike, t: Array) -> tuple[Array, ...]:
     """The per-mode arrays broadcast together, and with a time axis in front when `t` is `(n,)`:
     `(*per_mode, t)` shaped `(K,)` and `()`, or `(1, K)` and `(n, 1)`."""
-    per_mode = jnp.broadcast_arrays(*per_mode)
+    arrays = jnp.broadcast_arrays(*per_mode)
     if t.ndim == 1:
-        return (*(x[None] for x in per_mode), t[:, None])
-    return (*per_mode, jnp.broadcast_to(t, per_mode[0].shape))
+        return (*(x[None] for x in arrays), t[:, None])
+    return (*arrays, jnp.broadcast_to(t, arrays[0].shape))
 
 
 def orthogonal_features(r: ArrayLike, c_diag: ArrayLike, z0: ArrayLike, t: ArrayLike) -> Float[Array, "*n K"]:
@@ -75,7 +97,8 @@ def orthogonal_features(r: ArrayLike, c_diag: ArrayLike, z0: ArrayLike, t: Array
     t = jnp.asarray(as_array("t", t, ndim=(0, 1)), dtype=float)
     c = eqx.error_if(c, jnp.any(c < 0), "c_diag: must be >= 0 (C is PSD)")
     z0 = eqx.error_if(z0, jnp.any(z0 <= 0), "z0: must be > 0")
-    return thm6(*_on_time_grid(r, c, z0, t=t))
+    r, c, z0, t = _on_time_grid(r, c, z0, t=t)
+    return thm6(r, c, z0, t)
 
 
 def log_orthogonal_features(r: ArrayLike, c_diag: ArrayLike, log_z0: ArrayLike, t: ArrayLike) -> Float[Array, "*n K"]:
@@ -182,16 +205,26 @@ def ignition_time(zeta: ArrayLike, C_k: ArrayLike, c_k: ArrayLike, eps: ArrayLik
 
     exact for Thm 6 (`a = 1`, `ζ_k = r_k`, `C_k = C_kk`) and Thm 7 (`a = 2`, `ζ_k = γ_k`, `C_k = 4c`).
     Returns `inf` for `ζ_k ≤ 0` (the mode never switches on) and `0` for a mode that starts at or
-    above its target (`c_k ε ≥ ρ ζ_k / C_k`). Evaluated in logarithms (`ln ε`, `ln C_k c_k`), so a
-    subnormal `ε` or `C_k c_k ε` gives the exact time; in numpy for concrete inputs, in JAX
-    (differentiable, jit-able) for traced ones.
+    above its target (`c_k ε ≥ ρ ζ_k / C_k`). Evaluated from the logarithms `ln ε`, `ln C_k`,
+    `ln c_k` (`host_log`: in float64 on the host for Python or numpy input), so a subnormal `ε` or
+    `C_k c_k ε` gives the exact time; by numpy for known values, by JAX (differentiable) under a
+    transformation.
 
     **Arguments:** `zeta`, `C_k`, `c_k`, `eps`, broadcastable to one shape; `a > 0`; `rho ∈ (0, 1)`.
 
+    **Returns:** `t*_k`, an array of the broadcast shape.
+
     **Raises:** `LvflowError` naming the input: shapes that do not broadcast, booleans, NaN/inf,
-    `C_k`, `c_k` or `eps` not positive.
+    `C_k`, `c_k` or `eps` not positive, `rho` outside `(0, 1)` (under `jit`, the value checks are
+    run-time errors, `equinox.error_if`).
     """
-    rho = check_in_open_interval("rho", rho, 0.0, 1.0) if _is_concrete(rho) else rho
+    rho = as_array("rho", rho, ndim=0)
+    rho = fail_if(
+        rho,
+        (rho <= 0) | (rho >= 1),
+        "rho: must lie in (0, 1)",
+        detail=lambda: f"rho: must lie in (0, 1), got {float(rho):g}",
+    )
     a = check_positive("a", a)
     names = ("zeta", "C_k", "c_k", "eps")
     vals = [as_array(n, v, allow_bool=False) for n, v in zip(names, (zeta, C_k, c_k, eps))]
@@ -201,17 +234,15 @@ def ignition_time(zeta: ArrayLike, C_k: ArrayLike, c_k: ArrayLike, eps: ArrayLik
         raise LvflowError(
             "zeta, C_k, c_k, eps: shapes " + ", ".join(str(np.shape(v)) for v in vals) + " do not broadcast together"
         ) from None
-    concrete = all(_is_concrete(v) for v in vals) and _is_concrete(rho)
-    xp = np if concrete else jnp
-    zeta, C_k, c_k, eps = (xp.broadcast_to(xp.asarray(v, dtype=float), shape) for v in vals)
-    for name, v in (("C_k", C_k), ("c_k", c_k), ("eps", eps)):
-        if _is_concrete(v) and np.any(np.asarray(v) <= 0):
-            raise LvflowError(f"{name}: must be > 0")
+    zeta, C_k, c_k, eps = vals
+    C_k, c_k, eps = (fail_if(v, v <= 0, f"{n}: must be > 0") for n, v in (("C_k", C_k), ("c_k", c_k), ("eps", eps)))
+    # ln(C_k c_k) and ln ε: C_k c_k ε (or ε itself) may be subnormal, their logs are not
+    log_cc, log_eps = host_log(C_k) + host_log(c_k), host_log(eps)
+    xp = _namespace(zeta, log_cc, log_eps, rho)  # numpy for known values: no compilation per shape
+    rates, log_cc, log_eps = (xp.broadcast_to(xp.asarray(v, dtype=float), shape) for v in (zeta, log_cc, log_eps))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        log_eps = xp.log(eps)
-        log_cc = xp.log(C_k) + xp.log(c_k)  # ln(C_k c_k): C_k c_k ε may be subnormal, its log is not
-        live = zeta > 0
-        safe_zeta = xp.where(live, zeta, 1.0)
+        live = rates > 0
+        safe_zeta = xp.where(live, rates, 1.0)
         # ζ − C c ε = ζ (1 − e^{ln(Cc) + ln ε − ln ζ}); ≤ 0 when the mode starts at or above saturation
         x = log_cc + log_eps - xp.log(safe_zeta)
         above = x >= 0
@@ -234,7 +265,8 @@ class XiSolution(eqx.Module):
     loss: Float[Array, " n"]
 
 
-def _solve_xi(field, xi0, ts, rtol, atol, max_steps):
+def _solve_xi(field, xi0: Array, ts: Array, rtol, atol, max_steps) -> Array:
+    """`ξ(ts)` of `ξ̇ = field(t, ξ, None)` from `ξ(0) = xi0` (Dopri5, a PID controller)."""
     import diffrax as dfx  # here: `ignition_time` (`lvflow predict`, `eps_merge`) does not pay its import
 
     sol = dfx.diffeqsolve(
@@ -248,10 +280,11 @@ def _solve_xi(field, xi0, ts, rtol, atol, max_steps):
         stepsize_controller=dfx.PIDController(rtol=rtol, atol=atol),
         max_steps=max_steps,
     )
+    assert isinstance(sol.ys, jax.Array)  # SaveAt(ts=ts) of an array state
     return sol.ys
 
 
-def _check_ts(ts):
+def _check_ts(ts: ArrayLike) -> Float[Array, " n"]:
     ts = as_array("ts", ts, ndim=1)
     if np.size(ts) == 0:
         raise LvflowError("ts: is empty")
@@ -318,10 +351,10 @@ def orthogonal_samples(
     lam = jnp.asarray(as_array("lam", lam, ndim=2), dtype=float)
     y = jnp.asarray(as_array("y", y, ndim=1), dtype=float)
     z0 = jnp.asarray(as_array("z0", z0, ndim=1), dtype=float)
-    z0 = eqx.error_if(z0, jnp.any(z0 <= 0), "z0: must be > 0")
     m, K = lam.shape
     if y.shape != (m,) or z0.shape != (K,):
         raise LvflowError(f"y, z0: shapes {y.shape}, {z0.shape} do not match lam's {lam.shape} (need (m,), (K,))")
+    z0 = eqx.error_if(z0, jnp.any(z0 <= 0), "z0: must be > 0")
     ts = _check_ts(ts)
 
     def z_of(xi):

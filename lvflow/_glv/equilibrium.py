@@ -7,6 +7,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._core.errors import LvflowError, SolverError
@@ -71,7 +72,7 @@ def saturated_equilibrium(
         return jnp.zeros(0), jnp.asarray(True)
     allowed = jnp.ones(K, bool) if active is None else jnp.asarray(active, bool)
     z, unique, status, k = _equilibrium(r, interaction, allowed, tol)
-    if not isinstance(status, jax.core.Tracer):  # an eager call: a failure is an error
+    if not isinstance(status, Tracer):  # an eager call: a failure is an error
         _raise_on(int(status), int(k), r, interaction)
     return z, unique
 

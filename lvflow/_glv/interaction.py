@@ -4,12 +4,13 @@ diagonal plus low rank, or dense."""
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 _U_CLIP = 300.0  # ln z: far above any saturated z (r/C), far below float64 overflow of C e^u
@@ -20,7 +21,7 @@ def exp_clipped(u):
     return jnp.exp(jnp.minimum(u, _U_CLIP))
 
 
-def _scale(d: Float[ArrayLike, " K"], z: Float[ArrayLike, "*b K"]) -> Float[Array, "*b K"]:
+def _scale(d: Float[Array, " K"], z: Float[Array, "*b K"]) -> Float[Array, "*b K"]:
     """`d ⊙ z` over any leading batch axes of `z` (broadcast made explicit)."""
     return jnp.broadcast_to(d, z.shape) * z
 
@@ -28,22 +29,40 @@ def _scale(d: Float[ArrayLike, " K"], z: Float[ArrayLike, "*b K"]) -> Float[Arra
 _UNROLL_Q = 8  # up to this rank the Woodbury solve's small products and factorisation are unrolled
 
 
-def _vecmat(x: Float[ArrayLike, " K"], AT: Float[ArrayLike, "q K"]) -> Float[Array, " q"]:
+def _vecmat(x: Float[Array, " K"], AT: Float[Array, "q K"]) -> Float[Array, " q"]:
     """`Aᵀ x` from `Aᵀ` (rows of length `K`): a matrix-vector product contracting the contiguous
     axis (under `vmap` one batched product, not a multiply followed by a reduction)."""
     return AT @ x
 
 
-def _matvec(AT: Float[ArrayLike, "q K"], y: Float[ArrayLike, " q"]) -> Float[Array, " K"]:
+def _matvec(AT: Float[Array, "q K"], y: Float[Array, " q"]) -> Float[Array, " K"]:
     """`A y` from `Aᵀ`: for a small rank a sum of `q` scaled rows (elementwise, vectorised along `K`;
     under `vmap` no reduction over a short trailing axis and no batched dot), else a dot."""
     q = AT.shape[0]
     if q > _UNROLL_Q or q == 0:  # q = 0: a diagonal C, `A y` is the zero vector
         return y @ AT
-    return sum(AT[p] * y[p] for p in range(q))
+    return _sum(AT[p] * y[p] for p in range(q))
 
 
-def _spd_inverse(S: Float[ArrayLike, "q q"]) -> Float[Array, "q q"]:
+def _sum(terms: Iterable[Array]) -> Array:
+    """`0 + t₀ + t₁ + …` over at least one term, each computed when added: the program Python's
+    `sum` traces, typed as an array (`sum`'s type is `Array | int`)."""
+    it = iter(terms)
+    total = 0 + next(it)
+    for term in it:
+        total = total + term
+    return total
+
+
+def _minus(x: Array, terms: Iterable[Array]) -> Array:
+    """`x − (0 + t₀ + t₁ + …)`, `x − 0` for no terms (Python's `sum` of the terms subtracted)."""
+    total: Array | int = 0
+    for term in terms:
+        total = total + term
+    return x - total
+
+
+def _spd_inverse(S: Float[Array, "q q"]) -> Float[Array, "q q"]:
     """Inverse of a small SPD matrix via its Cholesky factor `S = L Lᵀ`, `S⁻¹ = L⁻ᵀ L⁻¹`.
 
     Up to rank `_UNROLL_Q` the factorisation is written out entry by entry: elementwise
@@ -52,22 +71,22 @@ def _spd_inverse(S: Float[ArrayLike, "q q"]) -> Float[Array, "q q"]:
     """
     q = S.shape[0]
     if q > _UNROLL_Q:
-        L = jnp.linalg.cholesky(S)
-        Linv = jax.scipy.linalg.solve_triangular(L, jnp.eye(q, dtype=S.dtype), lower=True)
+        factor = jnp.linalg.cholesky(S)
+        Linv = jax.scipy.linalg.solve_triangular(factor, jnp.eye(q, dtype=S.dtype), lower=True)
         return Linv.T @ Linv
-    L = [[None] * q for _ in range(q)]  # L[i][j], j ≤ i
-    inv_diag = [None] * q
+    L: dict[tuple[int, int], Array] = {}  # L[i, j], j ≤ i
+    inv_diag: list[Array] = []
     for j in range(q):
-        inv_diag[j] = jax.lax.rsqrt(S[j, j] - sum(L[j][m] * L[j][m] for m in range(j)))
-        L[j][j] = 1.0 / inv_diag[j]
+        inv_diag.append(jax.lax.rsqrt(_minus(S[j, j], (L[j, m] * L[j, m] for m in range(j)))))
+        L[j, j] = 1.0 / inv_diag[j]
         for i in range(j + 1, q):
-            L[i][j] = (S[i, j] - sum(L[i][m] * L[j][m] for m in range(j))) * inv_diag[j]
-    Li = [[None] * q for _ in range(q)]  # L⁻¹, lower triangular
+            L[i, j] = _minus(S[i, j], (L[i, m] * L[j, m] for m in range(j))) * inv_diag[j]
+    Li: dict[tuple[int, int], Array] = {}  # L⁻¹, lower triangular
     for i in range(q):
-        Li[i][i] = inv_diag[i]
+        Li[i, i] = inv_diag[i]
         for j in range(i):
-            Li[i][j] = -sum(L[i][m] * Li[m][j] for m in range(j, i)) * inv_diag[i]
-    rows = [[sum(Li[m][i] * Li[m][j] for m in range(max(i, j), q)) for j in range(q)] for i in range(q)]
+            Li[i, j] = -_sum(L[i, m] * Li[m, j] for m in range(j, i)) * inv_diag[i]
+    rows = [[_sum(Li[m, i] * Li[m, j] for m in range(max(i, j), q)) for j in range(q)] for i in range(q)]
     return jnp.stack([jnp.stack(row) for row in rows])
 
 
@@ -102,12 +121,12 @@ class AbstractInteraction(eqx.Module):
     """
 
     @abc.abstractmethod
-    def Cz(self, z: Float[ArrayLike, "*b K"]) -> Float[Array, "*b K"]:
+    def Cz(self, z: Float[Array, "*b K"]) -> Float[Array, "*b K"]:
         """`C z` (over a leading batch of states too)."""
 
     @abc.abstractmethod
     def shifted_solver(
-        self, alpha: Float[ArrayLike, ""], z: Float[ArrayLike, " K"]
+        self, alpha: Float[ArrayLike, ""], z: Float[Array, " K"]
     ) -> Callable[[Float[Array, " K"]], Float[Array, " K"]]:
         """`b ↦ (α I + C Diag(z))⁻¹ b`: `α I − J` for the Jacobian `J = −C Diag(e^u)` of
         `u̇ = r − C e^u`, factorised once and applied to many right-hand sides."""
@@ -117,7 +136,7 @@ class AbstractInteraction(eqx.Module):
         """The diagonal `C_kk`."""
 
     @abc.abstractmethod
-    def column(self, k: Int[ArrayLike, ""]) -> Float[Array, " K"]:
+    def column(self, k: Int[Array, ""] | int) -> Float[Array, " K"]:
         """The column `C[:, k]` (`k` may be traced)."""
 
     @abc.abstractmethod
@@ -175,7 +194,7 @@ class LowRankInteraction(AbstractInteraction):
     woodbury: bool = eqx.field(static=True)
 
     def __init__(self, d: Float[ArrayLike, " K"], U: Float[ArrayLike, "K q"]):
-        self.woodbury = isinstance(d, jax.core.Tracer) or bool(np.all(np.asarray(d) > 0))
+        self.woodbury = isinstance(d, Tracer) or bool(np.all(np.asarray(d) > 0))
         self.d = jnp.asarray(d)
         self.UT = jnp.asarray(U).T
 

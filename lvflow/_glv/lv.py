@@ -49,6 +49,7 @@ class AbstractLotkaVolterra(eqx.Module):
 
     def vector_field(self, t, z: Float[ArrayLike, " K"], args=None) -> Float[Array, " K"]:
         """`ż = z ⊙ (r − C z)` (Eq. 32), in diffrax's `(t, y, args)` signature."""
+        z = jnp.asarray(z)
         return z * (self.r - self.Cz(z))
 
     def log_vector_field(self, t, u: Float[ArrayLike, " K"], args=None) -> Float[Array, " K"]:
@@ -120,7 +121,7 @@ class LotkaVolterra(AbstractLotkaVolterra):
     P: Float[Array, "p K"] | None
     diagonal_C: bool = eqx.field(static=True)
 
-    def __init__(self, r, C, *, y2=0.0, P=None, check: bool = True):
+    def __init__(self, r, C, *, y2: ArrayLike = 0.0, P=None, check: bool = True):
         r = as_array("r", r, ndim=1, allow_bool=False)
         C = as_array("C", C, ndim=2, allow_bool=False)
         if np.shape(C) != (np.shape(r)[0],) * 2:
@@ -133,8 +134,8 @@ class LotkaVolterra(AbstractLotkaVolterra):
         self.P = None if P is None else jnp.asarray(P)
         self.diagonal_C = isinstance(C, np.ndarray) and is_diagonal(C)
 
-    def Cz(self, z):
-        return z @ self.C.T
+    def Cz(self, z: Float[ArrayLike, "*b K"]) -> Float[Array, "*b K"]:
+        return jnp.asarray(z) @ self.C.T
 
     @property
     def C_diagonal(self):
@@ -170,7 +171,7 @@ class LowRankLotkaVolterra(AbstractLotkaVolterra):
     y2: Float[Array, ""]
     diagonal_C: bool = eqx.field(static=True)
 
-    def __init__(self, r, d, U, *, y2=0.0):
+    def __init__(self, r, d, U, *, y2: ArrayLike = 0.0):
         r = as_array("r", r, ndim=1, allow_bool=False)
         d = as_array("d", d, ndim=1, allow_bool=False)
         U = as_array("U", U, ndim=2, allow_bool=False)
@@ -196,7 +197,7 @@ class LowRankLotkaVolterra(AbstractLotkaVolterra):
 
     def Cz(self, z: Float[ArrayLike, "*b K"]) -> Float[Array, "*b K"]:
         """`C z` in `O(K q)`."""
-        return LowRankInteraction(self.d, self.U).Cz(z)
+        return LowRankInteraction(self.d, self.U).Cz(jnp.asarray(z))
 
     @property
     def C_diagonal(self):

@@ -190,6 +190,7 @@ class ProjectorForm(eqx.Module):
 
     def vector_field(self, t, z: Float[ArrayLike, " n"], args=None) -> Float[Array, " n"]:
         """`ż_a = 2 z_a (γ_a − κ_a z_a)` (Thm 16)."""
+        z = jnp.asarray(z)
         return 2 * z * (self.gamma - self.kappa * z)
 
     def loss(self, z: Float[ArrayLike, "*b n"]) -> Float[Array, "*b"]:

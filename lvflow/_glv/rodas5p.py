@@ -203,22 +203,28 @@ class Rodas5P(dfx.AbstractAdaptiveSolver):
             # Autonomous, with its structured solve (the wrapped term's Jacobian in y is the same).
             u0, unravel = y0, lambda v: v
 
-            def f(t, u):
+            def f_term(t, u: Array) -> Array:
                 return terms.vf(t, u, args)
+
+            f = f_term
 
             solve = inner.shifted_solver(alpha, u0)
             dfdt = None
         else:
             u0, unravel = ravel_pytree(y0)
 
-            def f(t, u):
+            def f_flat(t, u: Array) -> Array:
                 return ravel_pytree(terms.vf(t, unravel(u), args))[0]
+
+            f = f_flat
 
             J = jax.jacfwd(lambda u: f(t0, u))(u0)
             lu = jax.scipy.linalg.lu_factor(alpha * jnp.eye(u0.shape[0], dtype=J.dtype) - J)
 
-            def solve(b):
+            def lu_solve(b: Array) -> Array:
                 return jax.scipy.linalg.lu_solve(lu, b)
+
+            solve = lu_solve
 
             dfdt = jax.jvp(lambda t: f(t, u0), (t0,), (jnp.ones_like(t0),))[1]
 
@@ -236,7 +242,13 @@ class Rodas5P(dfx.AbstractAdaptiveSolver):
             U.append(solve(rhs))
         # every stage feeds the last (all of its C_8j are non-zero): a non-finite stage shows in U_8
         finite = jnp.all(jnp.isfinite(U[-1]))
-        result = dfx.RESULTS.where(zero | finite, dfx.RESULTS.successful, dfx.RESULTS.singular)
+        # `singular` is inherited from optimistix.RESULTS: an equinox Enumeration's inherited items are
+        # items of the subclass, which pyright's enum model does not know
+        result = dfx.RESULTS.where(
+            zero | finite,
+            dfx.RESULTS.successful,
+            dfx.RESULTS.singular,  # pyright: ignore[reportArgumentType]
+        )
         u1 = jnp.where(zero, u0, arg + U[-1])
         err = jnp.where(zero, 0.0, U[-1])
         k = jnp.where(zero, 0.0, jnp.tensordot(jnp.asarray(_H, dtype=u0.dtype), jnp.stack(U), axes=1))

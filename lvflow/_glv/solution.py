@@ -120,7 +120,7 @@ def finish_solution(ts, zs, Czs, r, y2, switch_on_times, z_inf, rho, z_end, stat
     )
 
 
-def switch_on_target(z_inf: Float[ArrayLike, " K"], rho) -> Float[Array, " K"]:
+def switch_on_target(z_inf: Float[Array, " K"], rho: Float[ArrayLike, ""]) -> Float[Array, " K"]:
     """Thm 8's threshold in `u = ln z`: `ln T_k = ln(ρ z_k(∞))` where `z_k(∞) > 0`. A mode with no
     positive limit never switches on; it gets the finite placeholder `ln ρ`, which every caller
     masks (finite, so that no NaN enters a `where`'s unused branch and its gradient)."""

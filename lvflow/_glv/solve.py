@@ -12,11 +12,11 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._core.errors import LvflowError
-from .._core.validate import _is_concrete, as_array, check_positive
-from .closed_forms import thm6
+from .._core.validate import as_array, check_positive
+from .closed_forms import host_log, thm6
 from .equilibrium import saturated_equilibrium
 from .interaction import DiagonalInteraction
-from .lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
+from .lv import AbstractLotkaVolterra
 from .solution import SUCCESSFUL, LVSolution, finish_solution, switch_on_target
 
 if TYPE_CHECKING:
@@ -27,6 +27,14 @@ if TYPE_CHECKING:
 
 _DEFAULT_MAX_STEPS = 16384
 _N_DEFAULT_TS = 400
+
+
+def _ode_module():
+    """`solve_ode.py`, imported on first use: a diagonal `C` takes the closed form (Thm 6), and
+    `lvflow predict` of one does not pay the import of diffrax, optimistix and lineax."""
+    from . import solve_ode
+
+    return solve_ode
 
 
 def default_ts(t1, n: int = _N_DEFAULT_TS) -> Float[Array, " n"]:
@@ -53,11 +61,11 @@ class ClosedForm(eqx.Module):
 
 def solve_lv(
     system: AbstractLotkaVolterra,
-    z0,
-    t1,
+    z0: ArrayLike,
+    t1: ArrayLike,
     *,
-    ts=None,
-    rho=0.5,
+    ts: ArrayLike | None = None,
+    rho: ArrayLike = 0.5,
     rtol: float = 1e-8,
     atol: float = 1e-10,
     solver: ClosedForm | dfx.AbstractSolver | None = None,
@@ -66,7 +74,7 @@ def solve_lv(
     max_steps: int = _DEFAULT_MAX_STEPS,
     throw: bool = True,
     progress: bool = False,
-    z_inf=None,
+    z_inf: ArrayLike | None = None,
 ) -> LVSolution:
     """Integrate the gLV `ż_k = z_k (r_k − Σ_j C_kj z_j)` (Eq. 32) from `z(0) = z0` to `t1` and
     locate every mode's switch-on time `t*_k`, the first time `z_k(t) = ρ z_k(∞)` (Thm 8, Eq. 158).
@@ -148,29 +156,16 @@ def solve_lv(
         if np.size(ts) == 0:
             raise LvflowError("ts: is empty")
     interaction = system.interaction()
-    diagonal = interaction.d if isinstance(interaction, DiagonalInteraction) else None
-    closed = isinstance(solver, ClosedForm) or (solver is None and diagonal is not None)
-    if closed and diagonal is None:
+    diagonal = isinstance(interaction, DiagonalInteraction)
+    closed = isinstance(solver, ClosedForm) or (solver is None and diagonal)
+    if closed and not diagonal:
         raise LvflowError(
             f"solver: ClosedForm() needs a diagonal C (Thm 6), the system's C is a {type(interaction).__name__}"
         )
-    if not closed:
-        from .solve_ode import check_ode_options, solve_ode
-
-        check_ode_options(solver, stepsize_controller, adjoint)
-
-    scale = _float64_scale(system, z0)
-    if scale != 1.0:  # some z_k0 below the smallest normal double: the same flow, rescaled (see there)
-        sol = solve_lv(
-            _rescaled(system, scale),
-            np.asarray(z0, dtype=float) / scale,
-            t1,
-            **dict(ts=ts, rho=rho, rtol=rtol, atol=atol, solver=solver, stepsize_controller=stepsize_controller),
-            **dict(adjoint=adjoint, max_steps=max_steps, throw=throw, progress=progress),
-            z_inf=None if z_inf is None else np.asarray(z_inf, dtype=float) / scale,
-        )
-        scaled = (sol.zs * scale, sol.loss * scale + system.y2, sol.z_inf * scale)  # z = s z', L = s L' + y2
-        return eqx.tree_at(lambda s: (s.zs, s.loss, s.z_inf), sol, scaled)
+    ode = None if closed else _ode_module()
+    ode_solver = None if ode is None else ode.check_ode_options(solver, stepsize_controller, adjoint)
+    # ln z0 goes into the compiled solve: a subnormal z_k0 (compiled code reads it as 0) keeps its log
+    log_z0 = host_log(z0)
 
     r = system.r
     given = z_inf is not None
@@ -182,12 +177,14 @@ def solve_lv(
     else:
         z_eq, eq_ok = saturated_equilibrium(r, interaction)
 
-    if closed:
-        return _closed_form_solve(r, diagonal, z0, t1, ts, z_eq, eq_ok, rho, system.y2, given=given, throw=throw)
-    z0, t1, ts, z_eq, rho = _checked_inputs(z0, t1, ts, z_eq, rho, given=given)
-    return solve_ode(
+    if ode is None:  # the closed form
+        assert isinstance(interaction, DiagonalInteraction)  # `closed` requires it (checked above)
+        c = interaction.d
+        return _closed_form_solve(r, c, z0, log_z0, t1, ts, z_eq, eq_ok, rho, system.y2, given=given, throw=throw)
+    u0, t1, ts, z_eq, rho = _checked_inputs(log_z0, t1, ts, z_eq, rho, given=given)
+    return ode.solve_ode(
         system,
-        z0,
+        u0,
         t1,
         ts,
         z_eq,
@@ -195,7 +192,7 @@ def solve_lv(
         rho,
         rtol=rtol,
         atol=atol,
-        solver=solver,
+        solver=ode_solver,
         stepsize_controller=stepsize_controller,
         adjoint=adjoint,
         max_steps=max_steps,
@@ -205,12 +202,14 @@ def solve_lv(
     )
 
 
-def _checks(z0, t1, ts, z_eq, rho, *, given: bool):
+def _checks(u0, t1, ts, z_eq, rho, *, given: bool):
     """`solve_lv`'s value checks (`equinox.error_if`: eagerly and under `jit`), with the default
-    `ts` filled in: `(z0, t1, ts, z_eq, rho)` as float arrays."""
-    z0, t1, z_eq, rho = (jnp.asarray(x, dtype=float) for x in (z0, t1, z_eq, rho))
-    z0 = eqx.error_if(
-        z0, jnp.any(z0 <= 0), "z0: must be > 0 in every mode (a mode at 0 never grows: drop it from the system)"
+    `ts` filled in: `(u0, t1, ts, z_eq, rho)` as float arrays, `u0 = ln z0`."""
+    u0, t1, z_eq, rho = (jnp.asarray(x, dtype=float) for x in (u0, t1, z_eq, rho))
+    u0 = eqx.error_if(  # ln z0 is −inf at z0 = 0 and NaN below
+        u0,
+        jnp.any(~(u0 > -jnp.inf)),
+        "z0: must be > 0 in every mode (a mode at 0 never grows: drop it from the system)",
     )
     t1 = eqx.error_if(t1, t1 <= 0, "t1: must be > 0")
     rho = eqx.error_if(rho, (rho <= 0) | (rho >= 1), "rho: must lie in (0, 1)")
@@ -225,83 +224,41 @@ def _checks(z0, t1, ts, z_eq, rho, *, given: bool):
     else:
         bad = ~jnp.all(jnp.isfinite(z_eq))
         z_eq = eqx.error_if(z_eq, bad, "system: no finite saturated equilibrium (the loss is unbounded below)")
-    return z0, t1, ts, z_eq, rho
+    return u0, t1, ts, z_eq, rho
 
 
 _checked_inputs = jax.jit(_checks, static_argnames="given")
 
 
 @functools.partial(jax.jit, static_argnames=("given", "throw"))
-def _closed_form_solve(r, c, z0, t1, ts, z_eq, eq_ok, rho, y2, *, given: bool, throw: bool) -> LVSolution:
+def _closed_form_solve(r, c, z0, log_z0, t1, ts, z_eq, eq_ok, rho, y2, *, given: bool, throw: bool) -> LVSolution:
     """`solve_lv` by Thm 6 (`ClosedForm`): the checked inputs, `_closed_form_core`, and with
     `throw` a run-time error for a non-finite solution."""
-    z0, t1, ts, z_eq, rho = _checks(z0, t1, ts, z_eq, rho, given=given)
-    sol = _closed_form_core(r, c, z0, t1, ts, z_eq, eq_ok, rho, y2)
+    u0, t1, ts, z_eq, rho = _checks(log_z0, t1, ts, z_eq, rho, given=given)
+    sol = _closed_form_core(r, c, jnp.asarray(z0, dtype=float), t1, ts, z_eq, eq_ok, rho, y2, u0)
     if throw:  # the closed form's result is `successful`: it fails only by non-finite values
         sol = eqx.error_if(sol, ~sol.success, "solve_lv: non-finite values in the solution")
     return sol
 
 
-_TINY = np.finfo(np.float64).tiny  # 2.2e-308: XLA on CPU flushes anything smaller to 0
-
-
-def _float64_scale(system: AbstractLotkaVolterra, z0) -> float:
-    """1, or a power of two `s` when some `z_k0` is subnormal (compiled code reads it as 0).
-
-    The gLV is invariant under `z = s z'`, `C = C'/s` (Eq. 32: `ż' = z' (r − (sC) z')`), so the flow
-    from a subnormal `z0` is the flow of `sC` from `z0/s`, with the same switch-on times. `s` puts
-    `[min z0, max r_k/C_kk]` inside `[2^-1000, 2^400]` (a power of two: exact).
-
-    **Raises:** `LvflowError` naming `z0` when that range does not fit in float64.
-    """
-    if not (_is_concrete(z0) and _is_concrete(system.r) and _is_concrete(system.C_diagonal)):
-        return 1.0
-    z0 = np.asarray(z0, dtype=float)
-    z0 = z0[z0 > 0]  # a z_k0 ≤ 0 is refused by solve_lv's value checks
-    if not z0.size or float(np.min(z0)) >= _TINY:
-        return 1.0
-    r, Ckk = np.asarray(system.r, dtype=float), np.asarray(system.C_diagonal, dtype=float)
-    grow = (r > 0) & (Ckk > 0)
-    with np.errstate(divide="ignore", over="ignore"):
-        top = float(np.max(np.log2(r[grow]) - np.log2(Ckk[grow]))) if np.any(grow) else 0.0
-    lo = float(np.log2(np.min(z0)))
-    top = max(top, float(np.log2(np.max(z0))))
-    # z0/s ≥ 2^-1000 (normal) and z(∞)/s ≤ 2^400 (below the ODE's clip of ln z at 300, `exp_clipped`).
-    if top - lo > 1400:
-        raise LvflowError(
-            f"z0: the state runs from z_k(0) = {np.min(z0):.3g} to z_k(∞) ≈ 2^{top:.0f}, more than float64 "
-            "can hold in one solve; use a larger eps (the switch-on times grow only as ln(1/eps))"
-        )
-    return float(2.0 ** (2 * round((top + lo + 600) / 4)))  # an even power of two: √s exact for U
-
-
-def _rescaled(system: AbstractLotkaVolterra, s: float) -> AbstractLotkaVolterra:
-    """The gLV with `C → s C` and `y2 = 0` (the flow of `z/s`, `_float64_scale`)."""
-    if _is_low_rank(system):
-        return LowRankLotkaVolterra(system.r, system.d * s, system.U * np.sqrt(s))
-    return LotkaVolterra(system.r, system.C * s, check=False)
-
-
-def _is_low_rank(system) -> bool:
-    return isinstance(system, LowRankLotkaVolterra)
-
-
 @jax.jit
 def _closed_form_core(
-    r: Float[ArrayLike, " K"],
-    c: Float[ArrayLike, " K"],
-    z0: Float[ArrayLike, " K"],
-    t1: Float[ArrayLike, ""],
-    ts: Float[ArrayLike, " n"],
-    z_eq: Float[ArrayLike, " K"],
+    r: Float[Array, " K"],
+    c: Float[Array, " K"],
+    z0: Float[Array, " K"],
+    t1: Float[Array, ""],
+    ts: Float[Array, " n"],
+    z_eq: Float[Array, " K"],
     eq_ok: Bool[ArrayLike, ""],
-    rho: Float[ArrayLike, ""],
+    rho: Float[Array, ""],
     y2: Float[ArrayLike, ""],
+    log_z0: Float[Array, " K"] | None = None,
 ) -> LVSolution:
-    """Thm 6 at `ts` and its inversion for the switch-on times (diagonal `C = Diag(c)`)."""
-    u0 = jnp.log(z0)
-    zs = thm6(r[None], c[None], z0[None], ts[:, None])
-    z_end = thm6(r, c, z0, t1)
+    """Thm 6 at `ts` and its inversion for the switch-on times (diagonal `C = Diag(c)`);
+    `log_z0 = ln z0` (default `jnp.log(z0)`), exact where `z0` is subnormal (read as 0 here)."""
+    u0 = jnp.log(z0) if log_z0 is None else log_z0
+    zs = thm6(r[None], c[None], z0[None], ts[:, None], u0[None])
+    z_end = thm6(r, c, z0, t1, u0)
     z_inf = jnp.where(eq_ok, z_eq, z_end)
     live = z_inf > 0
     target = switch_on_target(z_inf, rho)  # ln T_k, T_k = ρ z_k(∞)
@@ -313,7 +270,12 @@ def _closed_form_core(
     safe_r = jnp.where(crosses, r, 1.0)
     safe_gap = jnp.where(crosses, gap, 1.0)
     # t* = (1/r) [ln(T/z0) + ln((r − C z0)/(r − C T))], both terms ≥ 0 for z0 < T < r/C.
-    t_cross = ((target - u0) + jnp.log1p(c * (T - z0) / safe_gap)) / safe_r
+    # C z0 from logs where z0 is subnormal (read as 0), e.g. C = 1e300, z0 = 1e-310
+    normal = z0 > 0
+    log_c = jnp.log(jnp.where(c > 0, c, 1.0))
+    cz0 = jnp.where(normal | (c <= 0), c * z0, jnp.exp(log_c + jnp.where(normal, 0.0, u0)))
+    c_rise = jnp.where(normal, c * (T - z0), c * T - cz0)
+    t_cross = ((target - u0) + jnp.log1p(c_rise / safe_gap)) / safe_r
     t_star = jnp.where(live & above, 0.0, jnp.where(crosses, t_cross, jnp.inf))
     t_star = jnp.where(t_star <= t1, t_star, jnp.inf)  # as the ODE path: not reached by t1
     no_steps = (jnp.asarray(0),) * 3  # the dtype diffrax's statistics have

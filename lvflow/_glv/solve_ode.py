@@ -8,22 +8,24 @@ import diffrax as dfx
 import equinox as eqx
 import jax.numpy as jnp
 import optimistix as optx
-from jaxtyping import ArrayLike, Bool, Float
+from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._core.errors import LvflowError
 from .interaction import DenseInteraction
 from .lv import AbstractLotkaVolterra
 from .rodas5p import Rodas5P
 from .solution import LVSolution, finish_solution, switch_on_target
-from .switch_on import SwitchOnTracker
+from .switch_on import SwitchOnState, SwitchOnTracker
 from .term import LogLotkaVolterraTerm
 
 _ADJOINTS = (dfx.RecursiveCheckpointAdjoint, dfx.DirectAdjoint, dfx.ForwardMode)
 _DENSE_RODAS_MAX_K = 100  # above this a dense C's O(K³) LU per step costs more than Dopri5's extra steps
 
 
-def check_ode_options(solver, stepsize_controller, adjoint) -> None:
+def check_ode_options(solver: object, stepsize_controller: object, adjoint: object) -> dfx.AbstractSolver | None:
     """`solve_lv`'s checks of the diffrax options it was given (`None`: not given).
+
+    **Returns:** `solver`, checked.
 
     **Raises:** `LvflowError` for an option of the wrong kind.
     """
@@ -39,11 +41,12 @@ def check_ode_options(solver, stepsize_controller, adjoint) -> None:
             "(the solve saves the tracker's state, which the others cannot differentiate), "
             f"got {type(adjoint).__name__}"
         )
+    return solver
 
 
 def solve_ode(
     system: AbstractLotkaVolterra,
-    z0,
+    u0: Float[Array, " K"],
     t1,
     ts,
     z_eq,
@@ -60,7 +63,7 @@ def solve_ode(
     first_pass: bool,
     throw: bool,
 ) -> LVSolution:
-    """`solve_lv`'s ODE path on validated input (see there): the default solver (`Rodas5P`, or
+    """`solve_lv`'s ODE path on validated input (see there; `u0 = ln z0`): the default solver (`Rodas5P`, or
     `diffrax.Dopri5` for a dense `C` with more than 100 modes), controller and adjoint, then
     `_ode_core`. `first_pass`: `z_eq` may not be `z(∞)` (where `eq_ok` is false, `z(t1)` of a
     first solve is used); `throw`: a run-time error for a failed solve or a non-finite value."""
@@ -73,7 +76,7 @@ def solve_ode(
         stepsize_controller = dfx.PIDController(rtol=jnp.asarray(rtol), atol=jnp.asarray(atol), norm=optx.max_norm)
     return _ode_core(
         term,
-        jnp.log(jnp.asarray(z0, dtype=float)),
+        u0,
         jnp.asarray(t1, dtype=float),
         jnp.asarray(ts, dtype=float),
         z_eq,
@@ -93,13 +96,13 @@ def solve_ode(
 @eqx.filter_jit
 def _ode_core(
     term: LogLotkaVolterraTerm,
-    u0: Float[ArrayLike, " K"],
-    t1: Float[ArrayLike, ""],
-    ts: Float[ArrayLike, " n"],
-    z_eq: Float[ArrayLike, " K"],
+    u0: Float[Array, " K"],
+    t1: Float[Array, ""],
+    ts: Float[Array, " n"],
+    z_eq: Float[Array, " K"],
     eq_ok: Bool[ArrayLike, ""],
-    rho: Float[ArrayLike, ""],
-    y2: Float[ArrayLike, ""],
+    rho: Float[Array, ""],
+    y2: Float[Array, ""],
     *,
     solver: dfx.AbstractSolver,
     controller: dfx.AbstractStepSizeController,
@@ -133,6 +136,7 @@ def _ode_core(
         # z(∞) not unique where eq_ok is false: z(t1) from a first solve. Its horizon is 0 where
         # z(∞) is unique, so that it costs nothing for those systems (also under vmap).
         first = solve(solver, jnp.where(eq_ok, 0.0, t1), dfx.SaveAt(t1=True), dfx.NoProgressMeter())
+        assert first.ys is not None  # SaveAt(t1=True)
         z_inf = jnp.where(eq_ok, z_eq, jnp.exp(first.ys[-1]))
         first_result = first.result
     else:
@@ -144,6 +148,7 @@ def _ode_core(
     meter = dfx.TqdmProgressMeter() if progress else dfx.NoProgressMeter()
     saveat = dfx.SaveAt(subs=[dfx.SubSaveAt(ts=ts), dfx.SubSaveAt(t1=True)], solver_state=True)
     out = solve(tracker, t1, saveat, meter)
+    assert out.ys is not None and isinstance(out.solver_state, SwitchOnState)  # saveat's subs, solver_state=True
     zs = jnp.exp(out.ys[0])
     u_end = out.ys[1][-1]
     switch_on_times = jnp.where(live, tracker.crossing_times(out.solver_state), jnp.inf)

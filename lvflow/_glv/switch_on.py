@@ -63,7 +63,8 @@ class SwitchOnTracker(dfx.AbstractWrappedSolver):
         return self.solver.term_structure
 
     @property
-    def interpolation_cls(self):  # pyright: ignore
+    # diffrax declares it a ClassVar (a callable class), forwarded here as diffrax's HalfSolver does
+    def interpolation_cls(self):  # pyright: ignore[reportIncompatibleMethodOverride]
         return self.solver.interpolation_cls
 
     @property
@@ -71,12 +72,17 @@ class SwitchOnTracker(dfx.AbstractWrappedSolver):
         return self.solver.term_compatible_contr_kwargs
 
     @property
-    def root_finder(self):  # read by diffrax for an implicit wrapped solver
-        return self.solver.root_finder
+    def root_finder(self):
+        solver = self.solver
+        assert isinstance(solver, dfx.AbstractImplicitSolver)  # diffrax reads it for an implicit solver only
+        return solver.root_finder
 
     @property
-    def scan_kind(self):  # read by diffrax for a Runge–Kutta wrapped solver under some adjoints
-        return self.solver.scan_kind
+    def scan_kind(self):
+        solver = self.solver
+        # diffrax reads it for a Runge–Kutta (or SRK) wrapped solver only, under some adjoints
+        assert isinstance(solver, (dfx.AbstractRungeKutta, dfx.AbstractSRK))
+        return solver.scan_kind
 
     def order(self, terms):
         return self.solver.order(terms)

@@ -211,6 +211,7 @@ def _flow(args, W0, t1, tol):
         max_steps=200_000,
         throw=False,
     )
+    assert sol.ys is not None and sol.ts is not None  # SaveAt(t1=True)
     return sol.ys[-1], sol.result, sol.ts[-1], sol.stats["num_steps"]
 
 
@@ -393,7 +394,7 @@ def nqf_plateau_schedule(nqf: NQF, eps, *, max_events: int | None = None) -> NQF
     eps = check_in_open_interval("eps", eps, 0.0, 1.0)
     A2, t2, m = _check_nqf(nqf)
     p = A2.shape[-1]
-    max_events = 4 * p + 16 if max_events is None else check_positive_int("max_events", max_events)
+    event_cap = 4 * p + 16 if max_events is None else check_positive_int("max_events", max_events)
     H_of = lambda M: np.asarray(nqf.H(jnp.asarray(M)))  # noqa: E731
     loss_of = lambda M: float(nqf.loss(jnp.asarray(M)))  # noqa: E731
 
@@ -404,6 +405,7 @@ def nqf_plateau_schedule(nqf: NQF, eps, *, max_events: int | None = None) -> NQF
     ev_t, ev_dir, ev_ign, ev_loss = [], [], [], []
     Ms, taus, rates = [np.zeros((p, p))], [0.0], []
     kkt = 0.0
+    rscale = 1e-300  # the first plateau's largest rate (set on the first pass)
     loss0 = loss_of(np.zeros((p, p)))
     while True:
         M = F @ F.T
@@ -448,7 +450,10 @@ def nqf_plateau_schedule(nqf: NQF, eps, *, max_events: int | None = None) -> NQF
                 "too close to 0 for the plateau flow to resolve)"
             )
         for d in dirs.T:
-            ev_t.append(t), ev_dir.append(d), ev_ign.append(True), ev_loss.append(Lnew)
+            ev_t.append(t)
+            ev_dir.append(d)
+            ev_ign.append(True)
+            ev_loss.append(Lnew)
         # the new flag in the new S⊥: leaving directions at log-scale 0, then the rest in order
         proj = np.eye(p)
         if F.shape[1]:
@@ -465,7 +470,10 @@ def nqf_plateau_schedule(nqf: NQF, eps, *, max_events: int | None = None) -> NQF
         u = logs[kept]
         for k in kept:
             if k < gone.shape[1]:
-                ev_t.append(t), ev_dir.append(V[:, kept.index(k)]), ev_ign.append(False), ev_loss.append(Lnew)
+                ev_t.append(t)
+                ev_dir.append(V[:, kept.index(k)])
+                ev_ign.append(False)
+                ev_loss.append(Lnew)
         if V.shape[1] != p - F.shape[1]:
             raise SolverError(
                 f"plateau_schedule: the inactive flag has {V.shape[1]} directions, expected {p - F.shape[1]} "
@@ -473,8 +481,8 @@ def nqf_plateau_schedule(nqf: NQF, eps, *, max_events: int | None = None) -> NQF
             )
         Ms.append(Mnew)
         taus.append(t)
-        if len(ev_t) > max_events:
-            raise SolverError(f"max_events: more than {max_events} events; pass a larger max_events")
+        if len(ev_t) > event_cap:
+            raise SolverError(f"max_events: more than {event_cap} events; pass a larger max_events")
 
     return NQFPlateauSchedule(
         tau=jnp.asarray(np.array(ev_t, dtype=float)),

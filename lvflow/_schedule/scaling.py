@@ -300,7 +300,7 @@ def fit_power_law(
     **Arguments:** `t` (positive, increasing), `loss` (same shape; non-positive and non-finite
     entries are dropped, e.g. an excess loss that reached 0 in floating point).
     """
-    t = as_array("t", t, ndim=1)
+    t = np.asarray(as_array("t", t, ndim=1))
     loss = np.asarray(loss, dtype=float)
     if loss.shape != t.shape:
         raise LvflowError(f"loss: shape {loss.shape} does not match t of shape {t.shape}")
@@ -415,7 +415,7 @@ def resolved_steps(
     `t*_k = [ln(1/ε) − ln(C_k c_k/(ζ_k − C_k c_k ε) · (1−ρ)/ρ)]/(a ζ_k)` for `z_k0 = c_k ε`.
     Modes with `ζ_k ≤ 0` never switch on and are left out.
     """
-    zeta = as_array("zeta", zeta, ndim=1)
+    zeta = np.asarray(as_array("zeta", zeta, ndim=1))
     eps = check_in_open_interval("eps", eps, 0.0, 1.0)
     rho = check_in_open_interval("rho", rho, 0.0, 1.0)
     if a not in (1, 2):

@@ -95,6 +95,14 @@ class _Checkpoint(NamedTuple):
     n_drops: int
 
 
+def _window_module():
+    """`window.py` (joint windows), imported on first use: it imports diffrax, which a schedule
+    without transients (a closed-form `lvflow predict`) does not need."""
+    from . import window
+
+    return window
+
+
 def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
     """The event loop in `u` (`s_k` uncorrected, `ln z_k` corrected) and time `t` (`τ`, or real
     time corrected). A mode off the active set ignites when `u_k` reaches `θ_k` (0, or
@@ -128,9 +136,10 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
     n, t = len(ext), 0.0
     dt = np.empty(K)
     orbits = {}  # mode -> its ignition from the current plateau (`_ignition`), with `cols`
-    if cols is not None:
-        from .window import joint_window, levels
-    level = levels(r, be.diagonal()) if cols is not None else None
+    # with `cols`: the joint windows' module (diffrax: imported only for a corrected schedule) and the
+    # level each mode's log must reach to count as present in a window
+    window = _window_module() if cols is not None else None
+    level = window.levels(r, be.diagonal()) if window is not None else None
     history = []  # with `cols`: a `_Checkpoint` before each one-mode ignition since the last window
     # with `cols`: when the one-mode ignitions since the last window have settled (their orbits within e^-κ
     # of the plateau reached); an ignition before that overlaps them (`_window_modes`)
@@ -157,7 +166,7 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
             orbits[k] = _ignition(be, pend, k, r, cols, tol, max_iter)
             continue
         dmin = max(float(dt[k]), 0.0)
-        if cols is not None:
+        if window is not None and level is not None:
             batch = (dt <= dmin + _TIME_RTOL * max(1.0, abs(t + dmin))).nonzero()[0]
             overlap = dt[k] < -_TIME_RTOL * max(1.0, abs(t)) or t + dt[k] < settled
             W0 = _window_modes(orbits[k], k, batch, overlap)
@@ -167,7 +176,7 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
                     # k ignites before the last one-mode ignition has settled: undo that ignition
                     # (and the ones before it while a mode of the window was already in transit
                     # when they started) and integrate them together
-                    while history:
+                    while True:
                         c = history.pop()
                         be, pend, w, t, active, tstar, znow, n = (
                             c.be,
@@ -180,13 +189,13 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
                             c.n,
                         )
                         W0, required = W0 | {c.k}, [c.k]
-                        if not np.any((-w[list(W0)] >= level[list(W0)]) & ~active[list(W0)]):
+                        if not history or not np.any((-w[list(W0)] >= level[list(W0)]) & ~active[list(W0)]):
                             break
                     del ev[c.n_ev :], drops[c.n_drops :]
                 history.clear()
                 settled = -math.inf
                 be = be.copy()  # the window's events are replayed on it in place
-                win = joint_window(be, pend, -w, t, required, W0, r, cols, tol, max_iter, level)
+                win = window.joint_window(be, pend, -w, t, required, W0, r, cols, tol, max_iter, level)
                 zprev = znow
                 for tg, modes, off in win.ignitions:  # the window's events, replayed on the backend
                     pend.update(modes)
@@ -214,12 +223,13 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
                 if n > max_events:
                     raise SolverError(f"max_events: more than {max_events} events; pass a larger max_events")
                 continue
-        if cols is not None:
-            # the state before this ignition, to integrate it jointly with the next one if that
-            # one turns out to be past its threshold already (`be` is not changed in place below)
-            saved = _Checkpoint(
-                be, frozenset(pend), w.copy(), t, active.copy(), tstar.copy(), znow, n, k, len(ev), len(drops)
-            )
+        # with `cols`, the state before this ignition, to integrate it jointly with the next one if
+        # that one turns out to be past its threshold already (`be` is not changed in place below)
+        saved = (
+            _Checkpoint(be, frozenset(pend), w.copy(), t, active.copy(), tstar.copy(), znow, n, k, len(ev), len(drops))
+            if cols is not None
+            else None
+        )
         t += dmin
         batch = (dt <= dmin + _TIME_RTOL * max(1.0, abs(t))).nonzero()[0]
         if dmin > 0:
@@ -228,7 +238,7 @@ def _run(be, r, y2, u0, active0, tol, corrected, max_events, cols=None):
         active[batch] = True
         tstar[batch] = np.minimum(tstar[batch], t)
         zprev = znow
-        if cols is not None:
+        if saved is not None:
             history.append(saved)
             del history[:-_HISTORY]
             be, pend = orbits[k].be, orbits[k].pend  # already repaired onto the new plateau
@@ -380,13 +390,13 @@ def _ignition(be, pend, k, r, cols, tol, max_iter) -> _Ignition | _NeedsWindow:
     stay = np.flatnonzero(S & ~Sn & (sig_new >= -(_mode_tol(r, sig_new) if tol is None else tol)))
     if stay.size:
         return _NeedsWindow(f"mode {k}'s ignition leaves modes {stay.tolist()} at z* = 0 without decaying")
-    from .orbit import _KAPPA, transient
+    from . import orbit  # diffrax: imported only for a schedule with transients
 
     M = np.flatnonzero(S | Sn)
     CM = cols(M)
-    o = transient(r[M], CM[M], z_old[M], z_new[M], int(np.searchsorted(M, k)))
+    o = orbit.transient(r[M], CM[M], z_old[M], z_new[M], int(np.searchsorted(M, k)))
     gone = ~np.isnan(o.u_off)
-    return _Ignition(o.theta, new, new_pend, CM @ o.m, M[gone], o.u_off[gone], _KAPPA / o.rate)
+    return _Ignition(o.theta, new, new_pend, CM @ o.m, M[gone], o.u_off[gone], orbit._KAPPA / o.rate)
 
 
 def _window_modes(o, k, batch, overlap):

@@ -74,7 +74,6 @@ def levels(r, cdiag):
 
 
 class _Run(NamedTuple):
-    add: set  # passive modes that came within κ e-folds of their level: integrate again with them
     t0: float
     u0: np.ndarray  # (K,) logs at t0 off the old support
     ts: np.ndarray  # step times up to T
@@ -110,8 +109,8 @@ def joint_window(be, pend, u_t, t, required, W0, r, cols, tol, max_iter, level) 
         M = np.flatnonzero(S | inW)
         CM = cols(M)
         run = _integrate(be, S, z_old, sig_old, u_t, t, M, CM, set(required), r, level, tol, max_iter)
-        if run.add:
-            W.update(run.add)
+        if isinstance(run, set):  # passive modes that came within κ e-folds of their level
+            W.update(run)
             continue
         return _read_off(be, run, S, M, CM, r, level, tol, max_iter)
     raise SolverError("transients: the joint window kept growing")  # pragma: no cover - W grows each time
@@ -124,7 +123,9 @@ def _equilibrium(be, P, tol, max_iter):
     return fin, fp
 
 
-def _integrate(be, S, z_old, sig_old, u_t, t, M, CM, required, r, level, tol, max_iter) -> _Run:
+def _integrate(be, S, z_old, sig_old, u_t, t, M, CM, required, r, level, tol, max_iter) -> _Run | set[int]:
+    """The window's run on the modes `M` until its plateau settles, or the passive modes that came
+    within κ e-folds of their level (integrate again with them)."""
     K, n = r.shape[0], M.shape[0]
     CMM, inS, lvM = CM[M], S[M], level[M]
     out = np.ones(K, bool)
@@ -164,7 +165,7 @@ def _integrate(be, S, z_old, sig_old, u_t, t, M, CM, required, r, level, tol, ma
         tt, yy = sol.ts, sol.ys
         uM = yy[:n]
         present = (uM >= lvM[:, None]) & ~inS[:, None]
-        settled = -1
+        settled, reached = -1, None  # the step where the plateau `reached` (backend, pend) settles
         for s in range(tt.size):
             seen |= present[:, s]
             if not all(seen[np.searchsorted(M, j)] for j in required):
@@ -176,21 +177,20 @@ def _integrate(be, S, z_old, sig_old, u_t, t, M, CM, required, r, level, tol, ma
             sp = zs > 0
             with np.errstate(divide="ignore"):
                 if np.all(np.abs(uM[sp, s] - np.log(zs[sp])) <= math.exp(-_KAPPA)) and np.all(uM[~sp, s] < lvM[~sp]):
-                    settled = s
+                    settled, reached = s, cache[key]
                     break
         upto = tt.size if settled < 0 else settled + 1
         if out.any():
             uP = u0[out][:, None] + r[out][:, None] * (tt[:upto] - t0) - CM[out] @ yy[n:, :upto]
             hot = np.flatnonzero(out)[np.max(uP, axis=1) >= level[out]]
             if hot.size:
-                return _Run(set(hot.tolist()), t0, u0, *([None] * 8))
+                return set(hot.tolist())
         ts_all.append(tt[:upto])
         u_all.append(uM[:, :upto])
         chunk_of.append(np.full(upto, c))
         sols.append(sol)
         if settled >= 0:
             return _Run(
-                set(),
                 t0,
                 u0,
                 np.concatenate(ts_all),
@@ -198,7 +198,7 @@ def _integrate(be, S, z_old, sig_old, u_t, t, M, CM, required, r, level, tol, ma
                 sols,
                 np.concatenate(chunk_of),
                 yy[:, settled],
-                cache[key],
+                reached,
                 seen,
                 glv,
             )
