@@ -52,7 +52,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     grid.add_argument("--spec", metavar="FILE", help="TOML/JSON spec: [grid] tables, [[configs]] lists, [options]")
     run = parser.add_argument_group("the sweep")
     run.add_argument("--out", metavar="DIR", required=True, help="output directory (chunks, manifest, summary)")
-    run.add_argument("--curve", action="store_true", help="also store the excess-loss curve of every configuration")
+    run.add_argument(
+        "--curve",
+        action="store_true",
+        help=(
+            "also store every configuration's excess-loss curve (ts, excess_loss) and its drops, as lvflow "
+            "predict's table reads them: n_drops, and for drops j = 1..3 drop{j}_t and drop{j}_step (where the "
+            "loss crosses the midpoint between the plateaus on either side), drop{j}_excess_loss_before/_after "
+            "(those plateaus' excess loss), drop{j}_complete (false: still falling at t1)"
+        ),
+    )
     run.add_argument(
         "--schedule",
         choices=("limit", "corrected", "none"),
