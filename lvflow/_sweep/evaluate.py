@@ -411,6 +411,7 @@ def derived(out: dict[str, np.ndarray], eps: np.ndarray, lr: np.ndarray, alpha: 
 #: drops of each configuration's curve given their own columns (`drop_columns`)
 DROPS_SHOWN = 3
 _PER_DROP = ("t", "step", "excess_loss_before", "excess_loss_after", "complete")
+_READ = ("t", "excess_loss_before", "excess_loss_after")  # read off `LossDrops` (the rest derived)
 #: the columns `drop_columns` returns, in order
 DROP_COLUMNS = ("n_drops",) + tuple(f"drop{j + 1}_{k}" for j in range(DROPS_SHOWN) for k in _PER_DROP)
 
@@ -433,9 +434,7 @@ def drop_columns(ts: np.ndarray, excess: np.ndarray, lr: np.ndarray) -> dict[str
     """
     B = ts.shape[0]
     n = np.zeros(B, dtype=np.int64)
-    cols = {"t": np.full((B, DROPS_SHOWN), np.nan)}
-    for k in ("excess_loss_before", "excess_loss_after"):
-        cols[k] = np.full((B, DROPS_SHOWN), np.nan)
+    cols = {k: np.full((B, DROPS_SHOWN), np.nan) for k in _READ}
     complete = np.zeros((B, DROPS_SHOWN), dtype=bool)
     for b in range(B):
         d = loss_drops(ts[b], excess[b])
@@ -448,7 +447,7 @@ def drop_columns(ts: np.ndarray, excess: np.ndarray, lr: np.ndarray) -> dict[str
     out: dict[str, np.ndarray] = {"n_drops": n}
     for j in range(DROPS_SHOWN):
         out[f"drop{j + 1}_t"] = cols["t"][:, j]
-        out[f"drop{j + 1}_step"] = cols["t"][:, j] / lr
+        out[f"drop{j + 1}_step"] = cols["t"][:, j] / lr  # NaN where no learning rate is given
         out[f"drop{j + 1}_excess_loss_before"] = cols["excess_loss_before"][:, j]
         out[f"drop{j + 1}_excess_loss_after"] = cols["excess_loss_after"][:, j]
         out[f"drop{j + 1}_complete"] = complete[:, j]

@@ -364,8 +364,9 @@ def chunk_columns(res: Resolved, g: int, rows: np.ndarray, out: dict[str, np.nda
     scalars = {k: v for k, v in out.items() if v.ndim == 1}
     cols.update(scalars)
     cols.update(derived(out, res.eps[rows], lr, alpha))
-    if "excess_loss" in out:
-        cols.update(drop_columns(out["ts"], out["excess_loss"], lr))
+    excess = out.get("excess_loss")  # with curves
+    if excess is not None:
+        cols.update(drop_columns(out["ts"], excess, lr))
     cols.update({k: v for k, v in out.items() if v.ndim == 2})
     return cols
 
