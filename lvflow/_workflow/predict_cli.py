@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 
 EXAMPLES = """\
-output (the JSON/npz of --save has the same numbers under the names in brackets):
+output (--save's .json holds these numbers under the names in brackets; its .npz holds the drops
+as drops_t_mid, drops_loss_before, drops_loss_after, drops_complete):
   drops       one row per drop of the predicted loss curve [drops]:
                 #            the drop's number, in time order [rank]
                 t, step      where the loss crosses the midpoint between the plateaus before and
