@@ -31,6 +31,29 @@ EXAMPLES = """\
 values: one value, a comma-separated list (0.6,0.8,1.0), or a range lin:START:STOP:COUNT /
 log:START:STOP:COUNT; the sweep is the grid of all combinations (the last flag varying fastest).
 
+results (columns of lvflow.load_sweep(DIR) and of DIR/chunk-*.npz; one row per configuration):
+  index, the parameters given, eps, modes, rho, group
+              the configuration: its number; the parameters given, by their API names (lr is
+              learning_rate, points num_points; files by name); eps, K and rho as used; the
+              group of equal shapes it was evaluated in
+  t1, success, num_steps
+              the horizon; whether the solve succeeded; the ODE's steps (0: closed form)
+  n_on, t_first, t_last, steps_first
+              modes that switch on by t1; the first and last switch-on time t* (a mode at rho of
+              its final strength: not when the loss drops, see the drop columns); t_first/lr
+  tau_first, ln_inv_eps
+              the first eps -> 0 ignition (t_first ~ tau_first ln(1/eps)); ln(1/eps)
+  exponent, exponent_fit
+              Thm 9's loss exponent (alpha1 - 1)/alpha2; the one the finite-eps staircase shows
+  per mode (K columns): t_star; tau_star and plateau_loss (the --schedule's ignition time and
+              excess loss before the mode switches on); z_inf; r; V = r²/(8 C_kk)
+  with --curve: ts, excess_loss (the curve, on predict's time grid), n_drops (its drops, as
+              lvflow predict's drops table reads them), and for drops j = 1..3 (NaN where fewer):
+              drop{j}_t, drop{j}_step (where the loss crosses the midpoint between the plateaus
+              on either side; t/lr), drop{j}_excess_loss_before/_after (those plateaus' excess
+              loss), drop{j}_complete (false: still falling at t1)
+  summary.json holds the scalars per configuration (up to 10^4), the plateau law and exponents.
+
 examples:
   lvflow sweep --alpha1 2 --alpha2 0.6,0.8,1.0 --modes 100 --eps 1e-4,1e-6,1e-8 --out sweep1
   lvflow sweep --system a.npz,b.npz --eps log:1e-10:1e-3:15 --lr 0.01 --out sweep2
@@ -52,7 +75,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     grid.add_argument("--spec", metavar="FILE", help="TOML/JSON spec: [grid] tables, [[configs]] lists, [options]")
     run = parser.add_argument_group("the sweep")
     run.add_argument("--out", metavar="DIR", required=True, help="output directory (chunks, manifest, summary)")
-    run.add_argument("--curve", action="store_true", help="also store the excess-loss curve of every configuration")
+    run.add_argument(
+        "--curve",
+        action="store_true",
+        help="also store every configuration's excess-loss curve and its drops (see results below)",
+    )
     run.add_argument(
         "--schedule",
         choices=("limit", "corrected", "none"),

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
+from .._curve.drops import loss_drops
 from .._glv.equilibrium import saturated_equilibrium
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .._glv.solve import _closed_form_core, solve_lv
@@ -405,6 +406,52 @@ def derived(out: dict[str, np.ndarray], eps: np.ndarray, lr: np.ndarray, alpha: 
         res["exponent"] = np.full(B, np.nan)
     res["exponent_fit"] = _staircase_exponent(t, out.get("plateau_loss"))
     return res
+
+
+#: drops of each configuration's curve given their own columns (`drop_columns`)
+DROPS_SHOWN = 3
+_PER_DROP = ("t", "step", "excess_loss_before", "excess_loss_after", "complete")
+_READ = ("t", "excess_loss_before", "excess_loss_after")  # read off `LossDrops` (the rest derived)
+#: the columns `drop_columns` returns, in order
+DROP_COLUMNS = ("n_drops",) + tuple(f"drop{j + 1}_{k}" for j in range(DROPS_SHOWN) for k in _PER_DROP)
+
+
+def drop_columns(ts: np.ndarray, excess: np.ndarray, lr: np.ndarray) -> dict[str, np.ndarray]:
+    """Per configuration, the drops of its excess-loss curve as `predict`'s drops table reads them
+    (`loss_drops`: plateau to plateau, timed where the loss crosses the midpoint between them):
+
+    - `n_drops`: how many drops the curve has;
+    - for the first `DROPS_SHOWN` drops `j = 1, 2, 3` (NaN, or False, where the curve has fewer):
+      `drop{j}_t` (the time the loss crosses the midpoint between the plateaus on either side),
+      `drop{j}_step` (`drop{j}_t/η`), `drop{j}_excess_loss_before`, `drop{j}_excess_loss_after`
+      (the plateau levels of the excess loss `L − min L`) and `drop{j}_complete` (False: still
+      falling at the horizon).
+
+    **Arguments:** `ts`, `excess` of shape `(B, T)` (NaN-free: one group's curves), `lr` of shape
+    `(B,)` (NaN where not given).
+
+    **Returns:** the columns, each of shape `(B,)`.
+    """
+    B = ts.shape[0]
+    n = np.zeros(B, dtype=np.int64)
+    cols = {k: np.full((B, DROPS_SHOWN), np.nan) for k in _READ}
+    complete = np.zeros((B, DROPS_SHOWN), dtype=bool)
+    for b in range(B):
+        d = loss_drops(ts[b], excess[b])
+        n[b] = len(d)
+        m = min(len(d), DROPS_SHOWN)
+        cols["t"][b, :m] = d.t_mid[:m]
+        cols["excess_loss_before"][b, :m] = d.loss_before[:m]
+        cols["excess_loss_after"][b, :m] = d.loss_after[:m]
+        complete[b, :m] = d.complete[:m]
+    out: dict[str, np.ndarray] = {"n_drops": n}
+    for j in range(DROPS_SHOWN):
+        out[f"drop{j + 1}_t"] = cols["t"][:, j]
+        out[f"drop{j + 1}_step"] = cols["t"][:, j] / lr  # NaN where no learning rate is given
+        out[f"drop{j + 1}_excess_loss_before"] = cols["excess_loss_before"][:, j]
+        out[f"drop{j + 1}_excess_loss_after"] = cols["excess_loss_after"][:, j]
+        out[f"drop{j + 1}_complete"] = complete[:, j]
+    return out
 
 
 def _staircase_exponent(t: np.ndarray, plateau: np.ndarray | None) -> np.ndarray:

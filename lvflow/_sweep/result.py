@@ -33,7 +33,12 @@ class SweepResult(eqx.Module):
     - per mode, shape `(n, K)` in each system's own mode order (NaN-padded to the largest `K` when
       groups differ): `t_star`, `tau_star`, `plateau_loss`, `z_inf`, `r`, `V`;
     - with `curve=True`, shape `(n, T)`: `ts` and `excess_loss` (`predict`'s time grid); then
-      `drops(i)` gives configuration `i`'s drops as `predict`'s drops table.
+      `drops(i)` gives configuration `i`'s drops as `predict`'s drops table, and per configuration
+      `n_drops` (how many drops its curve has) and, for the first three drops `j = 1, 2, 3` (NaN,
+      or False, where it has fewer), `drop{j}_t` (when the loss crosses the midpoint between the
+      plateaus on either side), `drop{j}_step` (`drop{j}_t/η`), `drop{j}_excess_loss_before`,
+      `drop{j}_excess_loss_after` (the excess loss on those plateaus) and `drop{j}_complete`
+      (False: still falling at `t1`): the numbers `drops(i)` gives.
 
     **Fields:** `columns`, `out` (the directory, or `None` for an in-memory sweep), `complete`
     (every chunk present), `stats` (chunks and configurations evaluated and skipped by this call,

@@ -52,7 +52,7 @@ from .._schedule.schedule import plateau_schedule
 from .._workflow.io import atomic_write, atomic_write_text, check_path_length, read_document, to_json
 from .._workflow.predict import _schedule_per_mode
 from .base import Init, Schedule
-from .evaluate import batched, derived, make_member
+from .evaluate import batched, derived, drop_columns, make_member
 from .families import Group, PowerLawFamily, Resolved, c_matrix
 from .grid import ROW_BYTES, Chunk
 
@@ -364,6 +364,9 @@ def chunk_columns(res: Resolved, g: int, rows: np.ndarray, out: dict[str, np.nda
     scalars = {k: v for k, v in out.items() if v.ndim == 1}
     cols.update(scalars)
     cols.update(derived(out, res.eps[rows], lr, alpha))
+    excess = out.get("excess_loss")  # with curves
+    if excess is not None:
+        cols.update(drop_columns(out["ts"], excess, lr))
     cols.update({k: v for k, v in out.items() if v.ndim == 2})
     return cols
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from .._core.errors import LvflowError
 from .._workflow.io import atomic_write_bytes
+from .evaluate import DROP_COLUMNS
 
 _ROWS_IN_JSON = 10_000  # per-configuration rows in summary.json up to this many configurations
 _FAILED_IN_JSON = 1000  # numbers of failed configurations listed in summary.json
@@ -72,7 +73,7 @@ def summarize(res) -> dict[str, Any]:
     """The summary of a `SweepResult` as a JSON-ready dict: counts (`n_failed`: configurations whose
     solve failed, `failed`: the first 1000 of their numbers), swept parameters and ranges, the
     plateau law per series, the exponents per spectrum, and (up to 10⁴ configurations) one row of
-    scalars per configuration."""
+    scalars per configuration (with curves, its drops: `n_drops`, `drop{j}_…`)."""
     c = res.columns
     n = len(res)
     sw = swept(res)
@@ -126,6 +127,7 @@ def summarize(res) -> dict[str, Any]:
     if 0 < n <= _ROWS_IN_JSON:
         keys = [p for p in res.parameters if p in c] + ["eps", "modes"]
         keys += [q for q in ("t1", "success", "n_on", "t_first", "tau_first", "exponent", "exponent_fit") if q in c]
+        keys += [q for q in DROP_COLUMNS if q in c]  # with curves
         keys = list(dict.fromkeys(["index"] + keys))
         out["rows"] = [{k: c[k][i].item() for k in keys} for i in range(n)]
     return out

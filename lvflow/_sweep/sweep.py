@@ -299,10 +299,13 @@ def sweep(
     finite-ε switch-on time, Eq. 158 for diagonal `C`, the ODE otherwise), `tau_star` and
     `plateau_loss` (the ε → 0 schedule, Eq. 168), `z_inf`, `r`, `V`; and `t1`, `success`,
     `num_steps`, `n_on`, `t_first` (the first switch-on time `t*`; the loss's first drop, read off
-    the curve, comes earlier: `SweepResult.drops(i)` with `curve=True`), `t_last`, `steps_first`
+    the curve, comes earlier: `drop1_t` with `curve=True`), `t_last`, `steps_first`
     (`t_first/η`), `tau_first`, `exponent` (Thm 9's `(α₁−1)/α₂`) and `exponent_fit` (the slope of
     −ln(plateau loss) against ln t* over the 2nd to ⌈K/10⌉-th switch-ons: the exponent a finite-ε run
-    shows). They are `predict`'s numbers for the same inputs, its time grid included: both evaluate
+    shows); with `curve=True` also the curve and its drops as `predict`'s drops table reads them
+    (`loss_drops`): `n_drops`, and for the first three drops `drop{j}_t`, `drop{j}_step`,
+    `drop{j}_excess_loss_before`, `drop{j}_excess_loss_after`, `drop{j}_complete` (see
+    `SweepResult`). They are `predict`'s numbers for the same inputs, its time grid included: both evaluate
     one function (`lvflow._sweep.evaluate.configuration`), `predict` once and the sweep vmapped (a
     mode switched on and later off by a competitor gets its switch-on time in both; the excess
     loss is measured from the loss's true minimum, also for a singular `C`); a failed ODE solve is
@@ -326,7 +329,8 @@ def sweep(
 
     **Arguments** (besides `grid`, `configs`, `spec`, `out`):
 
-    - `curve`: also the excess-loss curve at `predict`'s `2·num_points − 1` times (default False).
+    - `curve`: also the excess-loss curve at `predict`'s `2·num_points − 1` times, and its drops
+      (default False).
     - `schedule`: `"limit"` (the ε → 0 schedule, as `predict`; default), `"corrected"` (the
       finite-ε corrected schedule, one host `plateau_schedule` per configuration) or `"none"`.
     - `chunk_size`: configurations per chunk file (default 4096; a rerun takes the manifest's).

@@ -10,13 +10,30 @@ from __future__ import annotations
 import argparse
 
 EXAMPLES = """\
-output:
-  drops       one row per drop of the predicted loss curve: t (and step) where the loss crosses
-              the midpoint between the plateaus before and after it, those plateau levels, and
-              the modes/directions that switch on within it (several when they switch on too
-              close together for a plateau between them)
-  directions  one row per mode (gLV) or direction of M: t* is when its strength reaches rho of
-              its final value; it is not when the loss drops (that is the drops table)
+output (--save's .json holds these numbers under the names in brackets; its .npz holds the drops
+as drops_t_mid, drops_loss_before, drops_loss_after, drops_complete):
+  drops       one row per drop of the predicted loss curve [drops]:
+                #            the drop's number, in time order [rank]
+                t, step      where the loss crosses the midpoint between the plateaus before and
+                             after the drop, in gradient-flow time and in GD steps t/lr [t, steps]
+                loss before, loss after
+                             those plateau levels [loss_before, loss_after] ("excess loss", loss
+                             minus its minimum, when the loss's constant y2 is unknown); "(still
+                             falling)": the curve has not levelled off by t1 [complete false]
+                modes / directions
+                             the modes (gLV, input numbering) or rows of the directions table
+                             that switch on within the drop: several when they switch on too
+                             close together for a plateau between them
+  directions  one row per mode (gLV) or direction of M, in switch-on order [directions]: t* is
+              when its strength reaches rho of its final value; it is not when the loss drops
+              (that is the drops table).
+                gLV: mode (input numbering); r_k; V_k alone = r_k²/(8 C_kk), the loss the
+                mode would remove alone; t*_k, steps*_k = t*_k/lr; tau*_k, the eps -> 0
+                ignition time in t/ln(1/eps); plateau loss, the excess loss on the plateau
+                just before it switches on; drop, the excess loss its switch-on removes at this
+                eps; eps merge, the eps above which its drop and the next row's merge into one
+                matrix flow: t*, steps*; strength, u·M·u at the end; dim, directions of equal
+                strength; output direction, the largest entries of its output side
 
 examples:
   lvflow predict --system sys.npz --eps 1e-5 --lr 0.01          # r, C (or zeta, V) from a file
