@@ -182,10 +182,10 @@ def gd(f, W0, y, lr, steps):
 
 
 @pytest.mark.parametrize(
-    "name,data,lr,steps,stride",
-    [("wine", wine, 0.05, 800, 20), ("digits-parity", digits, 0.01, STEPS_DIGITS, 100)],
+    "name,data,lr,steps,stride,gap_from_M",
+    [("wine", wine, 0.05, 800, 20, True), ("digits-parity", digits, 0.01, STEPS_DIGITS, 200, False)],
 )
-def test_horizon_against_measured_departure(name, data, lr, steps, stride):
+def test_horizon_against_measured_departure(name, data, lr, steps, stride, gap_from_M):
     X, y = data()
     n, width = X.shape[1], 20
     net = MLP(n, width, key=jax.random.PRNGKey(1), init_scale=0.01)
@@ -199,7 +199,8 @@ def test_horizon_against_measured_departure(name, data, lr, steps, stride):
     t = lr * idx  # gradient-flow time
     from_W = lvflow.nqf_horizon(net, X, y, W=W_nqf[idx], times=t)
     M = np.einsum("tpd,tqd->tpq", W_nqf[idx], W_nqf[idx])
-    from_M = lvflow.nqf_horizon(net, X, y, M=M, times=t)
+    # digits: from M, the output ratio only (the loss gap costs an (m, p·d) Jacobian per time)
+    from_M = lvflow.nqf_horizon(net, X, y if gap_from_M else None, M=M, times=t)
     print(
         f"\n{name}: measured departure (|ΔL| ≥ 0.1 L(0)) at step {departure}; "
         f"ratio ≥ 0.1 at step {from_W.time / lr:.0f} (W) / {from_M.time / lr:.0f} (M); "

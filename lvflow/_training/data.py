@@ -71,7 +71,7 @@ def input_shape(model, *, seq_len: int | None = None) -> tuple[int, ...]:
     return model.sample_shape(seq_len=seq_len)
 
 
-def gaussian_inputs(model, m: int, *, seed=0, seq_len: int | None = None) -> Float[Array, "m ..."]:
+def gaussian_inputs(model, m: int, *, seed: int | np.random.Generator = 0, seq_len: int | None = None) -> Float[Array, "m ..."]:
     """`m` inputs with i.i.d. `N(0, 1)` entries, shaped for `model` (see `input_shape`)."""
     shape = input_shape(model, seq_len=seq_len)
     return jnp.asarray(_rng(seed).standard_normal((_check_m(m),) + shape))
@@ -126,6 +126,7 @@ class LowRankTeacher(AbstractDataset):
     def singular_values(self, outputs: Float[ArrayLike, "..."]) -> Float[Array, "... j"]:
         """`ŝ` from model outputs on `X`, shape `(*n, m)` or `(*n, m, k)` (optionally with leading
         time axes `*n`); returns shape `(*n, r)`."""
+        outputs = jnp.asarray(outputs)
         out = outputs if self.y.ndim == 2 else outputs[..., None]
         return jnp.einsum("jmc,...mc->...j", self.readout, out)
 
@@ -305,11 +306,11 @@ def digits_parity(*, layout: str = "flat", m: int | None = None, seed=0) -> Data
 
     if layout not in ("flat", "image", "sequence"):
         raise LvflowError(f"layout: expected 'flat', 'image' or 'sequence', got {layout!r}")
-    d = load_digits()
-    X = np.asarray(d.data, dtype=float)
+    data, target = load_digits(return_X_y=True)
+    X = np.asarray(data, dtype=float)
     mean, std = X.mean(0), X.std(0)
     X = (X - mean) / np.where(std > 0, std, 1.0)
-    y = np.where(d.target % 2 == 1, 1.0, -1.0)
+    y = np.where(target % 2 == 1, 1.0, -1.0)
     if m is not None:
         m = _check_m(m)
         if m > X.shape[0]:

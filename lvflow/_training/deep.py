@@ -68,6 +68,7 @@ class AllQueriesChain(AbstractChain):
     the keys, so token `n` is made the last one, the query of `MultiHeadAttention`)."""
 
     def __call__(self, block: AbstractArchitecture, X: Float[ArrayLike, "D N"]) -> Float[Array, "k N"]:
+        X = jnp.asarray(X)
         N = X.shape[1]
         out = jax.vmap(lambda n: block(jnp.roll(X, -(n + 1), axis=1)))(jnp.arange(N))
         return out.T
@@ -232,3 +233,4 @@ class DeepNQF(AbstractDeepModel):
 
     def link(self, h: Array) -> Array:
         return self.dphi0 * h if self.activation is None else self.activation(h)
+

@@ -267,7 +267,7 @@ def train(
         Xd, yd = _as_data("data", data)
     if batch_size is not None:
         batch_size = _check_int("batch_size", batch_size)
-        if stream is None and batch_size > Xd.shape[0]:
+        if Xd is not None and batch_size > Xd.shape[0]:
             raise LvflowError(f"batch_size: {batch_size} exceeds the number of samples m = {Xd.shape[0]}")
         if key is None:
             raise LvflowError("key: required for minibatch SGD (batch_size given)")

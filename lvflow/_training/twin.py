@@ -22,6 +22,7 @@ def quadratic_part(unit, w: Float[ArrayLike, " p"], x) -> Float[Array, "*k"]:
 
     Equal to `wᵀ A(x) w` with `A = ½ ∇²_w unit|_{w=0}`, without forming the `p × p` matrix.
     """
+    w = jnp.asarray(w)
     f = lambda s: unit(s * w, x)
     df = lambda s: jax.jvp(f, (s,), (jnp.ones_like(s),))[1]
     zero = jnp.zeros((), dtype=w.dtype)
@@ -86,6 +87,10 @@ class NQFModel(AbstractTwin):
     network: AbstractSumForm
     method: str = eqx.field(static=True)
 
+    def __init__(self, network: AbstractSumForm, method: str):
+        self.network = network
+        self.method = method
+
     def __check_init__(self):
         if not isinstance(self.network, AbstractSumForm):
             raise LvflowError(
@@ -102,12 +107,12 @@ class NQFModel(AbstractTwin):
     def unit(self, w: Float[ArrayLike, " p"], x) -> Float[Array, "*k"]:
         """`wᵀ A(x) w`: the quadratic unit of the NQF."""
         if self.method == "structure":
-            return jnp.einsum("...ij,i,j->...", self.network.structure(x), w, w)
+            return jnp.einsum("...ij,i,j->...", self.structure(x), w, w)
         return quadratic_part(self.network.unit, w, x)
 
     def __call__(self, x) -> Float[Array, "*k"]:
         if self.method == "structure":
-            return jnp.einsum("...ij,id,jd->...", self.network.structure(x), self.W, self.W)
+            return jnp.einsum("...ij,id,jd->...", self.structure(x), self.W, self.W)
         return jnp.sum(jax.vmap(lambda w: quadratic_part(self.network.unit, w, x))(self.W.T), axis=0)
 
     def nqf(self, X, y) -> NQF:
