@@ -47,15 +47,33 @@ def test_mlp_nqf_is_a_linear_model_bounded_by_least_squares():
 
 
 def test_run_length_verdict_by_hand():
-    # a gap growing linearly to 0.1 over 1000 steps, against a bound of 0.05: it holds up to step 500,
-    # over 200 and 500 steps, not over 1000, and over the whole run for a bound ≥ 0.1
+    # a gap growing linearly to 0.1 over 1000 steps, against a bound of 0.05: it holds up to step 500
+    # (over 200 and 500 steps, not over 1000), at twice the bound over the whole run, and over the
+    # whole run for a bound ≥ 0.1
     steps = np.arange(0, 1001, 10)
     line, by = fig7.run_length_verdict(steps, 0.1 * steps / 1000, 0.05)
     assert by == {200: True, 500: True, 1000: False}
     assert line == (
-        "fails over our 1000 steps at our bound 0.05 (max gap 0.1); holds up to step 500; "
-        "over 200 / 500 / 1000 steps: holds / holds / fails; over the whole run for a bound ≥ 0.1"
+        "fails over our 1000 steps: holds up to step 500 at our bound 0.05; at 2× that bound (0.1) up to "
+        "step 1000 (the whole run); over the whole run for a bound ≥ 0.1"
     )
+    # a gap of 0.3 from step 10 on: at 0.05 it holds only at step 0, at 0.1 too
+    line, _ = fig7.run_length_verdict(steps, np.where(steps > 0, 0.3, 0.0), 0.05, unit=" × L(0)")
+    assert "holds up to step 0 at our bound 0.05 × L(0); at 2× that bound (0.1 × L(0)) up to step 0;" in line
+    line, _ = fig7.run_length_verdict(steps, np.full(steps.shape, 0.3), 0.05)
+    assert "fails from step 0 at our bound 0.05; at 2× that bound (0.1) fails from step 0;" in line
+
+
+def test_performance_verdict_by_hand():
+    # final accuracies 96.3 % and 89.9 % (6.4 points): fails at 5 points, holds at 10
+    ok, line = fig7.performance_verdict((0.963, 0.899), (0.02, 0.3), 0.05)
+    assert not ok
+    assert line == (
+        "fails at our bound of 5 points: final test accuracy 96.3 % (network) vs 89.9 % (NQF), 6.4 points apart; "
+        "final training loss 0.02 vs 0.3 (NQF/network 15×); at 2× that bound (10 points) holds; "
+        "holds for a bound ≥ 6.4 points"
+    )
+    assert fig7.performance_verdict((0.80, 0.78), (0.3, 0.6), 0.05)[0]
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +87,17 @@ def test_quick_files_and_claims(quick):
     for ext in ("png", "pdf", "json"):
         assert (out / f"fig7.{ext}").stat().st_size > 1000
     assert json.loads((out / "fig7.json").read_text())["figure"] == "fig7"
-    assert len(S["claims"]) == 6 and "MNIST" in S["deviations"]["data"]
-    for c in S["claims"]:
+    assert len(S["claims"]) == 9 and "MNIST" in S["deviations"]["data"]
+    for name, c in zip(S["models"], S["claims"][2::3]):  # "similar performance": the final accuracies, recomputed
+        m, M = c["measured"], S["models"][name]
+        assert "similar performance" in c["claim"] and m["final_test_accuracy"] == M["final_test_accuracy"]
+        d = abs(M["final_test_accuracy"]["network"] - M["final_test_accuracy"]["nqf"])
+        assert m["final_test_accuracy_gap"] == pytest.approx(d) and c["holds"] == (d <= fig7.PERF_GAP)
+        assert (
+            c["verdict"].startswith("holds" if c["holds"] else "fails")
+            and f"{100 * d:.1f} points apart" in c["verdict"]
+        )
+    for c in S["claims"][0::3] + S["claims"][1::3]:
         m = c["measured"]
         bound = fig7.LOSS_GAP if "training-loss" in c["claim"] else fig7.ACC_GAP
         gap = m["max_gap_rel_to_initial_loss"] if "training-loss" in c["claim"] else m["max_gap"]
@@ -81,7 +108,10 @@ def test_quick_files_and_claims(quick):
         assert sorted(m["holds_by_run_length"]) == [24, 60, 120]
         for n, ok in m["holds_by_run_length"].items():
             assert ok == (until is not None and until >= n), (c["claim"], n)
-        assert c["verdict"].startswith(("holds" if c["holds"] else "fails") + " over our 120 steps at our bound")
+        assert c["verdict"].startswith(("holds" if c["holds"] else "fails") + " over our 120 steps: ")
+        # at twice the bound it holds at least as long
+        twice = m["holds_until_step_at_twice_the_bound"]
+        assert until is None or (twice is not None and twice >= until)
     for name, M in S["models"].items():
         for k, v in M["max_rel_err_fast_vs_architecture"].items():
             assert v < 1e-12, (name, k)

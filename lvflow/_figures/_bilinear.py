@@ -36,6 +36,9 @@ class BilinearTwin(AbstractTwin):
 
     network: AbstractLearnedMap
 
+    def __init__(self, network: AbstractLearnedMap):
+        self.network = network
+
     def __check_init__(self):
         if not isinstance(self.network, AbstractLearnedMap):
             raise LvflowError(

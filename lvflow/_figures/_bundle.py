@@ -14,7 +14,7 @@ dominate the figures' cost, so they are trained together:
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, TypeVar
 
 import equinox as eqx
 import jax
@@ -25,8 +25,10 @@ from jaxtyping import Array, ArrayLike, Float
 from .._training.twin import AbstractTwin
 from ..architectures import AbstractSumForm
 
+_Model = TypeVar("_Model", bound=eqx.Module)
 
-def with_W(model: AbstractSumForm, W: Float[ArrayLike, "p d"]) -> AbstractSumForm:
+
+def with_W(model: _Model, W: Float[ArrayLike, "p d"]) -> _Model:
     """`model` with its neuron array replaced by `W`.
 
     A twin's `W` is its network's (`AbstractTwin`: `NQFModel`, `BilinearTwin`), so the network's
@@ -44,7 +46,7 @@ class Stacked(eqx.Module):
     never used (`trainable` below excludes it).
     """
 
-    model: eqx.Module
+    model: AbstractSumForm
     W: Float[Array, "n p d"]
 
     def __call__(self, x):
@@ -107,9 +109,9 @@ def sliced(optimisers: Sequence[optax.GradientTransformation], reps: int) -> opt
     def init(params):
         return tuple(o.init(params) for o in optimisers)
 
-    def update(grads, state, params=None):
+    def update(updates, state, params=None):
         with jax.numpy_dtype_promotion("standard"):  # optax mixes its int32 count with floats
-            outs = [o.update(grads, s, params) for o, s in zip(optimisers, state)]
+            outs = [o.update(updates, s, params) for o, s in zip(optimisers, state)]
 
         def pick(*ups):
             owner = jnp.repeat(jnp.arange(len(ups)), reps)  # which optimiser owns each slice
@@ -119,7 +121,6 @@ def sliced(optimisers: Sequence[optax.GradientTransformation], reps: int) -> opt
                 res = jnp.where(owner == j, u, res)
             return res
 
-        updates = jax.tree_util.tree_map(pick, *[u for u, _ in outs])
-        return updates, tuple(s for _, s in outs)
+        return jax.tree_util.tree_map(pick, *[u for u, _ in outs]), tuple(s for _, s in outs)
 
     return optax.GradientTransformation(init, update)

@@ -66,3 +66,35 @@ def gd_losses_vector(losses, params, *, lr: float, steps: int, every: int = 1):
     """`gd_losses` for a batch of independent runs: `losses(params)` returns one loss per run
     (the runs share no parameters), each descended with `lr`; records `(records, runs)`."""
     return gd_losses(losses, params, lr=lr, steps=steps, every=every)
+
+
+@eqx.filter_jit
+def _run_losses_at(loss, params, lr, increments):
+    grad = jax.grad(loss)
+    step = lambda _, p: jax.tree_util.tree_map(lambda a, g: a - lr * g, p, grad(p))
+
+    def block(p, n):
+        p = jax.lax.fori_loop(0, n, step, p)
+        return p, loss(p)
+
+    return jax.lax.scan(block, params, increments)
+
+
+def gd_losses_at_steps(loss, params, *, lr: float, record_steps):
+    """Full-batch GD `p ← p − lr ∇loss(p)` on a pytree of arrays, recording the scalar loss after
+    each step count in `record_steps` (increasing, ≥ 0: a geometric grid of a long run).
+
+    Args:
+        loss: the scalar loss of the parameters.
+        params: the initial parameters (a pytree of arrays).
+        lr: the learning rate.
+        record_steps: the step counts at which to record, increasing.
+
+    Returns:
+        `(t, losses, final params)` with `t = lr · record_steps`.
+    """
+    record_steps = np.asarray(record_steps, dtype=np.int64)
+    increments = np.diff(record_steps, prepend=0)
+    params = jax.tree_util.tree_map(jnp.asarray, params)
+    final, Ls = _run_losses_at(loss, params, lr, jnp.asarray(increments, dtype=jnp.int32))
+    return lr * record_steps.astype(float), np.asarray(Ls), final

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import math
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import matplotlib
 
@@ -19,13 +19,16 @@ import numpy as np  # noqa: E402
 
 from .._workflow.io import save_json  # noqa: E402
 
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
 #: Measured curves (GD, the trained network): solid. Theory: these styles.
 THEORY = dict(color="black", ls="--", lw=1.1)
 PREDICTED_TIME = dict(color="0.45", ls=":", lw=1.0)
 FIT = dict(color="tab:red", ls="-", lw=2.2, alpha=0.75)
 NETWORK_WIDTH = 1.8
 
-_RC = {
+_RC: dict[RcKeyType, Any] = {
     "font.size": 9,
     "axes.titlesize": 10,
     "axes.labelsize": 9,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -155,7 +156,7 @@ class _Theta:
         return E.mean(1)
 
 
-def _plain_mlp(init_scale: float, *, t_end: float, lr: float = STATED_LR):
+def _plain_mlp(init_scale: float, *, t_end: float, lr: float = STATED_LR) -> dict[str, Any]:
     """The plain tanh MLP 1 → 256 → 1 on raw `x`, full-batch GD at `lr` (App. C: 0.02) up to the
     gradient-flow time `t_end`."""
     import jax
@@ -263,8 +264,10 @@ def make(out: Path, *, quick: bool = False) -> dict:
         k_mid = math.sqrt(K1 * K2)
         zk, zi = zeta(k_mid, theta), z_inf(k_mid, theta)
         R["k_eff"] = float(
-            _scaling.effective_exponent(
-                np.array([k_mid]), EPS**2, alpha1=2 * BETA, alpha2=theta + BETA, zeta=zk, C=zk / zi
+            np.asarray(
+                _scaling.effective_exponent(
+                    np.array([k_mid]), EPS**2, alpha1=2 * BETA, alpha2=theta + BETA, zeta=zk, C=zk / zi
+                )
             )[0]
         )
         R.update(window=window, steps=steps, k_mid=k_mid)
@@ -444,7 +447,7 @@ def _draw(out: Path, runs: dict, stated: dict, mlps: dict) -> None:
 
     def slope(ax, R, E, color, label=None):
         # the predicted law through the curve at the window's start, drawn over the window (shifted down)
-        tw = np.geomspace(*R["window"], 30)
+        tw = np.geomspace(R["window"][0], R["window"][1], 30)
         E0 = np.interp(R["window"][0], R["t"], E)
         ax.loglog(tw, 0.45 * E0 * (tw / tw[0]) ** -R["kappa"], color=color, ls=(0, (1, 1.2)), lw=2.0, label=label)
 

@@ -148,7 +148,7 @@ def make(out: Path, *, quick: bool = False) -> dict:
         deps = {th: departure_step(s, rel, th) for th in THRESHOLDS}
         dep_words = ", ".join(f"{th:.0%}: {deps[th]}" for th in THRESHOLDS if th != DEPARTURE)
         about = dep_mean is not None and TRACK_STEPS / 2 <= dep_mean <= 2 * TRACK_STEPS
-        in_window = [th for th in THRESHOLDS if deps[th] is not None and TRACK_STEPS / 2 <= deps[th] <= 2 * TRACK_STEPS]
+        in_window = [th for th, d in deps.items() if d is not None and TRACK_STEPS / 2 <= d <= 2 * TRACK_STEPS]
         window_words = (
             "in the window for a " + " and ".join(f"{th:.0%}" for th in in_window) + " gap"
             if in_window

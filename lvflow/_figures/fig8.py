@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Hashable
 
 import equinox as eqx
 import jax
@@ -33,9 +34,10 @@ import optax
 from jaxtyping import Array
 
 from .. import architectures as arch
+from .._core.errors import LvflowError
 from .._training.deep import DeepAttention, DeepMLP, DeepNQF
 from .._training.train import train
-from .._training.twin import NQFModel
+from .._training.twin import nqf_twin
 from ..architectures import MLP
 from . import _style
 from ._bilinear import BilinearTwin
@@ -116,11 +118,13 @@ def two_layer_nqf(deep, X, *, keep_activation: bool = True):
     blocks are joined by the network's `φ` (Def 2), else by `φ'(0)·h` (what `lvflow.nqf_twin`
     builds)."""
     act = link_activation(deep) if keep_activation else None
-    two = DeepNQF(
-        blocks=tuple(BilinearTwin(b) for b in deep.blocks), chain=deep.chain, dphi0=deep.link_slope, activation=act
-    )
+    b1, b2 = deep.blocks
+    two = DeepNQF(blocks=(BilinearTwin(b1), BilinearTwin(b2)), chain=deep.chain, dphi0=deep.link_slope, activation=act)
+    linear = nqf_twin(deep, method="structure")  # the blocks' NQFModel(method="structure"), linearised link
+    if not isinstance(linear, DeepNQF):
+        raise LvflowError(f"deep: a {type(deep).__name__} is not a deep model")
     ref = DeepNQF(
-        blocks=tuple(NQFModel(network=b, method="structure") for b in deep.blocks),
+        blocks=linear.blocks,
         chain=deep.chain,
         dphi0=deep.link_slope,
         activation=act,
@@ -142,7 +146,7 @@ def matched_one_layer(name: str, deep, X):
     theta = np.linalg.lstsq(psi, target, rcond=None)[0]
     norm = float(np.linalg.norm(theta))
     W = np.zeros(shallow.W.shape)
-    if name == "mlp":
+    if isinstance(shallow, arch.MLP):
         W[: theta.size, 0], W[theta.size, 0] = theta / math.sqrt(norm), math.sqrt(norm)
     else:  # one head [Wᑫ, Wᴷ, Wᴠ (d_v×D), v (d_v)]: row 0 of Wᴠ and v_0, so Θ = Wᴠᵀ v = θ
         start = 2 * shallow.key_size * shallow.in_size
@@ -205,7 +209,9 @@ def _optimiser(name: str) -> optax.GradientTransformation:
     labels = lambda params: type(params)(
         models=tuple(jax.tree_util.tree_map(lambda _, i=i: tag(i), m) for i, m in enumerate(params.models))
     )
-    transforms = {f"{o}/{v}": one(o, LR_GD[name][v]) for o in OPTIMISERS for v in range(len(VARIANCES[name]))}
+    transforms: dict[Hashable, optax.GradientTransformation] = {
+        f"{o}/{v}": one(o, LR_GD[name][v]) for o in OPTIMISERS for v in range(len(VARIANCES[name]))
+    }
     return optax.multi_transform(transforms, labels)
 
 
