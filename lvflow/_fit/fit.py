@@ -70,8 +70,10 @@ class FitResult(eqx.Module):
       floor `L_∞` at the level the log ends on, or no floor and a drop still to come: see
       `fit`), as a `FitResult` of its own; this one is the one the criterion prefers.
     - `weight`: this scenario's weight in the forecast, `e^{−S/2}` normalised over the
-      scenarios (`S` the information criterion): 1 without an alternative. `forecast` and
-      `next_drop` mix the scenarios by these weights.
+      scenarios, `S` the information criterion with the effective number of parameters
+      (`effective_parameters`, `tr(H_d (H_d + H_p)⁻¹)`: the directions the log determines,
+      `H_d` the data's precision and `H_p` the prior's) in place of their count: 1 without an
+      alternative. `forecast` and `next_drop` mix the scenarios by these weights.
     """
 
     family: str
@@ -102,6 +104,7 @@ class FitResult(eqx.Module):
     warnings: tuple[str, ...]
     alternative: FitResult | None = None
     weight: float = 1.0
+    effective_parameters: float = math.nan
 
     def __check_init__(self):
         if self.family not in ("modes", "power_law"):
@@ -742,13 +745,13 @@ def fit(
     result = _finish(lg, t, sel, fit_until, data, best, scores, h, **opts)
     if other is not None:
         alt = _finish(lg, t, sel, fit_until, data, other, scores, h, **opts)
-        w_alt = 1.0 / (1.0 + math.exp(min(0.5 * (other.score - best.score), 700.0)))  # e^{-S/2}, normalised
+        w_best, w_alt = _weights((best, other), (result.effective_parameters, alt.effective_parameters))
         alt = eqx.tree_at(lambda r: r.weight, alt, w_alt)
         note = _undecided(best, other, result, alt)
         result = eqx.tree_at(
             lambda r: (r.alternative, r.warnings, r.weight),
             result,
-            (alt, result.warnings + (note,), 1.0 - w_alt),
+            (alt, result.warnings + (note,), w_best),
             is_leaf=lambda x: x is None,
         )
     if until is not None and float(until) >= lg.steps[-1]:
@@ -769,6 +772,27 @@ _FLOOR_SHARE = 0.5
 #: ratio `e^5 ≈ 150`, "very strong" on the scale of Kass and Raftery); less, and the result
 #: carries both.
 _DECISIVE = 10.0
+
+
+def _effective_parameters(J_data: np.ndarray, inflation: float, cov) -> float:
+    """`tr(H_d Σ)`, `H_d = J_dᵀJ_d/φ` the data's precision and `Σ` the covariance (`_precision_eig`'s
+    `(V, 1/λ)`; a null direction counts 0): the number of parameters the log determines (each
+    direction the prior alone pins counts 0, one the data pin counts 1)."""
+    vecs, inv = cov
+    finite = np.isfinite(inv)
+    proj = J_data @ vecs[:, finite]  # (B, m)
+    return float(np.sum(np.sum(proj**2, axis=0) / inflation * inv[finite]))
+
+
+def _weights(pair: tuple[Candidate, Candidate], p_eff: tuple[float, float]) -> tuple[float, float]:
+    """The scenarios' weights `e^{−S/2}`, normalised: `S` the data's term (`_data_term`) plus the
+    criterion's penalty for the effective number of parameters (`p_eff ln n` for BIC, `2 p_eff`
+    for AIC)."""
+    S = []
+    for c, p in zip(pair, p_eff):
+        S.append(_data_term(c) + (2 * p if c.criterion == "aic" else p * math.log(c.n)))
+    w1 = 1.0 / (1.0 + math.exp(min(0.5 * (S[0] - S[1]), 700.0)))
+    return 1.0 - w1, w1
 
 
 def _data_term(c: Candidate) -> float:
@@ -849,6 +873,7 @@ def _finish(
         theta, J = np.asarray(theta)[live], J[:, live]
     model = engine.model_of(template, jnp.asarray(theta))
     cov = _precision_eig(J[:B], J[B:], inflation)
+    p_eff = _effective_parameters(J[:B], inflation, cov)
 
     # the drops, then every reported number and its delta-method interval at once
     order, resolved = _drop_order(model, is_modes)
@@ -907,6 +932,7 @@ def _finish(
         asymptote_hi=off_val + z * off_se,
         level=float(level),
         warnings=tuple(notes),
+        effective_parameters=p_eff,
     )
 
 
