@@ -572,8 +572,13 @@ def fit(
     started where the floor was: the plateau is a drop still to come). A floor and a mode that
     has not yet begun to rise describe a plateau alike; when the data alone (`n ln χ²`) do not
     separate them by 10 (a likelihood ratio `e⁵`), the result is the one the criterion prefers
-    with the other as `alternative`, and a warning says that the log cannot decide. When they
-    do, the better one is the result.
+    with the other as `alternative`, each with its `weight` (`e^{−S/2}` normalised, `S` the
+    criterion with the effective number of parameters), and `FitResult.forecast` and
+    `FitResult.next_drop` give their mixture. When they do, the better one is the result.
+
+    **Bins' errors** are measured on the log (`engine.bin_log`): the scatter of one point
+    about its local trend, a share of one gradient-descent step's change of `ln L` (for a log
+    of integer steps), the bins' own scatter and the float64 rounding; no fixed floor.
 
     **Uncertainties** come from the Jacobian `J` at the optimum: covariance `σ² (JᵀJ)⁻¹` with `σ²`
     the residual variance (plus the prior's rows), and every reported quantity — parameters,
