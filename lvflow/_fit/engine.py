@@ -285,7 +285,7 @@ def _jac(template, theta, data):
     return jax.jacfwd(residuals)(theta, (template, data))
 
 
-def information_criterion(chi2: float, n: int, p: int, kind: str) -> float:
+def information_criterion(chi2: float, n: int, p: float, kind: str) -> float:
     """`n ln(max(χ², n)/n) + penalty` for the weighted residual sum `χ²` of `n` bins: `2p` (AIC)
     or `p ln n` (BIC). A fit closer than the bins' own scatter (`χ² < n`) earns nothing more."""
     if not math.isfinite(chi2) or n <= 0:

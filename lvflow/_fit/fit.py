@@ -795,7 +795,7 @@ def _weights(pair: tuple[Candidate, Candidate], p_eff: tuple[float, float]) -> t
     for AIC)."""
     S = []
     for c, p in zip(pair, p_eff):
-        S.append(_data_term(c) + (2 * p if c.criterion == "aic" else p * math.log(c.n)))
+        S.append(_data_term(c) + engine.information_criterion(c.n, c.n, p, c.criterion))  # χ² = n: the penalty alone
     w1 = 1.0 / (1.0 + math.exp(min(0.5 * (S[0] - S[1]), 700.0)))
     return 1.0 - w1, w1
 
