@@ -281,9 +281,16 @@ def test_a_floor_or_a_drop_to_come_two_scenarios(three_modes, three_mids):
         comps.append((r.weight, math.log(r.predict(np.array([N]))[0]), math.log(hi / lo) / (2 * z)))
     cdf = lambda x: sum(w * norm.cdf((x - m) / s) for w, m, s in comps)
     f = res.forecast(np.array([N]))
-    for q, got in ((0.025, f["lo"][0]), (0.5, f["loss"][0]), (0.975, f["hi"][0])):
+    for q, got in ((0.025, f["lo"][0]), (0.975, f["hi"][0])):
         want = brentq(lambda x: cdf(x) - q, -800.0, 10.0, xtol=1e-12)
         assert math.log(got) == pytest.approx(want, abs=1e-6)
+    # the point forecast is the most probable scenario's, not a value between them; with weights
+    # of the same order, the interval spans both scenarios' forecasts
+    top = max(pair, key=lambda r: r.weight)
+    assert f["loss"][0] == pytest.approx(top.predict(np.array([N]))[0], rel=1e-12)
+    assert min(r.weight for r in pair) > 0.1
+    points = [r.predict(np.array([N]))[0] for r in pair]
+    assert f["lo"][0] < min(points) and max(points) < f["hi"][0]
     # the next drop: the drop scenario's log-normal step and an atom at "no drop"
     w_d = drop[0].weight
     m_d = math.log(d["step"][0])
@@ -292,6 +299,7 @@ def test_a_floor_or_a_drop_to_come_two_scenarios(three_modes, three_mids):
     assert nd["probability"] == pytest.approx(w_d)
     assert nd["lo"] == pytest.approx(math.exp(m_d + s_d * norm.ppf(0.025 / w_d)), rel=1e-6)
     assert nd["hi"] == math.inf  # "no drop" (weight > 2.5 %) lies inside the interval
+    assert nd["step"] == (d["step"][0] if top is drop[0] else math.inf)  # the most probable scenario's
     # both in the table and the JSON
     assert "alternative scenario" in res.summary() and "forecast (" in res.summary()
     saved = json.loads(res.to_json())

@@ -146,8 +146,10 @@ class FitResult(eqx.Module):
 
     def forecast(self, steps: Float[ArrayLike, " n"]) -> dict[str, np.ndarray]:
         """The loss at `steps` forecast by the mixture of the scenarios: each a log-normal
-        `ln L ~ N(ln L̂, sd²)` (the delta method) with its `weight`; the mixture's median and its
-        `(1 ∓ level)/2` quantiles (the mixture's, not the hull of the scenarios' intervals).
+        `ln L ~ N(ln L̂, sd²)` (the delta method) with its `weight`. The point forecast `loss` is
+        the most probable scenario's `L̂` (never a value between scenarios that none predicts);
+        the interval is the mixture's `(1 ∓ level)/2` quantiles (not the hull of the scenarios'
+        intervals).
 
         **Returns:** dict of arrays over `steps`: `loss`, `lo`, `hi` (NaN where the log does not
         determine the loss: a scenario of weight above `(1 − level)/2` with an infinite
@@ -159,10 +161,10 @@ class FitResult(eqx.Module):
         m, sd = np.stack(ms), np.stack(ss)  # (scenarios, n)
         tail = (1 - self.level) / 2
         q = _mixture_quantiles(w, m, sd, np.zeros(len(w)), np.array([tail, 0.5, 1 - tail]))
-        lo, med, hi = q
+        lo, _, hi = q
         bad = ~np.isfinite(lo) | ~np.isfinite(hi) | ((hi - lo) > UNDETERMINED_DECADES * math.log(10))
         return {
-            "loss": np.exp(np.minimum(med, 700.0)),
+            "loss": np.exp(np.minimum(m[int(np.argmax(w))], 700.0)),
             "lo": np.where(bad, np.nan, np.exp(np.minimum(lo, 700.0))),
             "hi": np.where(bad, np.nan, np.exp(np.minimum(hi, 700.0))),
             "determined": ~bad,
@@ -176,13 +178,17 @@ class FitResult(eqx.Module):
         `(1 ∓ level)/2` quantiles.
 
         **Returns:** dict: `probability` (the weight of the scenarios with such a drop), `step`
-        (the median; `inf` when "no drop" is more likely than not), `lo`, `hi` (`hi = inf`: "no
+        (the point forecast, below), `lo`, `hi` (`hi = inf`: "no
         drop" lies inside the interval), `note` (`""`, or "not determined by this log: <reason>"
-        with `lo`, `hi` NaN)."""
+        with `lo`, `hi` NaN). `step` is the point forecast: the most probable scenario's drop
+        step (`inf` when it has no such drop), never a step between scenarios that none predicts;
+        `lo`, `hi` are the mixture's quantiles."""
         tail = (1 - self.level) / 2
         z = _z(self.level)
         w, m, sd = [], [], []
         undetermined = 0.0
+        top = max(self.scenarios, key=lambda r: r.weight)
+        point = math.inf
         for r in self.scenarios:
             d = r.drops
             i = np.flatnonzero(d["future"] & (d["loss_before"] >= min_fall * d["loss_after"]))
@@ -193,6 +199,8 @@ class FitResult(eqx.Module):
             if not (lo_k > 0 and math.isfinite(hi_k)):
                 undetermined += r.weight
                 continue
+            if r is top:
+                point = st
             w.append(r.weight)
             m.append(math.log(st))
             sd.append((math.log(hi_k) - math.log(lo_k)) / (2 * z))
@@ -211,8 +219,8 @@ class FitResult(eqx.Module):
         mm = np.array(m + [0.0])[:, None]
         ss = np.array(sd + [1.0])[:, None]
         atom = np.array([0.0] * len(w) + [1.0])
-        lo, med, hi = (float(v[0]) for v in _mixture_quantiles(weights, mm, ss, atom, np.array([tail, 0.5, 1 - tail])))
-        out.update(step=_exp_or_inf(med), lo=_exp_or_inf(lo), hi=_exp_or_inf(hi))
+        lo, hi = (float(v[0]) for v in _mixture_quantiles(weights, mm, ss, atom, np.array([tail, 1 - tail])))
+        out.update(step=point, lo=_exp_or_inf(lo), hi=_exp_or_inf(hi))
         if math.isfinite(out["hi"]) and hi - lo > UNDETERMINED_DECADES * math.log(10):
             out.update(
                 lo=math.nan,
