@@ -30,13 +30,15 @@ loss first crosses the midpoint of its two plateau levels — the definition of 
 two or more) × `U(1.25, 1.6)`, 400 points evenly spaced in steps; it is cut at `U(0.25, 0.6) · N`
 (snapped to a logged step), which always leaves that drop ahead.
 
-**Scores**, per log: for the next drop (the first true drop after the cut) against the fit's first
-future drop that falls by at least 3× (the same threshold as the truth's), whether the 95 %
-interval `[step_lo, step_hi]` covers the truth, its width in decades and `|ln(pred/true)|` (a fit
-with no such future drop: not covered, infinite width and error); for the loss at `N` (the last
-held-out step), `FitResult.predict` and `FitResult.band` against the clean loss. Both are also
-scored with both scenarios where the result has an `alternative`: the hull of the two intervals
-(the preferred result's point forecast; the alternative's next drop where the preferred has none). The baselines
+**Scores**, per log, of the forecast (`FitResult.next_drop`, `FitResult.forecast`: the mixture of
+the scenarios by their weights): for the next drop (the first true drop after the cut) against the
+mixture of the scenarios' first future drops that fall by at least 3× (the same threshold as the
+truth's) and an atom at "no drop" for the scenarios without one, whether the 95 % interval covers
+the truth (an upper end at "no drop" counts as covering any later step, with infinite width), its
+width in decades and `|ln(median/true)|` (a median at "no drop": infinite error; an interval the
+log does not determine: not covered); for the loss at `N` (the last held-out step), the
+mixture's median and 95 % interval against the clean loss. The preferred scenario alone
+(`FitResult.drops`, `FitResult.band`) is scored too, for comparison. The baselines
 are fitted to the seen part in `x = 1 + step/Δ` (`Δ` the logging interval: epochs, as Domhan et
 al.) by least squares on the relative residual `(f(x) − L)/L` (`scipy.optimize.least_squares`,
 several starts); the ensemble's weights are non-negative least squares of the members' relative
@@ -355,18 +357,12 @@ def fit_one(log: Log) -> dict:
         sec = time.perf_counter() - t
         pred_L = float(res.predict(np.array([N]))[0])
         lo_L, hi_L = (float(a[0]) for a in res.band(np.array([N])))
-    step, lo, hi = _next_drop(res, log.cut)
-    # both scenarios: the hull of the two intervals (the preferred point forecast, or the
-    # alternative's where the preferred predicts no drop)
-    step2, lo2, hi2, lo2_L, hi2_L = step, lo, hi, lo_L, hi_L
-    if res.alternative is not None:
-        a = res.alternative
-        s_a, lo_a, hi_a = _next_drop(a, log.cut)
-        if not math.isnan(s_a):
-            step2 = s_a if math.isnan(step) else step
-            lo2, hi2 = (lo_a, hi_a) if math.isnan(lo) else (min(lo, lo_a), max(hi, hi_a))
-        la, ha = (float(v[0]) for v in a.band(np.array([N])))
-        lo2_L, hi2_L = min(lo_L, la), max(hi_L, ha)
+        step, lo, hi = _next_drop(res, log.cut)
+        # the forecast: the mixture of the scenarios by their weights
+        nd = res.next_drop(min_fall=DROP_FACTOR)
+        fc = res.forecast(np.array([N]))
+    m_step, m_lo, m_hi = float(nd["step"]), float(nd["lo"]), float(nd["hi"])
+    m_L, m_lo_L, m_hi_L = float(fc["loss"][0]), float(fc["lo"][0]), float(fc["hi"][0])
     out = {
         "family": log.family,
         "seed": log.seed,
@@ -376,13 +372,14 @@ def fit_one(log: Log) -> dict:
         "cut": log.cut,
         "N": N,
         "next_drop_true": log.next_drop,
-        "next_drop_pred": [step, lo, hi],
-        "drop": score_interval(log.next_drop, step, lo, hi),
+        "next_drop_pred": [m_step, m_lo, m_hi],
+        "drop_probability": float(nd["probability"]),
+        "drop": score_interval(log.next_drop, m_step, m_lo, m_hi),
         "loss_true": float(log.clean[-1]),
-        "loss_pred": [pred_L, lo_L, hi_L],
-        "loss": score_interval(float(log.clean[-1]), pred_L, lo_L, hi_L),
-        "drop_both": score_interval(log.next_drop, step2, lo2, hi2),
-        "loss_both": score_interval(float(log.clean[-1]), pred_L, lo2_L, hi2_L),
+        "loss_pred": [m_L, m_lo_L, m_hi_L],
+        "loss": score_interval(float(log.clean[-1]), m_L, m_lo_L, m_hi_L),
+        "drop_preferred": score_interval(log.next_drop, step, lo, hi),
+        "loss_preferred": score_interval(float(log.clean[-1]), pred_L, lo_L, hi_L),
     }
     return out
 
@@ -548,7 +545,7 @@ def table(results: list[dict]) -> tuple[str, dict]:
         loss = summarise([r["loss"] for r in rs])
         ens = float(np.median([r["baseline"]["error"]["ensemble"] for r in rs]))
         last = float(np.median([r["baseline"]["error"]["last seen"] for r in rs]))
-        nodrop = sum(math.isnan(r["next_drop_pred"][0]) for r in rs)
+        nodrop = sum(not math.isfinite(r["next_drop_pred"][0]) for r in rs)
         two = sum(r["scenarios"] == 2 for r in rs)
         sec = float(np.median([r["fit_seconds"] for r in rs]))
         summary[fam] = {"drop": drop, "loss": loss, "ensemble_error": ens, "last_seen_error": last, "no_drop": nodrop}
@@ -563,11 +560,11 @@ def table(results: list[dict]) -> tuple[str, dict]:
     )
     lines3 = [head3]
     for fam, rs in groups.items():
-        if "drop_both" not in rs[0]:
+        if "drop_preferred" not in rs[0]:
             continue
-        drop = summarise([r["drop_both"] for r in rs])
-        loss = summarise([r["loss_both"] for r in rs])
-        summary[fam]["both_scenarios"] = {"drop": drop, "loss": loss}
+        drop = summarise([r["drop_preferred"] for r in rs])
+        loss = summarise([r["loss_preferred"] for r in rs])
+        summary[fam]["preferred_scenario"] = {"drop": drop, "loss": loss}
         lines3.append(
             f"| {fam} | {len(rs)} | {_fmt(drop['coverage'], 'pct')} | {_fmt(drop['width'], 'num')} | "
             f"{_fmt(loss['coverage'], 'pct')} | {_fmt(loss['width'], 'num')} |"
@@ -579,7 +576,7 @@ def table(results: list[dict]) -> tuple[str, dict]:
         med = [float(np.median([r["baseline"]["error"][k] for r in rs])) for k in names]
         lines2.append(f"| {fam} | " + " | ".join(_fmt(v, "num") for v in med) + " |")
     if len(lines3) > 1:
-        lines.append("\nWith both scenarios (the hull of the preferred result's and the alternative's intervals):\n")
+        lines.append("\nThe preferred scenario alone (its delta-method intervals, no mixture):\n")
         lines += lines3
     text = (
         "\n".join(lines)

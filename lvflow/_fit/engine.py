@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 import equinox as eqx
 import jax
@@ -13,6 +14,8 @@ from jaxtyping import Array, Float
 
 from .base import AbstractCurveModel
 
+_Model = TypeVar("_Model", bound=AbstractCurveModel)
+
 
 class Binned(eqx.Module):
     """A log reduced to `B` bins of `ln t` (padded; empty bins have weight 0): `t` the geometric
@@ -20,7 +23,8 @@ class Binned(eqx.Module):
     bin's mean, corrected for the curve's curvature: `bin_log`),
     `count` the number of points, `weight` the least-squares weight `1/σ_b²` (times a robust
     weight), `scale` the Cauchy loss's scale in standard errors (`robust_residual`; `inf` for
-    plain least squares) and `noise` the scatter of a single logged point in `ln loss` (`σ_pt`)."""
+    plain least squares), `noise` the scatter of a single logged point in `ln loss` (`σ_pt`) and
+    `floor` the error every bin has besides (`bin_log`'s `s`, in `ln loss`)."""
 
     t: jax.Array
     y: jax.Array
@@ -28,6 +32,7 @@ class Binned(eqx.Module):
     weight: jax.Array
     scale: jax.Array
     noise: jax.Array
+    floor: jax.Array
 
     @property
     def n(self) -> int:
@@ -35,16 +40,46 @@ class Binned(eqx.Module):
         return int(np.count_nonzero(np.asarray(self.count)))
 
 
-def bin_log(t: np.ndarray, loss: np.ndarray, bins: int, floor: float) -> Binned:
+#: The rounding of a float64 `ln loss` (a few units in the last place of a loss summed in
+#: float64): no log resolves its curve more closely than this.
+ROUNDING = 16 * float(np.finfo(np.float64).eps)
+
+
+#: The share of one step's change of `ln L` within which a log of gradient-descent steps resolves
+#: the gradient flow `L(t)` (the modes' rates absorb the rest of GD's departure from the flow).
+DISCRETISATION = 0.25
+
+
+def bin_log(
+    t: Float[np.ndarray, " n"],
+    loss: Float[np.ndarray, " n"],
+    bins: int,
+    step_time: Float[np.ndarray, " n"] | None = None,
+) -> Binned:
     """Means of `ln loss` over `bins` equal bins of `ln t` between the first positive time and the
-    last (points at `t = 0` join the first bin), weighted by `1/σ_b²`,
-    `σ_b² = σ_pt²/n_b + floor²`: a bin's mean of `n_b` points with scatter `σ_pt` each
-    (minibatch noise, estimated from consecutive points), and at least `floor` (how closely
-    the curve families can describe a run at all). A clean log's bins weigh the same, so every
-    stretch of log-time counts equally however densely or irregularly it was logged; a noisy
-    log's densely logged stretches, whose means are more precise, count more. Each mean is
-    corrected for the curve's curvature within the bin (`_curvature`), so that it estimates
-    `ln L` at the bin's mean `ln t`, where the model is evaluated."""
+    last (points at `t = 0` join the first bin), each corrected for the curve's curvature within
+    the bin (`_curvature`) so that it estimates `ln L` at the bin's mean `ln t`, where the model
+    is evaluated, and weighted by `1/σ_b²`, every term measured on the log itself:
+
+    `σ_b² = σ_pt²/n_b + (d |Δ₁ ln L|_b)² + s²`
+
+    - `σ_pt²/n_b`: a mean of `n_b` points with the scatter `σ_pt` of one logged point
+      (minibatch noise, `point_noise`);
+    - `d |Δ₁ ln L|_b`: the discretisation of gradient descent, `d = DISCRETISATION` of the
+      change of `ln L` over one step at the bin (`|d ln L/dt|` from the neighbouring bins times
+      the bin's time per step `step_time`): a log of steps resolves the gradient flow `L(t)` to
+      within a fraction of a step;
+    - `s`: the scatter of the bins about their local trend (`bin_scatter`, less the part the
+      point noise explains), at least the float64 rounding `ROUNDING`.
+
+    A clean log's bins are weighted by how closely its own curve is resolved, so the model
+    selection compares what the log can tell apart; a noisy log's densely logged stretches,
+    whose means are more precise, count more.
+
+    **Arguments:** `t` (gradient-flow times, non-decreasing), `loss` (positive) at them, `bins`,
+    `step_time` (the time of one step at each point, `η`; `None`: no discretisation term).
+
+    **Returns:** the `Binned` log."""
     t = np.asarray(t, float)
     y = np.log(np.asarray(loss, float))
     pos = t[t > 0]
@@ -69,8 +104,14 @@ def bin_log(t: np.ndarray, loss: np.ndarray, bins: int, floor: float) -> Binned:
     dev = np.where(t > 0, x - xbar[idx], 0.0)
     var = np.bincount(idx, weights=dev**2, minlength=bins) / np.maximum(npos, 1)
     yb = yb - 0.5 * var * _curvature(xbar, yb, npos > 0)
-    noise = point_noise(y, idx)
-    weight = np.where(ok, 1.0 / (noise**2 / np.maximum(cnt, 1) + floor**2), 0.0)
+    noise = point_noise(t, y)
+    mean_var = np.where(ok, noise**2 / np.maximum(cnt, 1), 0.0)
+    disc = np.zeros(bins)
+    if step_time is not None:
+        dt = np.bincount(idx, weights=np.asarray(step_time, float), minlength=bins) / np.maximum(cnt, 1)
+        disc = DISCRETISATION * np.abs(_slope(tb, yb, npos > 0)) * dt
+    floor = max(bin_scatter(xbar, yb, npos > 0, mean_var), ROUNDING)
+    weight = np.where(ok, 1.0 / (mean_var + disc**2 + floor**2), 0.0)
     return Binned(
         jnp.asarray(tb),
         jnp.asarray(yb),
@@ -78,7 +119,50 @@ def bin_log(t: np.ndarray, loss: np.ndarray, bins: int, floor: float) -> Binned:
         jnp.asarray(weight),
         jnp.asarray(np.float64(np.inf)),
         jnp.asarray(np.float64(noise)),
+        jnp.asarray(np.float64(floor)),
     )
+
+
+def _slope(t: np.ndarray, y: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """`dy/dt` at each bin from its non-empty neighbours (`np.gradient` over them; 0 with fewer
+    than two bins)."""
+    out = np.zeros_like(y)
+    i = np.flatnonzero(ok)
+    if i.size < 2:
+        return out
+    out[i] = np.gradient(y[i], t[i])
+    return out
+
+
+def detrended(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Each interior point's departure from the cubic through its two neighbours on either
+    side, `e_i = y_i − Σ_j w_j y_j` (Lagrange weights `w_j` at `x_i`), divided by
+    `√(1 + Σ_j w_j²)`: for independent errors of scale `s` it has scale `s`, and a smooth curve
+    leaves only its fourth derivative (on equal spacing, the fourth difference `/√70`). Empty
+    with fewer than five points."""
+    if x.size < 5:
+        return np.zeros(0)
+    c = np.arange(2, x.size - 2)
+    nb = np.stack([c - 2, c - 1, c + 1, c + 2], axis=1)  # (m, 4)
+    xn, x0 = x[nb], x[c][:, None]
+    w = np.ones_like(xn)
+    for j in range(4):
+        for m in range(4):
+            if m != j:
+                w[:, j] *= (x0[:, 0] - xn[:, m]) / np.where(xn[:, j] == xn[:, m], 1e-300, xn[:, j] - xn[:, m])
+    return (y[c] - np.sum(w * y[nb], axis=1)) / np.sqrt(1.0 + np.sum(w**2, axis=1))
+
+
+def bin_scatter(x: np.ndarray, y: np.ndarray, ok: np.ndarray, mean_var: np.ndarray) -> float:
+    """The scatter of the non-empty bins' `y` about their local trend (`detrended` in `x`),
+    beyond their means' own variance `mean_var`: `s² = (1.4826 median |e|)² −` the median of
+    `mean_var`, at least 0 (the median ignores the steep drops). 0 with fewer than 5 bins."""
+    i = np.flatnonzero(ok)
+    e = detrended(x[i], y[i])
+    if e.size == 0:
+        return 0.0
+    s2 = (1.4826 * float(np.median(np.abs(e)))) ** 2 - float(np.median(mean_var[i]))
+    return math.sqrt(max(s2, 0.0))
 
 
 def _curvature(x: np.ndarray, y: np.ndarray, ok: np.ndarray) -> np.ndarray:
@@ -105,15 +189,14 @@ def with_scale(data: Binned, scale: float) -> Binned:
     return eqx.tree_at(lambda d: d.scale, data, jnp.asarray(np.float64(scale)))
 
 
-def point_noise(y: np.ndarray, idx: np.ndarray) -> float:
-    """The scatter of one logged `ln loss` about the curve: `1.4826 · median |Δ²y| / √6` over
-    triples of consecutive points in the same bin (second differences remove the curve's
-    local trend; the median ignores the steep drops). 0 without such triples."""
-    same = (idx[2:] == idx[1:-1]) & (idx[1:-1] == idx[:-2])
-    if np.count_nonzero(same) < 5:
+def point_noise(t: np.ndarray, y: np.ndarray) -> float:
+    """The scatter of one logged `ln loss` about the curve: `1.4826 · median |e|` of the points'
+    departures from the cubic through their two neighbours on either side (`detrended` in
+    `t`: the cubic removes the curve's local trend, the median ignores the steep drops). 0 with
+    fewer than 9 points."""
+    if t.size < 9:
         return 0.0
-    d2 = (y[2:] - 2 * y[1:-1] + y[:-2])[same]
-    return float(1.4826 * np.median(np.abs(d2)) / math.sqrt(6.0))
+    return float(1.4826 * np.median(np.abs(detrended(t, y))))
 
 
 #: The scale of the Cauchy loss, in standard errors of a bin: residuals up to a few standard
@@ -202,7 +285,7 @@ def _jac(template, theta, data):
     return jax.jacfwd(residuals)(theta, (template, data))
 
 
-def information_criterion(chi2: float, n: int, p: int, kind: str) -> float:
+def information_criterion(chi2: float, n: int, p: float, kind: str) -> float:
     """`n ln(max(χ², n)/n) + penalty` for the weighted residual sum `χ²` of `n` bins: `2p` (AIC)
     or `p ln n` (BIC). A fit closer than the bins' own scatter (`χ² < n`) earns nothing more."""
     if not math.isfinite(chi2) or n <= 0:
@@ -216,7 +299,7 @@ def information_criterion(chi2: float, n: int, p: int, kind: str) -> float:
 
 
 @eqx.filter_jit
-def model_of(template: AbstractCurveModel, theta) -> AbstractCurveModel:
+def model_of(template: _Model, theta) -> _Model:
     """`template.from_vector(theta)`, compiled."""
     return template.from_vector(theta)
 

@@ -22,7 +22,8 @@ from .base import AbstractCurveModel
 from .log import MIN_POINTS, TrainingLog, check_log, read_log, rises
 from .modes import DecoupledModes
 from .plot import plot_fit
-from .search import SEARCH_STEPS, SIGMA_FLOOR, Candidate, search_modes, search_power_law
+from .power import PowerLawModel
+from .search import SEARCH_STEPS, Candidate, search_modes, search_power_law
 
 FAMILIES = ("auto", "modes", "power_law")
 _WIDTH = math.log(81.0)  # 10–90 % rise time of a logistic mode, times its rate
@@ -68,6 +69,11 @@ class FitResult(eqx.Module):
     - `alternative`: `None`, or the other scenario when the log cannot decide between two (a
       floor `L_∞` at the level the log ends on, or no floor and a drop still to come: see
       `fit`), as a `FitResult` of its own; this one is the one the criterion prefers.
+    - `weight`: this scenario's weight in the forecast, `e^{−S/2}` normalised over the
+      scenarios, `S` the information criterion with the effective number of parameters
+      (`effective_parameters`, `tr(H_d (H_d + H_p)⁻¹)`: the directions the log determines,
+      `H_d` the data's precision and `H_p` the prior's) in place of their count: 1 without an
+      alternative. `forecast` and `next_drop` mix the scenarios by these weights.
     """
 
     family: str
@@ -97,6 +103,8 @@ class FitResult(eqx.Module):
     level: float
     warnings: tuple[str, ...]
     alternative: FitResult | None = None
+    weight: float = 1.0
+    effective_parameters: float = math.nan
 
     def __check_init__(self):
         if self.family not in ("modes", "power_law"):
@@ -105,6 +113,8 @@ class FitResult(eqx.Module):
             raise LvflowError(f"FitResult: level must lie in (0, 1), got {self.level!r}")
         if np.shape(self.covariance) != (np.size(self.theta),) * 2:
             raise LvflowError("FitResult: covariance does not match theta")
+        if not 0 <= self.weight <= 1:
+            raise LvflowError(f"FitResult: weight must lie in [0, 1], got {self.weight!r}")
 
     # ----------------------------------------------------------------------------------------
     def predict(self, steps: Float[ArrayLike, " n"]) -> Float[np.ndarray, " n"]:
@@ -112,16 +122,112 @@ class FitResult(eqx.Module):
         t = self.log.t_of(np.atleast_1d(np.asarray(steps, dtype=float)))
         return np.exp(np.asarray(engine.log_loss_of(self.model, jnp.asarray(t))))
 
-    def band(self, steps: Float[ArrayLike, " n"]) -> tuple[Float[np.ndarray, " n"], Float[np.ndarray, " n"]]:
-        """The pointwise interval of the fitted loss at `steps` (delta method on `ln L`, at
-        `level`): the uncertainty of the curve from that of its parameters, not the noise."""
+    def _ln_loss_sd(self, steps) -> tuple[np.ndarray, np.ndarray]:
+        """`ln L̂` at `steps` and its delta-method standard error (`inf` along a direction the
+        log does not determine)."""
         t = jnp.asarray(self.log.t_of(np.atleast_1d(np.asarray(steps, dtype=float))))
         mean, J = (np.asarray(a) for a in engine.log_loss_and_jac(self.model, jnp.asarray(self.theta), t))
         var = np.einsum("ip,pq,iq->i", J, np.where(np.isfinite(self.covariance), self.covariance, 0.0), J)
         touches = (np.abs(J) > 0) @ (~np.isfinite(self.covariance)).any(axis=0)
-        sd = np.where(touches, np.inf, np.sqrt(np.maximum(var, 0.0)))
+        return mean, np.where(touches, np.inf, np.sqrt(np.maximum(var, 0.0)))
+
+    def band(self, steps: Float[ArrayLike, " n"]) -> tuple[Float[np.ndarray, " n"], Float[np.ndarray, " n"]]:
+        """The pointwise interval of this scenario's fitted loss at `steps` (delta method on
+        `ln L`, at `level`): the uncertainty of the curve from that of its parameters, not the
+        noise, nor the other scenario (`forecast` mixes them)."""
+        mean, sd = self._ln_loss_sd(steps)
         z = _z(self.level)
         return np.exp(mean - z * sd), np.exp(mean + z * sd)
+
+    @property
+    def scenarios(self) -> tuple[FitResult, ...]:
+        """This result and its alternative, if any (each with its `weight`)."""
+        return (self,) if self.alternative is None else (self, self.alternative)
+
+    def forecast(self, steps: Float[ArrayLike, " n"]) -> dict[str, np.ndarray]:
+        """The loss at `steps` forecast by the mixture of the scenarios: each a log-normal
+        `ln L ~ N(ln L̂, sd²)` (the delta method) with its `weight`. The point forecast `loss` is
+        the most probable scenario's `L̂` (never a value between scenarios that none predicts);
+        the interval is the mixture's `(1 ∓ level)/2` quantiles (not the hull of the scenarios'
+        intervals).
+
+        **Returns:** dict of arrays over `steps`: `loss`, `lo`, `hi` (NaN where the log does not
+        determine the loss: a scenario of weight above `(1 − level)/2` with an infinite
+        standard error there, or an interval wider than `UNDETERMINED_DECADES`) and
+        `determined` (bool)."""
+        steps = np.atleast_1d(np.asarray(steps, dtype=float))
+        w = np.array([r.weight for r in self.scenarios])
+        ms, ss = zip(*(r._ln_loss_sd(steps) for r in self.scenarios))
+        m, sd = np.stack(ms), np.stack(ss)  # (scenarios, n)
+        tail = (1 - self.level) / 2
+        q = _mixture_quantiles(w, m, sd, np.zeros(len(w)), np.array([tail, 0.5, 1 - tail]))
+        lo, _, hi = q
+        bad = ~np.isfinite(lo) | ~np.isfinite(hi) | ((hi - lo) > UNDETERMINED_DECADES * math.log(10))
+        return {
+            "loss": np.exp(np.minimum(m[int(np.argmax(w))], 700.0)),
+            "lo": np.where(bad, np.nan, np.exp(np.minimum(lo, 700.0))),
+            "hi": np.where(bad, np.nan, np.exp(np.minimum(hi, 700.0))),
+            "determined": ~bad,
+        }
+
+    def next_drop(self, min_fall: float = 1.0) -> dict[str, Any]:
+        """The first drop after `fit_until` that divides the loss by at least `min_fall`
+        (`loss_before / loss_after`), forecast by the mixture of the scenarios: each scenario's
+        drop step log-normal (its `step_lo`, `step_hi` are `±z` standard errors of `ln step`),
+        a scenario without such a drop an atom at "no drop"; the mixture's median and
+        `(1 ∓ level)/2` quantiles.
+
+        **Returns:** dict: `probability` (the weight of the scenarios with such a drop), `step`
+        (the point forecast, below), `lo`, `hi` (`hi = inf`: "no
+        drop" lies inside the interval), `note` (`""`, or "not determined by this log: <reason>"
+        with `lo`, `hi` NaN). `step` is the point forecast: the most probable scenario's drop
+        step (`inf` when it has no such drop), never a step between scenarios that none predicts;
+        `lo`, `hi` are the mixture's quantiles."""
+        tail = (1 - self.level) / 2
+        z = _z(self.level)
+        w, m, sd = [], [], []
+        undetermined = 0.0
+        top = max(self.scenarios, key=lambda r: r.weight)
+        point = math.inf
+        for r in self.scenarios:
+            d = r.drops
+            i = np.flatnonzero(d["future"] & (d["loss_before"] >= min_fall * d["loss_after"]))
+            if i.size == 0:
+                continue
+            k = int(i[0])
+            lo_k, hi_k, st = float(d["step_lo"][k]), float(d["step_hi"][k]), float(d["step"][k])
+            if not (lo_k > 0 and math.isfinite(hi_k)):
+                undetermined += r.weight
+                continue
+            if r is top:
+                point = st
+            w.append(r.weight)
+            m.append(math.log(st))
+            sd.append((math.log(hi_k) - math.log(lo_k)) / (2 * z))
+        p = float(sum(w)) + undetermined
+        out: dict[str, Any] = {"probability": p, "step": math.inf, "lo": math.nan, "hi": math.nan, "note": ""}
+        if undetermined > tail:
+            out["note"] = (
+                "not determined by this log: the drop's time depends on parameters the seen part does not "
+                "constrain (infinite standard error)"
+            )
+            return out
+        if not w:
+            out["lo"] = out["hi"] = math.inf
+            return out
+        weights = np.array(w + [1.0 - sum(w)])  # the last: no drop (at +inf)
+        mm = np.array(m + [0.0])[:, None]
+        ss = np.array(sd + [1.0])[:, None]
+        atom = np.array([0.0] * len(w) + [1.0])
+        lo, hi = (float(v[0]) for v in _mixture_quantiles(weights, mm, ss, atom, np.array([tail, 1 - tail])))
+        out.update(step=point, lo=_exp_or_inf(lo), hi=_exp_or_inf(hi))
+        if math.isfinite(out["hi"]) and hi - lo > UNDETERMINED_DECADES * math.log(10):
+            out.update(
+                lo=math.nan,
+                hi=math.nan,
+                note=f"not determined by this log: a {(hi - lo) / math.log(10):.0f}-decade interval",
+            )
+        return out
 
     @property
     def future_drops(self) -> dict[str, np.ndarray]:
@@ -156,6 +262,8 @@ class FitResult(eqx.Module):
             "curve": self.curve,
             "observed": {"step": self.log.steps, "loss": self.log.loss},
             "alternative": None if self.alternative is None else _without_log(self.alternative.to_dict()),
+            "weight": self.weight,
+            "forecast": {"next_drop": self.next_drop(), "final_loss": self.forecast(np.array([self.horizon]))},
         }
 
     def to_json(self) -> str:
@@ -226,12 +334,40 @@ class FitResult(eqx.Module):
             )
         if np.size(d["step"]) == 0:
             lines.append("   (no resolved drops)")
+        if math.isfinite(self.final_loss_lo):
+            final = f"[{self.final_loss_lo:.4g}, {self.final_loss_hi:.4g}]"
+        else:
+            final = f"({_NOT_DETERMINED})"
+        asym = (
+            f"[{self.asymptote_lo:.4g}, {self.asymptote_hi:.4g}]"
+            if math.isfinite(self.asymptote_hi)
+            else f"({_NOT_DETERMINED})"
+        )
         lines.append(
-            f"final loss at step {self.horizon:.6g}: {self.final_loss:.6g} "
-            f"[{self.final_loss_lo:.4g}, {self.final_loss_hi:.4g}]; "
-            f"L_inf = {self.asymptote:.4g} [{self.asymptote_lo:.4g}, {self.asymptote_hi:.4g}]"
+            f"final loss at step {self.horizon:.6g}: {self.final_loss:.6g} {final}; L_inf = {self.asymptote:.4g} {asym}"
         )
         return "\n".join(lines)
+
+    def forecast_text(self) -> str:
+        """The mixed forecast in two lines: the next drop (`next_drop`) and the loss at the
+        horizon (`forecast`)."""
+        pct = f"{100 * self.level:g}%"
+        nd = self.next_drop()
+        mix = " + ".join(f"{r.weight:.3g} x {r.describe()}" for r in self.scenarios)
+        if nd["note"]:
+            drop = nd["note"]
+        elif nd["probability"] == 0:
+            drop = "none predicted"
+        else:
+            hi = "no drop" if not math.isfinite(nd["hi"]) else f"{nd['hi']:.5g}"
+            at = "no drop (median)" if not math.isfinite(nd["step"]) else f"step {nd['step']:.6g}"
+            drop = f"{at}, {pct} interval [{nd['lo']:.5g}, {hi}], probability of a drop {nd['probability']:.3g}"
+        f = self.forecast(np.array([self.horizon]))
+        if f["determined"][0]:
+            loss = f"{f['loss'][0]:.4g}, {pct} interval [{f['lo'][0]:.4g}, {f['hi'][0]:.4g}]"
+        else:
+            loss = f"{f['loss'][0]:.4g} ({_NOT_DETERMINED})"
+        return f"forecast ({mix}): next drop: {drop}\nforecast: loss at step {self.horizon:.6g}: {loss}"
 
     def summary(self) -> str:
         """The header lines, `table()` and the warnings."""
@@ -257,7 +393,7 @@ class FitResult(eqx.Module):
                 f"alternative scenario: {a.describe()}; residual {a.sigma:.3g} in ln loss",
                 a.table(),
             ]
-        return "\n".join(head + [self.table()] + alt + warn)
+        return "\n".join(head + [self.table()] + alt + ["", self.forecast_text()] + warn)
 
     def plot(self, path, *, title: str | None = None) -> Path:
         """Observed, fitted and extrapolated loss with the band and the predicted drops (see
@@ -267,7 +403,7 @@ class FitResult(eqx.Module):
 
 def _without_log(d: dict[str, Any]) -> dict[str, Any]:
     """An alternative's `to_dict()` without what it shares with the main result (the log)."""
-    return {k: v for k, v in d.items() if k not in ("observed", "source", "learning_rate", "alternative")}
+    return {k: v for k, v in d.items() if k not in ("observed", "source", "learning_rate", "alternative", "forecast")}
 
 
 def _loss(v: float) -> str:
@@ -278,6 +414,50 @@ def _loss(v: float) -> str:
 def _fmt_se(se) -> str:
     se = float(np.asarray(se))
     return "not determined" if not math.isfinite(se) else f"{se:.3g}"
+
+
+#: An interval wider than this many decades is reported as not determined by the log.
+UNDETERMINED_DECADES = 30.0
+_NOT_DETERMINED = "not determined by this log: it depends on parameters the seen part does not constrain"
+
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _normal_cdf(x: np.ndarray) -> np.ndarray:
+    """`Φ(x)`, elementwise (`erfc(−x/√2)/2`)."""
+    return 0.5 * np.asarray(_erfc(-np.asarray(x, dtype=float) / math.sqrt(2.0)), dtype=float)
+
+
+def _mixture_quantiles(w, m, sd, atom, qs) -> np.ndarray:
+    """Quantiles `qs` of a mixture, per column: component `i` of weight `w_i` is `N(m_i, sd_i²)`
+    (rows of `m`, `sd`: shape `(k, n)`), an atom at `+inf` where `atom_i`, and half at `−inf`,
+    half at `+inf` where `sd_i = inf` (a quantity the log does not determine). Bisection on
+    the mixture's CDF. Returns shape `(len(qs), n)`, `±inf` beyond the finite components."""
+    w = np.asarray(w, float)
+    m, sd = np.atleast_2d(np.asarray(m, float)), np.atleast_2d(np.asarray(sd, float))
+    normal = (np.asarray(atom) == 0)[:, None] & np.isfinite(sd)  # (k, n)
+    wide = (np.asarray(atom) == 0)[:, None] & ~np.isfinite(sd)
+    below = 0.5 * np.sum(np.where(wide, w[:, None], 0.0), axis=0)  # mass at -inf, per column
+    total = below + np.sum(np.where(normal, w[:, None], 0.0), axis=0)  # the CDF at +inf
+    safe_sd = np.where(normal, np.maximum(sd, 1e-300), 1.0)
+    lo0 = np.min(np.where(normal, m - 40 * safe_sd, np.inf), axis=0)
+    hi0 = np.max(np.where(normal, m + 40 * safe_sd, -np.inf), axis=0)
+    out = []
+    for q in np.asarray(qs, float):
+        lo, hi = np.where(np.isfinite(lo0), lo0, 0.0), np.where(np.isfinite(hi0), hi0, 0.0)
+        for _ in range(100):
+            mid = 0.5 * (lo + hi)
+            cdf = below + np.sum(np.where(normal, w[:, None] * _normal_cdf((mid - m) / safe_sd), 0.0), axis=0)
+            up = cdf >= q
+            hi, lo = np.where(up, mid, hi), np.where(up, lo, mid)
+        x = np.where(below >= q, -np.inf, np.where(total < q, np.inf, hi))
+        out.append(x)
+    return np.array(out)
+
+
+def _exp_or_inf(x: float) -> float:
+    """`e^x`, `inf` above `e^700` (and `0` below `e^−700`)."""
+    return math.inf if x > 700 else (0.0 if x < -700 else math.exp(x))
 
 
 def _z(level: float) -> float:
@@ -400,8 +580,13 @@ def fit(
     started where the floor was: the plateau is a drop still to come). A floor and a mode that
     has not yet begun to rise describe a plateau alike; when the data alone (`n ln χ²`) do not
     separate them by 10 (a likelihood ratio `e⁵`), the result is the one the criterion prefers
-    with the other as `alternative`, and a warning says that the log cannot decide. When they
-    do, the better one is the result.
+    with the other as `alternative`, each with its `weight` (`e^{−S/2}` normalised, `S` the
+    criterion with the effective number of parameters), and `FitResult.forecast` and
+    `FitResult.next_drop` give their mixture. When they do, the better one is the result.
+
+    **Bins' errors** are measured on the log (`engine.bin_log`): the scatter of one point
+    about its local trend, a share of one gradient-descent step's change of `ln L` (for a log
+    of integer steps), the bins' own scatter and the float64 rounding; no fixed floor.
 
     **Uncertainties** come from the Jacobian `J` at the optimum: covariance `σ² (JᵀJ)⁻¹` with `σ²`
     the residual variance (plus the prior's rows), and every reported quantity — parameters,
@@ -492,10 +677,15 @@ def fit(
             f"offset: {offset:g} is above where the log ends ({end:.4g}, the median of its last tenth up to step "
             f"{fit_until:g}); the loss falls towards L_inf from above, so L_inf must lie below it"
         )
-    data = engine.bin_log(t, y, int(bins), SIGMA_FLOOR)
+    # η at each row, for the discretisation of gradient descent: none for a log of fractional
+    # steps (a sampled gradient flow, not a run of discrete steps)
+    s_sel = lg.steps[sel]
+    step_time = np.gradient(t) / np.gradient(s_sel) if np.all(s_sel == np.round(s_sel)) else None
+    data = engine.bin_log(t, y, int(bins), step_time)
 
     cands: list[Candidate] = []
     scores: dict[str, float] = {}
+    best_modes: Candidate | None = None
     if family in ("auto", "modes"):
         best_modes, sc = search_modes(
             data,
@@ -511,7 +701,9 @@ def fit(
     # auto: the power law is tried when the decoupled modes need every mode allowed or leave
     # residuals beyond the log's own scatter (a few drops, well fitted, are not a spectrum)
     need_spectrum = family == "power_law" or (
-        family == "auto" and (best_modes.K >= max_modes or best_modes.rss > _SPECTRUM_CHI2 * best_modes.n)
+        family == "auto"
+        and best_modes is not None
+        and (best_modes.K >= max_modes or best_modes.rss > _SPECTRUM_CHI2 * best_modes.n)
     )
     if need_spectrum:
         pl = search_power_law(
@@ -529,17 +721,18 @@ def fit(
     if family == "auto" and len(cands) == 2:
         # a power law of no more modes than the modes family tries is a few decoupled modes with
         # a constrained spectrum (and a fractional last mode): leave those to the modes family
-        K_pl = float(np.exp(float(engine.model_of(cands[1].template, jnp.asarray(cands[1].theta)).log_modes)))
+        pl_model = cands[1].model
+        K_pl = float(np.exp(float(pl_model.log_modes))) if isinstance(pl_model, PowerLawModel) else 0.0
         if K_pl <= max_modes:
             cands = cands[:1]
             scores.pop("power law")
     best = min(cands, key=lambda c: c.score)
-    opts = dict(robust=bool(robust), prior_width=prior_width, level=float(level), criterion=criterion)
+    opts: dict[str, Any] = dict(robust=bool(robust), prior_width=prior_width, level=float(level), criterion=criterion)
     # scenarios: a floor L_∞ at the level the log ends on is also a plateau with a drop to come
     other = None
     # (it needs a slot for the extra mode: none when the number of modes is fixed)
     if isinstance(best.template, DecoupledModes) and best.template.fit_offset and best.K < best.template.K:
-        model = best.model
+        model = engine.model_of(best.template, jnp.asarray(best.theta))
         end_loss = float(np.exp(np.asarray(engine.log_loss_of(model, jnp.asarray([float(t[-1])])))[0]))
         if float(model.offset) >= _FLOOR_SHARE * end_loss:
             other, sc = search_modes(
@@ -565,9 +758,14 @@ def fit(
     result = _finish(lg, t, sel, fit_until, data, best, scores, h, **opts)
     if other is not None:
         alt = _finish(lg, t, sel, fit_until, data, other, scores, h, **opts)
+        w_best, w_alt = _weights((best, other), (result.effective_parameters, alt.effective_parameters))
+        alt = eqx.tree_at(lambda r: r.weight, alt, w_alt)
         note = _undecided(best, other, result, alt)
         result = eqx.tree_at(
-            lambda r: (r.alternative, r.warnings), result, (alt, result.warnings + (note,)), is_leaf=lambda x: x is None
+            lambda r: (r.alternative, r.warnings, r.weight),
+            result,
+            (alt, result.warnings + (note,), w_best),
+            is_leaf=lambda x: x is None,
         )
     if until is not None and float(until) >= lg.steps[-1]:
         past = (
@@ -587,6 +785,27 @@ _FLOOR_SHARE = 0.5
 #: ratio `e^5 ≈ 150`, "very strong" on the scale of Kass and Raftery); less, and the result
 #: carries both.
 _DECISIVE = 10.0
+
+
+def _effective_parameters(J_data: np.ndarray, inflation: float, cov) -> float:
+    """`tr(H_d Σ)`, `H_d = J_dᵀJ_d/φ` the data's precision and `Σ` the covariance (`_precision_eig`'s
+    `(V, 1/λ)`; a null direction counts 0): the number of parameters the log determines (each
+    direction the prior alone pins counts 0, one the data pin counts 1)."""
+    vecs, inv = cov
+    finite = np.isfinite(inv)
+    proj = J_data @ vecs[:, finite]  # (B, m)
+    return float(np.sum(np.sum(proj**2, axis=0) / inflation * inv[finite]))
+
+
+def _weights(pair: tuple[Candidate, Candidate], p_eff: tuple[float, float]) -> tuple[float, float]:
+    """The scenarios' weights `e^{−S/2}`, normalised: `S` the data's term (`_data_term`) plus the
+    criterion's penalty for the effective number of parameters (`p_eff ln n` for BIC, `2 p_eff`
+    for AIC)."""
+    S = []
+    for c, p in zip(pair, p_eff):
+        S.append(_data_term(c) + engine.information_criterion(c.n, c.n, p, c.criterion))  # χ² = n: the penalty alone
+    w1 = 1.0 / (1.0 + math.exp(min(0.5 * (S[0] - S[1]), 700.0)))
+    return 1.0 - w1, w1
 
 
 def _data_term(c: Candidate) -> float:
@@ -618,7 +837,8 @@ def _undecided(best: Candidate, other: Candidate, result: FitResult, alt: FitRes
     return (
         f"two scenarios fit the log equally well ({best.criterion.upper()} {best.score:.1f} vs {other.score:.1f}, "
         f"the data alone differ by {abs(_data_term(best) - _data_term(other)):.1f} < {_DECISIVE:g}): "
-        f"{says(result)}; or {says(alt)} (see .alternative)"
+        f"{says(result)} (weight {1 - alt.weight:.3g}); or {says(alt)} (weight {alt.weight:.3g}, see .alternative); "
+        "the forecast mixes them"
     )
 
 
@@ -645,7 +865,7 @@ def _finish(
     B = int(np.size(data.y))
     ok = np.asarray(data.count) > 0
     is_modes = isinstance(template, DecoupledModes)
-    if is_modes and prior_width is None:
+    if isinstance(template, DecoupledModes) and prior_width is None:
         # empirical Bayes: the prior's width is the spread of the starts of the modes seen
         width = _empirical_width(engine.model_of(template, jnp.asarray(theta)), float(t[-1]))
         template = eqx.tree_at(lambda m: m.prior_width, template, jnp.asarray(np.float64(width)))
@@ -659,13 +879,14 @@ def _finish(
     raw = np.asarray(engine.log_loss_of(engine.model_of(template, jnp.asarray(theta)), data.t)) - np.asarray(data.y)
     sigma = math.sqrt(float(np.sum(raw[ok] ** 2)) / max(n - p, 1))  # RMS bin residual in ln loss
     J = engine.jacobian(template, theta, data)
-    if is_modes:
+    if isinstance(template, DecoupledModes):
         slots = engine.model_of(template, jnp.asarray(theta))
         live = slots.live()
         template = slots.compact()
         theta, J = np.asarray(theta)[live], J[:, live]
     model = engine.model_of(template, jnp.asarray(theta))
     cov = _precision_eig(J[:B], J[B:], inflation)
+    p_eff = _effective_parameters(J[:B], inflation, cov)
 
     # the drops, then every reported number and its delta-method interval at once
     order, resolved = _drop_order(model, is_modes)
@@ -686,6 +907,7 @@ def _finish(
     stderr = dict(sd["reported"])
     drops = _drop_table(out, sd, model, order, resolved, lg, fit_until, z)
     fl, fl_sd = float(out["ln_final"][0]), float(sd["ln_final"][0])
+    fl_ok = 2 * z * fl_sd <= UNDETERMINED_DECADES * math.log(10)  # False for an infinite one
     cmean, csd = out["ln_curve"], sd["ln_curve"]
     off_val = float(parameters["offset"])
     off_se = float(stderr["offset"])
@@ -716,13 +938,14 @@ def _finish(
         },
         horizon=horizon_step,
         final_loss=math.exp(fl),
-        final_loss_lo=math.exp(fl - z * fl_sd) if math.isfinite(fl_sd) else 0.0,
-        final_loss_hi=math.exp(min(fl + z * fl_sd, 700.0)),
+        final_loss_lo=math.exp(fl - z * fl_sd) if fl_ok else math.nan,
+        final_loss_hi=math.exp(fl + z * fl_sd) if fl_ok else math.nan,
         asymptote=off_val,
         asymptote_lo=max(off_val - z * off_se, 0.0),
         asymptote_hi=off_val + z * off_se,
         level=float(level),
         warnings=tuple(notes),
+        effective_parameters=p_eff,
     )
 
 

@@ -14,12 +14,6 @@ from .engine import Binned
 from .modes import MIN_LAG, DecoupledModes
 from .power import PowerLawModel
 
-#: The smallest error of a bin, in `ln loss` (0.1 % of the loss): how closely the curve families
-#: can describe a run at all (gradient descent departs from the gradient flow by this much).
-#: A clean log's bins are weighted by it, the information criterion does not reward fitting
-#: closer, and the intervals are never narrower than it allows.
-SIGMA_FLOOR = 1e-3
-
 #: Levenberg–Marquardt steps per start while searching (enough to rank the starts; the chosen
 #: one is then refined to convergence).
 SEARCH_STEPS = 40
