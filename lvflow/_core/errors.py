@@ -13,7 +13,10 @@ class ZGZError(LvflowError):
 
 
 class NotCommutingError(LvflowError):
-    """The structure matrices `A(x_μ)` share no eigenbasis (Assumption 1 fails)."""
+    """The structure matrices `A(x_μ)` share no eigenbasis (Assumption 1 fails); `commutator_norm`
+    is the largest `‖[A_μ, A_ν]‖` measured, when known."""
+
+    commutator_norm: float | None = None
 
 
 class NotPSDError(LvflowError):

@@ -23,11 +23,6 @@ _T = TypeVar("_T")
 _A = TypeVar("_A", bound=np.ndarray | jax.Array)
 
 
-def _is_concrete(x) -> bool:
-    """False for a JAX tracer (inside `jit`/`vmap`), whose values are unknown."""
-    return not isinstance(x, Tracer)
-
-
 def _namespace(*arrays) -> Any:
     """`jax.numpy` when one of `arrays` is traced (its values unknown), else `numpy` (which reads
     concrete values without compiling anything per shape)."""

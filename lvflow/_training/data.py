@@ -71,7 +71,9 @@ def input_shape(model, *, seq_len: int | None = None) -> tuple[int, ...]:
     return model.sample_shape(seq_len=seq_len)
 
 
-def gaussian_inputs(model, m: int, *, seed: int | np.random.Generator = 0, seq_len: int | None = None) -> Float[Array, "m ..."]:
+def gaussian_inputs(
+    model, m: int, *, seed: int | np.random.Generator = 0, seq_len: int | None = None
+) -> Float[Array, "m ..."]:
     """`m` inputs with i.i.d. `N(0, 1)` entries, shaped for `model` (see `input_shape`)."""
     shape = input_shape(model, seq_len=seq_len)
     return jnp.asarray(_rng(seed).standard_normal((_check_m(m),) + shape))

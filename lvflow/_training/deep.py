@@ -233,4 +233,3 @@ class DeepNQF(AbstractDeepModel):
 
     def link(self, h: Array) -> Array:
         return self.dphi0 * h if self.activation is None else self.activation(h)
-
