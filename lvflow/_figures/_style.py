@@ -17,6 +17,7 @@ matplotlib.use("Agg")  # files only: no display needed, and no GUI import cost
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from .._schedule.scaling import fit_power_law  # noqa: E402
 from .._workflow.io import save_json  # noqa: E402
 
 if TYPE_CHECKING:
@@ -137,3 +138,19 @@ def crossing_time(t, y, level, *, log: bool = True) -> float:
     if f[i + 1] == f[i]:
         return float(t[i])
     return float(t[i] + (t[i + 1] - t[i]) * f[i] / (f[i] - f[i + 1]))
+
+
+def local_exponents(t, E, window: tuple[float, float], n: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """The decay exponent of `E(t)` fitted (`fit_power_law`) on each of `n` equal log-time parts of
+    `window`: the local exponent `κ_eff(t)` of App. C (Eq. 295) as the figures measure it.
+    Returns the parts' geometric centres and their exponents, each `(n,)`."""
+    edges = np.geomspace(window[0], window[1], n + 1)
+    parts = list(zip(edges[:-1], edges[1:]))
+    t, E = np.asarray(t, float), np.asarray(E, float)
+    slopes = [fit_power_law(t, E, window=(float(a), float(b))).exponent for a, b in parts]
+    return np.sqrt(edges[:-1] * edges[1:]), np.asarray(slopes, float)
+
+
+def increasing(values) -> bool:
+    """Whether `values` increase strictly from each entry to the next."""
+    return bool(np.all(np.diff(np.asarray(values, float)) > 0))

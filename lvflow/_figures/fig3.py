@@ -170,6 +170,26 @@ def _steepening(window, quick: bool) -> dict:
     return {"K": Ks, "eps": epss, "by_K": by_K, "by_eps": by_eps, "flat_init": flat}
 
 
+def _eq295(window, quick: bool) -> dict:
+    """The local exponent on equal log-time parts of the fitted window (App. C, Eq. 295: it grows
+    with `t` at finite ε), at enough modes `K` that the finite-size cutoff lies past the window:
+    with the figure's `z_k0 = ε k^{−β}` and with `z_k0 = ε` (Eq. 295's premise, `c_k = 1`), each
+    for 3 and 4 parts; Eq. 295 itself (its constant set to 0) at the parts' centres."""
+    K = 10_000 if quick else 100_000
+    tw = np.geomspace(window[0], window[1], 600)
+    out: dict = {"K": K}
+    for name, beta in (("figure_init", BETA), ("z0_eps", 0.0)):
+        E = excess_loss(K, EPS_RIGHT, tw, beta=beta)
+        out[name] = {str(n): _style.local_exponents(tw, E, window, n)[1].tolist() for n in (3, 4)}
+    edges = np.geomspace(window[0], window[1], 4)
+    centres = np.sqrt(edges[:-1] * edges[1:])  # of the 3 parts
+    out["t_centres"] = centres.tolist()
+    out["eq295_const0"] = np.asarray(
+        _scaling.effective_exponent_time(centres, EPS_RIGHT, alpha1=A1, alpha2=A2)
+    ).tolist()
+    return out
+
+
 def _right(quick: bool) -> dict:
     K = 1000
     k = np.arange(1, K + 1, dtype=float)
@@ -217,6 +237,7 @@ def _right(quick: bool) -> dict:
         gd_exponent=float(_scaling.fit_power_law(t_gd, loss_gd, window=fit.window).exponent),
         closed_exponent_on_gd_times=float(_scaling.fit_power_law(t_gd, E_at_gd, window=fit.window).exponent),
         steep=_steepening(fit.window, quick),
+        eq295=_eq295(fit.window, quick),
     )
 
 
@@ -280,6 +301,41 @@ def _steepening_claim(right: dict) -> dict:
         slope_by_K=by_K,
         slope_by_eps=by_eps,
         slope_flat_init=S["slope_flat_init"],
+    )
+
+
+def _eq295_claim(right: dict) -> dict:
+    """App. C's "κ_eff grows with t" (Eq. 295), on the figure's init and on Eq. 295's premise."""
+    G = right["eq295"]
+    fmt = lambda v: " / ".join(f"{x:.3f}" for x in v)
+    paper, flat, kappa = G["figure_init"], G["z0_eps"], right["exponent_predicted"]
+    ok = all(_style.increasing(v) for v in paper.values())
+    ok_flat = all(_style.increasing(v) for v in flat.values())
+    verdict = (
+        f"{'holds' if ok else 'fails'} with the figure's z_k0 = ε k^(−{right['beta_init']:g}): on 3 (4) equal "
+        f"log-time parts of the fitted window at K = {G['K']:,} the exponent is {fmt(paper['3'])} ({fmt(paper['4'])})"
+        + (
+            f", the later parts within {max(abs(v - kappa) for v in paper['3'][1:]):.3f} of (α₁−1)/α₂ = {kappa:g}: "
+            "this init makes every mode's ln(ζ_k/(C_k z_k0)) the same, which removes Eq. 292/295's correction "
+            "(κ_eff = (α₁−1)/α₂ exactly)"
+            if not ok
+            else ""
+        )
+        + f"; with z_k0 = ε (Eq. 295's premise) it {'grows' if ok_flat else 'does not grow'}: {fmt(flat['3'])} "
+        f"({fmt(flat['4'])}), Eq. 295 with its constant set to 0: {fmt(G['eq295_const0'])}"
+    )
+    return _style.claim(
+        "right: the effective exponent κ_eff grows with t at finite ε (App. C, Eq. 295)",
+        ok,
+        "the exponent fitted on each of 3 (and of 4) equal log-time parts of the fitted window increases from part "
+        f"to part, at K = {G['K']:,} modes (the finite-size cutoff past the window)",
+        verdict=verdict,
+        K=G["K"],
+        exponents_figure_init=paper,
+        exponents_z0_eps=flat,
+        t_centres=G["t_centres"],
+        eq295_const0=G["eq295_const0"],
+        holds_with_z0_eps=ok_flat,
     )
 
 
@@ -408,6 +464,7 @@ def make(out: Path, *, quick: bool = False) -> dict:
             "gd_max_rel_dev_from_closed_form_in_window": R["gd_dev_in_window"],
             "exponent_fitted_gd": R["gd_exponent"],
             "exponent_fitted_closed_form_on_gd_times": R["closed_exponent_on_gd_times"],
+            "eq295": R["eq295"],
             "steepening": {
                 "K": R["steep"]["K"],
                 "eps": R["steep"]["eps"],
@@ -446,5 +503,6 @@ def make(out: Path, *, quick: bool = False) -> dict:
         _gd_claim(right),
     ]
     summary["claims"].append(_steepening_claim(right))
+    summary["claims"].append(_eq295_claim(right))
     _style.write_summary(out, "fig3", summary)
     return summary
