@@ -36,7 +36,6 @@ import os
 import sys
 import threading
 import time
-import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -672,8 +671,14 @@ def _remove_new_directories(out: Path, top: Path | None, lock: Path | None) -> N
             return
 
 
+def _toml_loads(text: str) -> Any:
+    import tomllib  # only for a TOML spec (a sweep given as Python objects does not read one)
+
+    return tomllib.loads(text)
+
+
 #: the spec files `read_spec_file` reads, by suffix: the parser and the format's name
-_SPEC_FORMATS = {".json": (json.loads, "JSON"), ".toml": (tomllib.loads, "TOML")}
+_SPEC_FORMATS = {".json": (json.loads, "JSON"), ".toml": (_toml_loads, "TOML")}
 
 
 def read_spec_file(path) -> dict[str, Any]:
