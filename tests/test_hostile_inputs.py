@@ -22,7 +22,7 @@ from _cli import cli_env, main, one_line
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import lvflow
-from lvflow._core import validate
+from lvflow._core import memory  # the memory this machine reports, replaced by a fixed one
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30
@@ -55,7 +55,7 @@ def test_sizes_beyond_memory_are_refused_before_the_run(tmp_path, system, log, m
     """A size flag whose run needs more memory than is available is refused at once, with the
     estimate and what is available (computed from the input, not a fixed cap); an integer beyond
     int64 is one line too, not an `OverflowError`."""
-    monkeypatch.setattr(validate, "available_memory", lambda: 8 * GIB)  # the same on any machine
+    monkeypatch.setattr(memory, "available_memory", lambda: 8 * GIB)  # the same on any machine
     out = tmp_path / "out"
     sweep = ["sweep", "--system", str(system), "--quiet", "--out", str(out)]
     cases = [
@@ -90,9 +90,9 @@ def test_sizes_beyond_memory_are_refused_before_the_run(tmp_path, system, log, m
         assert line.startswith(f"lvflow {argv[0]}: error: {flag}: ") and "64-bit" in line, line
         assert not out.exists(), argv
     monkeypatch.undo()
-    avail = validate.available_memory()
+    avail = memory.available_memory()
     assert avail is None or avail > 0
-    assert validate.curve_bytes(2, 10**8) > 8 * GIB > validate.curve_bytes(2, 400)
+    assert memory.curve_bytes(2, 10**8) > 8 * GIB > memory.curve_bytes(2, 400)
 
 
 # -- class 10: an unreachable coordinator -------------------------------------------------------
@@ -362,7 +362,7 @@ def test_fit_offset_above_the_log_is_refused(log, capsys):
 
 def test_fit_api_refuses_a_size_beyond_memory(log, monkeypatch):
     """The memory check is `fit`'s own, so the Python API refuses what the CLI refuses."""
-    monkeypatch.setattr(validate, "available_memory", lambda: 8 * GIB)
+    monkeypatch.setattr(memory, "available_memory", lambda: 8 * GIB)
     L = np.loadtxt(log, delimiter=",", skiprows=1)
     with pytest.raises(lvflow.LvflowError, match=r"^max_modes: .*needs about .* 8 GiB available"):
         lvflow.fit(L[:, 0], L[:, 1], max_modes=1000)

@@ -56,6 +56,14 @@ def test_bad_files(tmp_path):
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
     with pytest.raises(LvflowError, match="not a valid .npz file"):
         load_arrays(tmp_path / "bad.npz")
+    np.save(tmp_path / "arr.npy", np.eye(2))
+    (tmp_path / "arr.npy").rename(tmp_path / "arr.npz")
+    with pytest.raises(LvflowError, match=r"arr\.npz is an \.npy file with a \.npz suffix"):
+        load_arrays(tmp_path / "arr.npz")
+    np.savez(tmp_path / "zip.npz", x=np.eye(2))
+    (tmp_path / "zip.npz").rename(tmp_path / "zip.npy")
+    with pytest.raises(LvflowError, match=r"zip\.npy is an \.npz archive with a \.npy suffix"):
+        load_arrays(tmp_path / "zip.npy")
     (tmp_path / "trunc.npy").write_bytes(b"\x93NUMPY\x01")
     with pytest.raises(LvflowError, match="cannot read"):
         load_arrays(tmp_path / "trunc.npy")

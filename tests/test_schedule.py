@@ -180,10 +180,10 @@ def test_transients_resolve_a_slow_swap_ignition():
     # and 1.16) while switching mode 2 off, which `corrected` alone misses by ~7.85 time units.
     # At ε = 1e-32 the other modes are negligible during each transition (at 1e-16 they are not:
     # ~1e-3 when mode 2 ignites), so the orbits should match the gLV closely.
-    # internal on purpose: the very system the limit figure shows
-    from lvflow._figures.limit import system
-
-    lv = system()
+    G = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 1.0, 0.3]])
+    G[2] /= np.linalg.norm(G[2])
+    Y = np.array([1.0, 0.8, -0.2])
+    lv = lvflow.LotkaVolterra(G @ Y, G @ G.T, y2=float(Y @ Y) / 8)  # `lvflow.figures.limit`'s system
     r, C = np.asarray(lv.r), np.asarray(lv.C)
     eps = 1e-32
     L = math.log(1 / eps)

@@ -56,18 +56,26 @@ LABELS = {
 _OPTIMISERS = {name: optax.sgd(lr) for name, lr in LR.items()}
 
 
-def problem(name: str, run: int) -> dict:
-    """Run `run` of model `name` ("mlp" or "qk"): the student network and the teacher stream."""
-    k_student, k_teacher, k_c = jax.random.split(jax.random.PRNGKey(100 + run), 3)
-    if name == "mlp":
-        student = arch.MLP(MLP_IN, MLP_WIDTH, None, key=k_student, init_scale=EPS)
-        teacher = arch.MLP(MLP_IN, MLP_WIDTH, None, key=k_teacher, init_scale=1.0)  # standard Gaussian
-        return dict(net=student, stream=TeacherStream(teacher, (MLP_IN,)))
+def _mlp_problem(k_student, k_teacher, k_c) -> dict:
+    student = arch.MLP(MLP_IN, MLP_WIDTH, None, key=k_student, init_scale=EPS)
+    teacher = arch.MLP(MLP_IN, MLP_WIDTH, None, key=k_teacher, init_scale=1.0)  # standard Gaussian
+    return dict(net=student, stream=TeacherStream(teacher, (MLP_IN,)))
+
+
+def _qk_problem(k_student, k_teacher, k_c) -> dict:
     c = jax.random.normal(k_c, (D_QK,))  # fixed Gaussian readout, shared by teacher and student
     student = arch.QKAttention(D_QK, DK_QK, HEADS_QK, None, key=k_student, init_scale=EPS, readout=c)
     teacher = arch.QKAttention(D_QK, DK_QK, HEADS_QK, None, key=k_teacher, init_scale=1.0, readout=c)
     # both heads' outputs at W = 0, d cᵀx̄, are the same: `__call__` leaves it out of both
     return dict(net=student, stream=TeacherStream(teacher, (D_QK, N_QK)))
+
+
+_PROBLEMS = {"mlp": _mlp_problem, "qk": _qk_problem}
+
+
+def problem(name: str, run: int) -> dict:
+    """Run `run` of model `name` ("mlp" or "qk"): the student network and the teacher stream."""
+    return _PROBLEMS[name](*jax.random.split(jax.random.PRNGKey(100 + run), 3))
 
 
 class _EvalLosses(eqx.Module):

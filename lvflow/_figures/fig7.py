@@ -88,14 +88,18 @@ def _models():
     }
 
 
+#: images `(m, 28, 28)` as each model's inputs: flat for the MLP, the image for the CNN, and for
+#: attention the sequence whose token `n` (column `n`) is image row `n`
+_LAYOUTS = {
+    "mlp": lambda X: X.reshape(X.shape[0], -1),
+    "cnn": lambda X: X,
+    "attention": lambda X: np.transpose(X, (0, 2, 1)),
+}
+
+
 def _layout(name: str, X):
-    """Images `(m, 28, 28)` as the model's inputs: flat for the MLP, the image for the CNN, and
-    for attention the sequence whose token `n` (column `n`) is image row `n`."""
-    if name == "mlp":
-        return X.reshape(X.shape[0], -1)
-    if name == "cnn":
-        return X
-    return np.transpose(X, (0, 2, 1))
+    """Images `(m, 28, 28)` as the inputs of model `name` (`_LAYOUTS`)."""
+    return _LAYOUTS[name](X)
 
 
 class _Forms:
@@ -106,13 +110,13 @@ class _Forms:
 
     def features(self, X):
         """What the NQF reads of each input, formed once: `Φ` of `⟨Θ(W), Φ(x)⟩` (Eq. 17)."""
-        if self.name == "attention":
+        if isinstance(self.net, arch.QKAttention):
             return jax.vmap(self.net.map_features)(X)[:, 0]  # (m, D, D)
         return jax.vmap(self.net.shared_features)(X)  # (m, n): φ'(0) Σ_p x_p
 
     def nqf(self, W, F):
         Theta = with_W(self.net, W).learned_map()
-        if self.name == "attention":
+        if isinstance(self.net, arch.QKAttention):
             return jnp.einsum("mab,ab->m", F, Theta)
         return F @ Theta[:, 0]
 

@@ -62,18 +62,31 @@ LR_GD = {"mlp": (0.02, 1e-4), "attention": (0.02, 1e-4)}
 LR_ADAM = {"mlp": 1e-3, "attention": 1e-3}
 
 
+#: per model: the deep network at an init scale, the one-block architecture of the matched NQF,
+#: one input's shape, and the fan-in of each block's neuron entries (for the teacher's variance)
+_DEEP = {
+    "mlp": lambda scale, key: DeepMLP(8, (16, 16, 16), None, key=key, init_scale=scale),
+    "attention": lambda scale, key: DeepAttention(8, 8, 8, 1, None, hidden_size=8, key=key, init_scale=scale),
+}
+_SHALLOW = {
+    "mlp": lambda key: arch.MLP(8, 16, None, key=key, init_scale=0.0),
+    "attention": lambda key: arch.MultiHeadAttention(8, 8, 8, 1, None, key=key, init_scale=0.0),
+}
+INPUT_SHAPE = {"mlp": (8,), "attention": (8, N_TOK)}
+_FAN_IN = {
+    # block 1: [row of W₁ (fan-in 8), column of W₂ (16)]; block 2: [W₃ (16), W₄ (16)]
+    "mlp": lambda deep: (np.r_[np.full(8, 8.0), np.full(16, 16.0)], np.full(17, 16.0)),
+    # every matrix of both heads reads a vector of size 8 (D = d_v = hidden = 8)
+    "attention": lambda deep: tuple(np.full(b.W.shape[0], 8.0) for b in deep.blocks),
+}
+
+
 def _arch(name: str, variance: float, key):
-    scale = math.sqrt(variance)
-    if name == "mlp":
-        return DeepMLP(8, (16, 16, 16), None, key=key, init_scale=scale)
-    return DeepAttention(8, 8, 8, 1, None, hidden_size=8, key=key, init_scale=scale)
+    return _DEEP[name](math.sqrt(variance), key)
 
 
 def _shallow(name: str):
-    k = jax.random.PRNGKey(0)
-    if name == "mlp":
-        return arch.MLP(8, 16, None, key=k, init_scale=0.0)
-    return arch.MultiHeadAttention(8, 8, 8, 1, None, key=k, init_scale=0.0)
+    return _SHALLOW[name](jax.random.PRNGKey(0))
 
 
 @eqx.filter_jit
@@ -86,11 +99,7 @@ def teacher(name: str, seed: int = 0):
     """A teacher of the same architecture with fixed Gaussian weights, each of variance
     1/fan-in (LeCun scale: pre-activations and outputs O(1))."""
     t = _arch(name, 1.0, jax.random.PRNGKey(1000 + seed))
-    if name == "mlp":  # block 1: [row of W₁ (fan-in 8), column of W₂ (16)]; block 2: [W₃ (16), W₄ (16)]
-        fan_in = (np.r_[np.full(8, 8.0), np.full(16, 16.0)], np.full(17, 16.0))
-    else:  # every matrix of both heads reads a vector of size 8 (D = d_v = hidden = 8)
-        fan_in = tuple(np.full(b.W.shape[0], 8.0) for b in t.blocks)
-    for i, f in enumerate(fan_in):
+    for i, f in enumerate(_FAN_IN[name](t)):
         t = eqx.tree_at(lambda m, i=i: m.blocks[i].W, t, t.blocks[i].W / np.sqrt(f)[:, None])
     return t
 
@@ -98,7 +107,7 @@ def teacher(name: str, seed: int = 0):
 def data(name: str, *, n_train: int = N_TRAIN, n_test: int = N_TEST, seed: int = 0):
     """Gaussian inputs labelled by `teacher(name)`: `((X_train, y_train), (X_test, y_test))`."""
     t = teacher(name, seed)
-    shape = (8,) if name == "mlp" else (8, N_TOK)
+    shape = INPUT_SHAPE[name]
     rng = np.random.default_rng(seed)
     X = jnp.asarray(rng.standard_normal((n_train + n_test,) + shape))
     y = _batched(t, X)
@@ -197,12 +206,11 @@ def _optimiser(name: str) -> optax.GradientTransformation:
     optimiser `j`'s, the first three of them at the small-init rate, the others at the
     large-init rate (`optax.multi_transform`, exact: no parameter is shared)."""
 
-    def one(opt, lr_gd):
-        if opt == "GD":
-            return optax.sgd(lr_gd)
-        if opt == "momentum":
-            return optax.sgd(lr_gd * (1 - MOMENTUM), momentum=MOMENTUM)
-        return optax.adam(LR_ADAM[name])
+    one = {
+        "GD": lambda lr_gd: optax.sgd(lr_gd),
+        "momentum": lambda lr_gd: optax.sgd(lr_gd * (1 - MOMENTUM), momentum=MOMENTUM),
+        "Adam": lambda lr_gd: optax.adam(LR_ADAM[name]),
+    }
 
     n = len(MODELS) * len(VARIANCES[name])
     tag = lambda i: f"{OPTIMISERS[i // n]}/{(i % n) // len(MODELS)}"
@@ -210,7 +218,7 @@ def _optimiser(name: str) -> optax.GradientTransformation:
         models=tuple(jax.tree_util.tree_map(lambda _, i=i: tag(i), m) for i, m in enumerate(params.models))
     )
     transforms: dict[Hashable, optax.GradientTransformation] = {
-        f"{o}/{v}": one(o, LR_GD[name][v]) for o in OPTIMISERS for v in range(len(VARIANCES[name]))
+        f"{o}/{v}": one[o](LR_GD[name][v]) for o in OPTIMISERS for v in range(len(VARIANCES[name]))
     }
     return optax.multi_transform(transforms, labels)
 

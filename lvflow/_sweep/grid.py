@@ -24,6 +24,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from .._core.errors import LvflowError
+from .._core.memory import check_memory, curve_bytes
 
 
 class Kind(abc.ABC):
@@ -323,8 +324,6 @@ def values_of(name: str, v: Any) -> list:
     if not out:
         raise LvflowError(f"{name}: no values given")
     if name == "modes" and all(isinstance(K, int) for K in out):
-        from .._core.validate import check_memory, curve_bytes
-
         K = max(out)
         check_memory(name, curve_bytes(K, 2), f"a power-law spectrum of {K} modes")
     return out
@@ -345,13 +344,11 @@ ROW_BYTES = 2 * 8 * 48
 
 def check_values_memory(name: str, count: int, what: str, *, per_value: int = VALUE_BYTES + ROW_BYTES) -> None:
     """Refuse `count` values or configurations before they are made, when a sweep of them needs
-    more memory than this machine has available (`lvflow._core.validate.check_memory`); every
+    more memory than this machine has available (`lvflow._core.memory.check_memory`); every
     value of a range becomes at least one configuration.
 
     **Raises:** `LvflowError` `"{name}: {what} needs about N GiB, this machine has M GiB available"`.
     """
-    from .._core.validate import check_memory
-
     check_memory(name, float(count) * per_value, what)
 
 

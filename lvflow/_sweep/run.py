@@ -46,7 +46,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .. import __version__
 from .._core.errors import LvflowError
-from .._core.validate import check_memory, curve_bytes
+from .._core.memory import check_memory, curve_bytes
 from .._glv.interaction import DenseInteraction, DiagonalInteraction
 from .._schedule.schedule import plateau_schedule
 from .._workflow.io import atomic_write, atomic_write_text, check_path_length, read_document, to_json
@@ -111,7 +111,7 @@ class Runner:
         configuration's columns: `grid.ROW_BYTES`, and per mode and curve sample 8 bytes in each
         of the `PER_MODE` and `CURVE` columns, read back and concatenated: twice) and largest
         device call (`curve_bytes` of the group's modes and samples per configuration) need more
-        memory than this machine has available (`lvflow._core.validate.check_memory`).
+        memory than this machine has available (`lvflow._core.memory.check_memory`).
 
         **Raises:** `LvflowError` naming `num_points` or `modes` when the curve or the modes are
         most of the need, else the parameter with the longest value list (the configurations'
@@ -371,18 +371,22 @@ def chunk_columns(res: Resolved, g: int, rows: np.ndarray, out: dict[str, np.nda
     return cols
 
 
+#: the entry of a chunk file that holds its sweep's `spec_hash` (every other entry is a column)
+_CHUNK_HASH = "spec_hash"
+
+
 def write_chunk(path: Path, cols: dict[str, np.ndarray], spec_hash: str) -> None:
     """Atomically write a chunk: an uncompressed `.npz` (a 10⁵-configuration sweep writes in
     seconds, not minutes; `numpy.load(..., allow_pickle=False)` reads it), streamed straight into
     `atomic_write`'s temporary file."""
     # `Any`: numpy's stub would match an unpacked `dict[str, ndarray]` against `allow_pickle: bool`
-    arrays: dict[str, Any] = {"spec_hash": np.array(spec_hash), **cols}
+    arrays: dict[str, Any] = {_CHUNK_HASH: np.array(spec_hash), **cols}
     atomic_write(path, lambda f: np.savez(f, **arrays))
 
 
 def read_chunk(path: Path) -> dict[str, np.ndarray]:
     with np.load(path, allow_pickle=False) as z:
-        return {k: z[k] for k in z.files if k != "spec_hash"}
+        return {k: z[k] for k in z.files if k != _CHUNK_HASH}
 
 
 def manifest(
@@ -667,6 +671,16 @@ def _remove_new_directories(out: Path, top: Path | None, lock: Path | None) -> N
             return
 
 
+def _toml_loads(text: str) -> Any:
+    import tomllib  # only for a TOML spec (a sweep given as Python objects does not read one)
+
+    return tomllib.loads(text)
+
+
+#: the spec files `read_spec_file` reads, by suffix: the parser and the format's name
+_SPEC_FORMATS = {".json": (json.loads, "JSON"), ".toml": (_toml_loads, "TOML")}
+
+
 def read_spec_file(path) -> dict[str, Any]:
     """A sweep spec from a `.toml` or `.json` file, with the types of its sections checked: a
     table (JSON object) at the top, holding `grid` (a table or a list of tables), `configs` (a list
@@ -684,13 +698,9 @@ def read_spec_file(path) -> dict[str, Any]:
     p = Path(os.fspath(path))
     if not p.is_file():
         raise LvflowError(f"spec: file not found: {p}")
-    suffix = p.suffix.lower()
-    if suffix == ".json":
-        data = read_json(p, "spec")
-    elif suffix == ".toml":
-        import tomllib
-
-        data = read_document(p, f"spec: {p}: ", tomllib.loads, "TOML")
+    parse = _SPEC_FORMATS.get(p.suffix.lower())
+    if parse is not None:
+        data = read_document(p, f"spec: {p}: ", *parse)
     else:
         raise LvflowError(f"spec: unsupported file type {p.suffix or '(none)'!r} for {p}; use .toml or .json")
     if not isinstance(data, dict):

@@ -16,8 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.errors import LvflowError
-from .._workflow.io import atomic_write_bytes
+from .._workflow.io import PLOT_SUFFIXES, atomic_write_bytes, check_suffix
 from .evaluate import DROP_COLUMNS
 
 _ROWS_IN_JSON = 10_000  # per-configuration rows in summary.json up to this many configurations
@@ -143,9 +142,7 @@ def plot_summary(res, path) -> Path:
     import matplotlib.pyplot as plt
 
     p = Path(path)
-    fmt = p.suffix.lower().lstrip(".")
-    if fmt not in ("png", "pdf", "svg"):
-        raise LvflowError(f"plot: unsupported file type {p.suffix or '(none)'!r} for {p}; use .png, .pdf or .svg")
+    fmt = check_suffix("plot", p, PLOT_SUFFIXES).lstrip(".")
     c = res.columns
     sw = swept(res)
     exps = len(res) > 0 and bool(np.any(np.isfinite(c["exponent"])))

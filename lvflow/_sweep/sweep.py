@@ -93,6 +93,8 @@ def _relative_to(data: dict, base: Path) -> dict:
     return data
 
 
+#: The `coordinator` that lets `jax.distributed` find the cluster itself (SLURM, Cloud TPU, ...).
+AUTO = "auto"
 #: Seconds `jax.distributed` is given to reach the coordinator and the other processes, unless
 #: told otherwise (`lvflow sweep --coordinator-timeout`).
 COORDINATOR_TIMEOUT = 120.0
@@ -124,10 +126,11 @@ def _distributed(
             name, timeout_name = flags or ("coordinator", "coordinator_timeout")
             if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
                 raise LvflowError(f"{timeout_name}: must be a positive number of seconds, got {timeout!r}")
+            address = None if coordinator == AUTO else coordinator  # None: jax.distributed detects the cluster
             kw = {}
-            if coordinator != "auto":
-                kw = dict(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
-            watchdog = _Watchdog(coordinator, num_processes, float(timeout), name, timeout_name)
+            if address is not None:
+                kw = dict(coordinator_address=address, num_processes=num_processes, process_id=process_id)
+            watchdog = _Watchdog(address, num_processes, float(timeout), name, timeout_name)
             try:
                 jax.distributed.initialize(**kw, initialization_timeout=int(math.ceil(timeout)) + 60)
             except (RuntimeError, ValueError, TypeError) as e:
@@ -160,8 +163,8 @@ class _Watchdog:
     """Ends the process with one line and exit status 2 unless cancelled within `timeout` s: a
     `jax.distributed.initialize` still waiting then (it releases the GIL while it waits)."""
 
-    def __init__(self, coordinator: str, num_processes, timeout: float, name: str, timeout_name: str):
-        self.coordinator, self.num_processes, self.timeout = coordinator, num_processes, timeout
+    def __init__(self, address: str | None, num_processes, timeout: float, name: str, timeout_name: str):
+        self.address, self.num_processes, self.timeout = address, num_processes, timeout
         self.name, self.timeout_name = name, timeout_name
         self.done = threading.Event()
         self.timer = threading.Timer(timeout, self.expire)
@@ -188,17 +191,17 @@ class _Watchdog:
         """What did not answer: nothing listening, no answer at all, or missing processes."""
         import socket
 
-        host, _, port = str(self.coordinator).rpartition(":")
-        if self.coordinator == "auto" or not port.isdigit():
-            return f"jax.distributed did not connect to the coordinator ({self.coordinator})"
+        host, _, port = str(self.address).rpartition(":")
+        if self.address is None or not port.isdigit():
+            return f"jax.distributed did not connect to the coordinator ({self.address or AUTO})"
         try:
             socket.create_connection((host.strip("[]"), int(port)), timeout=2).close()
         except ConnectionRefusedError:
-            return f"nothing listens on {self.coordinator} (connection refused)"
+            return f"nothing listens on {self.address} (connection refused)"
         except OSError:
-            return f"no answer from {self.coordinator}"
+            return f"no answer from {self.address}"
         n = f"all {self.num_processes}" if self.num_processes else "all the"
-        return f"{self.coordinator} answers, but not {n} processes joined"
+        return f"{self.address} answers, but not {n} processes joined"
 
 
 def _holding_out_lock(fn):

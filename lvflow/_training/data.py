@@ -296,6 +296,14 @@ def fourier_task(*, M: int = 256, P: int = 64, beta: float = 1.5) -> Dataset:
 # Odd vs even digits (Fig 7, offline real data)
 
 
+#: `digits_parity`'s layouts: the `(m, 64)` pixels arranged for each architecture
+_DIGIT_LAYOUTS = {
+    "flat": lambda X: X,  # (m, 64): MLP
+    "image": lambda X: X.reshape(-1, 8, 8),  # (m, 8, 8): CNN
+    "sequence": lambda X: X.reshape(-1, 8, 8).transpose(0, 2, 1),  # X[:, :, n] = image row n: attention
+}
+
+
 def digits_parity(*, layout: str = "flat", m: int | None = None, seed=0) -> Dataset:
     """scikit-learn's bundled 8×8 digits (1797 images, no download), label `+1` odd, `−1` even.
 
@@ -306,7 +314,8 @@ def digits_parity(*, layout: str = "flat", m: int | None = None, seed=0) -> Data
     """
     from sklearn.datasets import load_digits
 
-    if layout not in ("flat", "image", "sequence"):
+    arrange = _DIGIT_LAYOUTS.get(layout) if isinstance(layout, str) else None
+    if arrange is None:
         raise LvflowError(f"layout: expected 'flat', 'image' or 'sequence', got {layout!r}")
     data, target = load_digits(return_X_y=True)
     X = np.asarray(data, dtype=float)
@@ -319,8 +328,4 @@ def digits_parity(*, layout: str = "flat", m: int | None = None, seed=0) -> Data
             raise LvflowError(f"m: only {X.shape[0]} digits are available, asked for {m}")
         idx = _rng(seed).permutation(X.shape[0])[:m]
         X, y = X[idx], y[idx]
-    if layout == "image":
-        X = X.reshape(-1, 8, 8)
-    elif layout == "sequence":
-        X = X.reshape(-1, 8, 8).transpose(0, 2, 1)  # X[:, :, n] = image row n
-    return Dataset(jnp.asarray(X), jnp.asarray(y))
+    return Dataset(jnp.asarray(arrange(X)), jnp.asarray(y))

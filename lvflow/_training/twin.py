@@ -1,5 +1,6 @@
 """The NQF twin of a network: the same neurons `W`, output `Tr[Wᵀ A(x) W]` (Thm 1, Eq. 2)."""
 
+import enum
 from typing import Literal
 
 import equinox as eqx
@@ -15,6 +16,23 @@ from .._form.structure import structure_matrix
 from ..architectures import AbstractArchitecture, AbstractLearnedMap, AbstractSumForm
 from .data import gaussian_inputs
 from .deep import AbstractDeepModel, DeepNQF
+
+
+class _Method(str, enum.Enum):
+    """How an `NQFModel` evaluates a neuron's `wᵀ A(x) w`: by differentiating the network's unit
+    (`quadratic_part`) or by contracting its closed-form `structure(x)`. The public API takes the
+    values as strings (`method="jvp"`), converted once by `_method`; a member equals its string."""
+
+    JVP = "jvp"
+    STRUCTURE = "structure"
+
+
+def _method(method) -> _Method:
+    """`method` (a string or a `_Method`) as a `_Method`. **Raises:** `LvflowError` naming it."""
+    try:
+        return _Method(method)
+    except (ValueError, TypeError):
+        raise LvflowError(f"method: expected 'jvp' or 'structure', got {method!r}") from None
 
 
 def quadratic_part(unit, w: Float[ArrayLike, " p"], x) -> Float[Array, "*k"]:
@@ -85,11 +103,11 @@ class NQFModel(AbstractTwin):
     """
 
     network: AbstractSumForm
-    method: str = eqx.field(static=True)
+    method: _Method = eqx.field(static=True)
 
-    def __init__(self, network: AbstractSumForm, method: str):
+    def __init__(self, network: AbstractSumForm, method: Literal["jvp", "structure"] | _Method):
         self.network = network
-        self.method = method
+        self.method = _method(method)
 
     def __check_init__(self):
         if not isinstance(self.network, AbstractSumForm):
@@ -97,21 +115,19 @@ class NQFModel(AbstractTwin):
                 f"network: expected a sum-form module (lvflow.architectures.AbstractSumForm), "
                 f"got a {type(self.network).__name__}"
             )
-        if self.method not in ("jvp", "structure"):
-            raise LvflowError(f"method: expected 'jvp' or 'structure', got {self.method!r}")
-        if self.method == "structure" and not isinstance(self.network, AbstractArchitecture):
+        if self.method is _Method.STRUCTURE and not isinstance(self.network, AbstractArchitecture):
             raise LvflowError(
                 f"method: a {type(self.network).__name__} has no closed-form structure(x); use method='jvp'"
             )
 
     def unit(self, w: Float[ArrayLike, " p"], x) -> Float[Array, "*k"]:
         """`wᵀ A(x) w`: the quadratic unit of the NQF."""
-        if self.method == "structure":
+        if self.method is _Method.STRUCTURE:
             return jnp.einsum("...ij,i,j->...", self.structure(x), w, w)
         return quadratic_part(self.network.unit, w, x)
 
     def __call__(self, x) -> Float[Array, "*k"]:
-        if self.method == "structure":
+        if self.method is _Method.STRUCTURE:
             return jnp.einsum("...ij,id,jd->...", self.structure(x), self.W, self.W)
         return jnp.sum(jax.vmap(lambda w: quadratic_part(self.network.unit, w, x))(self.W.T), axis=0)
 
@@ -149,8 +165,7 @@ def nqf_twin(network, *, x=None, method: Literal["jvp", "structure"] = "jvp", se
     `network` that is neither of the above, an unknown `method`, `method="structure"` without
     a closed form, or no `x` for a module whose input shape is unknown.
     """
-    if method not in ("jvp", "structure"):
-        raise LvflowError(f"method: expected 'jvp' or 'structure', got {method!r}")
+    method = _method(method)
     if isinstance(network, AbstractDeepModel):
         blocks = tuple(nqf_twin(b, x=None, method=method, seq_len=seq_len) for b in network.blocks)
         return DeepNQF(blocks=blocks, chain=network.chain, dphi0=network.link_slope)
@@ -159,7 +174,7 @@ def nqf_twin(network, *, x=None, method: Literal["jvp", "structure"] = "jvp", se
             f"network: expected a sum-form module (lvflow.architectures.AbstractSumForm, with a neuron array W "
             f"and unit(w, x)) or a deep model (lvflow.AbstractDeepModel), got a {type(network).__name__}"
         )
-    if method == "structure" and not isinstance(network, AbstractArchitecture):
+    if method is _Method.STRUCTURE and not isinstance(network, AbstractArchitecture):
         raise LvflowError(f"method: a {type(network).__name__} has no closed-form structure(x); use method='jvp'")
     if x is None:
         if not isinstance(network, AbstractArchitecture):

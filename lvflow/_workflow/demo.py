@@ -9,6 +9,7 @@ import numpy as np
 
 import lvflow
 
+from .io import PLOT_SUFFIXES, check_suffix
 from .predict_cli import FLAGS as FLAGS  # the same options as `lvflow predict`
 
 
@@ -20,8 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.plot is not None and args.plot.suffix.lower() not in (".png", ".pdf", ".svg"):
-        raise lvflow.LvflowError(f"--plot: unsupported file type for {args.plot}; use .png, .pdf or .svg")
+    if args.plot is not None:
+        check_suffix("--plot", args.plot, PLOT_SUFFIXES)
     # Fig 3 (left/middle): five decoupled modes, r = 2^{-k}, C_kk = 1, GD with lr 0.01.
     r = 0.5 ** np.arange(5)
     system = lvflow.LotkaVolterra(r, np.eye(5), y2=float(np.sum(r**2) / 8))

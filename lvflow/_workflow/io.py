@@ -27,8 +27,27 @@ import numpy as np
 
 from .._core.errors import LvflowError
 
+#: The array files `load_arrays` reads, by suffix: the bytes a binary one starts with (`None`: CSV
+#: text) and what it is, in words.
+_FORMATS = {".npz": (b"PK", "an .npz archive"), ".npy": (b"\x93NUMPY", "an .npy file"), ".csv": (None, "CSV")}
 #: File suffixes `load_arrays` understands.
-SUFFIXES = (".npz", ".npy", ".csv")
+SUFFIXES = tuple(_FORMATS)
+#: The figure files lvflow writes (matplotlib's formats).
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+#: The first byte of a pickle stream (protocol ≥ 2)
+_PICKLE = b"\x80"
+
+
+def check_suffix(name: str, path, suffixes: tuple[str, ...]) -> str:
+    """The file type of an output `path`: its suffix (lower case, with the dot) when it is one of
+    `suffixes` (e.g. `PLOT_SUFFIXES`).
+
+    **Raises:** `LvflowError` `"{name}: unsupported file type for {path}; use .png or .pdf or .svg"`.
+    """
+    suffix = Path(os.fspath(path)).suffix.lower()
+    if suffix not in suffixes:
+        raise LvflowError(f"{name}: unsupported file type for {path}; use {' or '.join(suffixes)}")
+    return suffix
 
 
 def _check_file(path, name: str) -> Path:
@@ -178,31 +197,30 @@ def load_arrays(path, *, name: str = "file") -> dict[str, np.ndarray]:
     """
     p = _check_file(path, name)
     suffix = p.suffix.lower()
-    if suffix == ".csv":
+    if _FORMATS[suffix][0] is None:
         return _load_csv(p, name)
     try:
         with open(p, "rb") as f:
             magic = f.read(6)
     except OSError as e:
         raise LvflowError(f"{name}: cannot read {p}: {e.__class__.__name__}: {e}") from None
-    if magic[:1] == b"\x80":  # a bare pickle stream (protocol ≥ 2) in disguise
+    if magic.startswith(_PICKLE):  # a bare pickle stream in disguise
         raise _pickle_refused(name, p)
-    expected = b"\x93NUMPY" if suffix == ".npy" else b"PK"
-    if not magic.startswith(expected):
+    # what the file is, read from its first bytes (as `np.load` decides), against its suffix
+    found = next((s for s, (m, _) in _FORMATS.items() if m is not None and magic.startswith(m)), None)
+    if found is None:
         raise LvflowError(f"{name}: {p} is not a valid {suffix} file (bad header)")
+    if found != suffix:
+        raise LvflowError(f"{name}: {p} is {_FORMATS[found][1]} with a {suffix} suffix")
     try:
         loaded = np.load(p, allow_pickle=False)
     except _READ_ERRORS as e:
         raise _unreadable(name, p, e, f" as {suffix}") from None
     if isinstance(loaded, np.ndarray):
-        if suffix != ".npy":
-            raise LvflowError(f"{name}: {p} is an .npy file with a {suffix} suffix")
         return {"": _numeric(name, "", loaded)}
     out = {}
     try:
         with loaded as z:
-            if suffix != ".npz":
-                raise LvflowError(f"{name}: {p} is an .npz archive with a {suffix} suffix")
             for k in z.files:
                 out[k] = _numeric(name, k, z[k])
     except LvflowError:

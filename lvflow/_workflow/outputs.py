@@ -7,9 +7,9 @@ import argparse
 import sys
 
 from .._core.errors import LvflowError
-from .io import check_writable
+from .io import PLOT_SUFFIXES, check_suffix, check_writable
 
-_OUTPUTS = (("save", ".json", ".npz"), ("plot", ".png", ".pdf", ".svg"))
+_OUTPUTS = (("save", (".json", ".npz")), ("plot", PLOT_SUFFIXES))
 
 
 def check_output_names(args: argparse.Namespace) -> None:
@@ -18,12 +18,11 @@ def check_output_names(args: argparse.Namespace) -> None:
 
     **Raises:** `LvflowError` naming the flag and the path.
     """
-    for flag, *ok in _OUTPUTS:
+    for flag, suffixes in _OUTPUTS:
         path = getattr(args, flag)
         if path is None:
             continue
-        if not any(path.lower().endswith(s) for s in ok):
-            raise LvflowError(f"--{flag}: unsupported file type for {path}; use {' or '.join(ok)}")
+        check_suffix(f"--{flag}", path, suffixes)
         check_writable(path, f"--{flag}")
 
 

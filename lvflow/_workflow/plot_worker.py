@@ -77,6 +77,14 @@ class _Worker:
             pass
 
 
+def _plotting():
+    """`prediction_plot`, imported where a figure is drawn: it imports numpy and this module (the
+    plot process is forked before either is needed), and it imports matplotlib when it draws."""
+    from . import prediction_plot
+
+    return prediction_plot
+
+
 def start() -> None:
     """Fork the plot process, if it can be done safely: `os.fork` exists and JAX (multithreaded)
     is not imported yet (POSIX only). Otherwise plots are drawn in this process."""
@@ -102,19 +110,16 @@ def render(data: dict[str, Any], path) -> Path:
     global _worker
     worker, _worker = _worker, None
     if worker is None:
-        from .prediction_plot import draw
-
-        return draw(data, path)
+        return _plotting().draw(data, path)
     return worker.draw(data, path)
 
 
 def _serve(rfd: int, wfd: int) -> None:
     """The child: warm matplotlib up, draw what arrives, report, exit."""
     try:
-        from .prediction_plot import draw, warm_up
-
+        plotting = _plotting()
         try:
-            warm_up()
+            plotting.warm_up()
         except Exception:  # only a head start: the real drawing reports its own errors
             pass
         try:
@@ -122,7 +127,7 @@ def _serve(rfd: int, wfd: int) -> None:
         except (EOFError, OSError):  # the parent ended without a plot
             os._exit(0)
         try:
-            reply = (_Reply.DRAWN, os.fspath(draw(data, path)))
+            reply = (_Reply.DRAWN, os.fspath(plotting.draw(data, path)))
         except LvflowError as e:
             reply = (_Reply.REFUSED, str(e))
         except Exception as e:  # reported by the parent as an internal error

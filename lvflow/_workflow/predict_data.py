@@ -4,7 +4,7 @@ the architecture's closed-form structure matrix (Table 3)."""
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -69,17 +69,36 @@ def _attention(x, k, kernel, value_size):
     return architectures.MultiHeadAttention(x.shape[1], 1, value_size, 1, k, key=_key())
 
 
-# name → (expected input shape, builder(x, k, kernel, value_size)) of a module in
-# `lvflow.architectures` (k: the output dimension, None for scalar y). The width is irrelevant:
-# `A(x)` is the same for every neuron (Thm 1), so a one-neuron module is built.
+class _Builtin(NamedTuple):
+    """A built-in architecture of `nqf_from_data`: the data shapes it expects (in words), its
+    `builder(x, k, kernel, value_size)` of a module in `lvflow.architectures` (`k`: the output
+    dimension, `None` for scalar `y`), whether the module reads each sample `flat`, and the shape
+    of a neuron's input side, `input_side(x_shape, kernel)` (`None` where it has none)."""
+
+    inputs: str
+    build: Callable[..., Any]
+    flat: bool = False
+    input_side: Callable[[tuple[int, ...], Any], tuple[int, ...] | None] = lambda x_shape, kernel: None
+
+
+# The width is irrelevant: `A(x)` is the same for every neuron (Thm 1), so a one-neuron module is built.
 _ARCHITECTURES = {
-    "mlp": ("x (m, n), or (m, H, W) images (flattened); y (m,) or (m, k)", _mlp),
-    "cnn": ("x (m, H, W) single-channel images, with --kernel KH KW; y (m,) or (m, k)", _cnn),
-    "diagonal": ("x (m, n); y (m,)", _scalar_vectors(architectures.DiagonalLinear)),
-    "signed-diagonal": ("x (m, n); y (m,)", _scalar_vectors(architectures.SignedDiagonal)),
-    "quadratic": ("x (m, n); y (m,)", _scalar_vectors(architectures.QuadraticNet)),
-    "sensing": ("x (m, n, n) square sensing matrices; y (m,)", _sensing),
-    "attention": (
+    "mlp": _Builtin(
+        "x (m, n), or (m, H, W) images (flattened); y (m,) or (m, k)",
+        _mlp,
+        flat=True,
+        input_side=lambda x_shape, kernel: tuple(int(v) for v in x_shape[1:]),  # the input
+    ),
+    "cnn": _Builtin(
+        "x (m, H, W) single-channel images, with --kernel KH KW; y (m,) or (m, k)",
+        _cnn,
+        input_side=lambda x_shape, kernel: None if kernel is None else tuple(int(v) for v in kernel),  # the kernel
+    ),
+    "diagonal": _Builtin("x (m, n); y (m,)", _scalar_vectors(architectures.DiagonalLinear)),
+    "signed-diagonal": _Builtin("x (m, n); y (m,)", _scalar_vectors(architectures.SignedDiagonal)),
+    "quadratic": _Builtin("x (m, n); y (m,)", _scalar_vectors(architectures.QuadraticNet)),
+    "sensing": _Builtin("x (m, n, n) square sensing matrices; y (m,)", _sensing),
+    "attention": _Builtin(
         "x (m, D, N) sequences of N tokens (columns) of size D, query = last token, with --value-size; "
         "y (m,) or (m, k)",
         _attention,
@@ -94,17 +113,13 @@ def architecture_names() -> list[str]:
 
 def architecture_inputs() -> dict[str, str]:
     """Each built-in architecture's expected data shapes, for `lvflow predict --list-architectures`."""
-    return {name: shapes for name, (shapes, _) in _ARCHITECTURES.items()}
+    return {name: a.inputs for name, a in _ARCHITECTURES.items()}
 
 
 def input_side_shape(architecture: str, x_shape: tuple[int, ...], kernel=None) -> tuple[int, ...] | None:
     """The shape of a neuron's input side for `architecture` on inputs of shape `x_shape`
     (`(m, …)`): the input for an MLP, the kernel for a CNN; `None` for the others."""
-    if architecture == "mlp":
-        return tuple(int(v) for v in x_shape[1:])
-    if architecture == "cnn" and kernel is not None:
-        return tuple(int(v) for v in kernel)
-    return None
+    return _ARCHITECTURES[architecture].input_side(x_shape, kernel)
 
 
 def _xy(arrays: Mapping[str, np.ndarray], name: str) -> tuple[np.ndarray | jax.Array, np.ndarray | jax.Array]:
@@ -158,8 +173,9 @@ def _model(architecture: str, arrays: Mapping[str, Any], *, kernel, value_size, 
         raise LvflowError(f"{name}: holds no samples")
     k = None if y.ndim == 1 else y.shape[1]
     value_size = check_positive_int("value_size", value_size)
-    model = _ARCHITECTURES[architecture][1](x, k, kernel, value_size)
-    if architecture == "mlp":
+    builtin = _ARCHITECTURES[architecture]
+    model = builtin.build(x, k, kernel, value_size)
+    if builtin.flat:
         x = x.reshape(x.shape[0], -1)
     return model, x, y
 

@@ -9,15 +9,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from .._core.errors import LvflowError, NotPSDError, SymmetryError
-from .._core.validate import (
-    as_array,
-    check_in_open_interval,
-    check_memory,
-    check_positive,
-    check_positive_int,
-    check_psd,
-    curve_bytes,
-)
+from .._core.memory import check_memory, curve_bytes
+from .._core.validate import as_array, check_in_open_interval, check_positive, check_positive_int, check_psd
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .spec import Configurations, check_initial_scale
 

@@ -20,6 +20,7 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._core.errors import LvflowError, ZGZError
 from .._core.validate import as_array, check_positive, check_positive_int
+from .._form.expansion import probe_order, taylor_term
 
 
 class AbstractSumForm(eqx.Module):
@@ -60,8 +61,6 @@ class AbstractSumForm(eqx.Module):
         By default probed at a random neuron and the input `x` (`lvflow.next_order`); architectures
         with a closed form override it. `x` must be concrete (not traced).
         """
-        from .._form.expansion import probe_order
-
         return probe_order(self.unit, x, self.p)
 
     def expansion_term(self, x, /, order: int) -> Float[Array, "*k"]:
@@ -72,8 +71,6 @@ class AbstractSumForm(eqx.Module):
         forward-mode differentiation of `unit` (architectures with a closed form override it).
         `order = 2` is the NQF's `Tr[W Wᵀ A(x)]`.
         """
-        from .._form.expansion import taylor_term
-
         return jnp.sum(jax.vmap(lambda w: taylor_term(self.unit, w, x, order))(self.W.T), axis=0)
 
 
