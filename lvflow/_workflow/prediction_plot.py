@@ -72,6 +72,7 @@ def plot_data(pred: Prediction, *, title: str | None = None) -> dict[str, Any]:
         limit_t=np.asarray(pred.limit_tau) * math.log(1 / pred.eps) / (pred.learning_rate or 1.0) if limit else None,
         limit_excess=np.asarray(pred.limit_excess) if limit else None,
         title=title or f"{pred.source}  (eps = {pred.eps:.3g})",
+        horizon=math.nan if pred.horizon is None else pred.horizon.t / (pred.learning_rate or 1.0),
     )
 
 
@@ -177,6 +178,9 @@ def _figure_bytes(data: dict[str, Any], fmt: str) -> bytes:
                 label="ε → 0 limit (plateau_schedule)",
                 baseline=None,
             )
+        h = data.get("horizon", math.nan)
+        if math.isfinite(h) and h < x[-1] and (h > 0 or not logx):
+            ax.axvspan(h, x[-1], color="0.5", alpha=0.15, lw=0, label="beyond the NQF's validity horizon (Thm 13)")
         fin_all = xs[np.isfinite(xs)]
         if not logx and fin_all.size and x[-1] > 20 * fin_all.max() > 0:
             ax.set_xlim(0.0, 3 * fin_all.max())  # a t1 far past the dynamics would flatten this panel
