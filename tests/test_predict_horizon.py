@@ -12,9 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _cli import main
+from scipy.integrate import solve_ivp
 
 import lvflow
-from lvflow.architectures import MLP
+from lvflow.architectures import MLP, AbstractSumForm
 
 M_SAMPLES, N_IN, WIDTH, STD, LR = 40, 3, 8, 0.1, 0.1
 
@@ -129,3 +130,41 @@ def test_cli_prints_the_horizon(tmp_path, capsys, tanh_prediction):
     assert saved["step"] == pytest.approx(pred.horizon.t / LR, rel=1e-9)
     assert main(list(map(str, [*args, "--no-horizon"]))) == 0
     assert "describes this network" not in capsys.readouterr().out
+
+
+class _SquashedDiagonal(AbstractSumForm):
+    """`f_x(W) = Σ_i Σ_j x_j tanh(W_ji)²`: `A(x) = diag(x)` (commuting), next term `−(2/3) Σ x_j w_j⁴`."""
+
+    W: jax.Array
+
+    def unit(self, w, x):
+        return jnp.sum(x * jnp.tanh(w) ** 2)
+
+    def __call__(self, x):
+        return jnp.sum(jax.vmap(lambda w: self.unit(w, x), in_axes=1)(self.W))
+
+
+def test_horizon_on_commuting_data_follows_the_flow_of_M():
+    """Structure matrices `diag(x_μ)` (they commute; orthogonal inputs make `C` diagonal): `predict`
+    reduces to the gLV (Assumption 1), and its horizon is `nqf_horizon` on the flow
+    `Ṁ = −(HM + MH)` (Eq. 28), integrated here by scipy."""
+    p = 3
+    X = np.kron(np.eye(p), np.array([[1.0], [0.5], [2.0]]))  # 9 samples, one coordinate each
+    y = X @ np.array([3.0, 2.0, 1.0]) * 0.4
+    nqf = lvflow.NQF(np.stack([np.diag(x) for x in X]), y)
+    net = _SquashedDiagonal(jnp.zeros((p, WIDTH)))
+    pred = lvflow.predict(nqf, init_std=STD, width=WIDTH, learning_rate=LR, network=net, inputs=X)
+    assert pred.method == "lv"
+    h = pred.horizon
+    assert h.order == 4
+
+    def flow(t, m):
+        M = m.reshape(p, p)
+        H = np.diag(4 / len(y) * X.T @ (X @ np.diag(M) - y))
+        return (-(H @ M + M @ H)).ravel()
+
+    M0 = WIDTH * STD**2 * np.eye(p)
+    sol = solve_ivp(flow, (0, float(h.times[-1])), M0.ravel(), t_eval=np.asarray(h.times), rtol=1e-11, atol=1e-14)
+    ref = lvflow.nqf_horizon(net, X, M=sol.y.T.reshape(-1, p, p), times=h.times, width=WIDTH)
+    np.testing.assert_allclose(h.ratio, ref.ratio, rtol=1e-5)
+    assert math.isfinite(h.t) and h.t == pytest.approx(ref.time, rel=1e-5)

@@ -32,7 +32,7 @@ from .._curve.drops import loss_drops
 from .._form.nqf import NQF
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .._glv.reduce import reduce_to_lv
-from .._glv.solve import _DEFAULT_MAX_STEPS, solve_lv
+from .._glv.solve import _DEFAULT_MAX_STEPS
 from .._schedule.scaling import predicted_exponent
 from .._schedule.schedule import PlateauSchedule, plateau_excess_in_order, plateau_schedule
 from .._sweep.evaluate import configuration, loss_floor, switch_off_levels
@@ -207,6 +207,7 @@ def predict(
         rtol=rtol,
         atol=atol,
         progress=progress,
+        keep_zs=probe is not None,
     )
     t1, ts = float(out["t1"]), out["ts"]
     z_inf, t_star = out["z_inf"], out["t_star"]
@@ -236,7 +237,7 @@ def predict(
     plateau[: int(on.sum())], drop[: int(on.sum())] = plateau_excess_in_order(lv, order[on])  # on: first rows
     horizon = None
     if probe is not None and y2_known:
-        horizon = _lv_horizon(lv, probe, z0, ts, loss, out["excess_loss"], rtol=rtol, atol=atol)
+        horizon = _lv_horizon(lv, probe, z0, ts, loss, out["excess_loss"], out["zs"])
     return Prediction(
         method="lv",
         **_header(source, eps, rho, lr, t1, exponent),
@@ -262,24 +263,20 @@ def predict(
     )
 
 
-def _lv_horizon(lv, probe, z0, ts, loss, excess, *, rtol, atol) -> PredictionHorizon | None:
+def _lv_horizon(lv, probe, z0, ts, loss, excess, zs) -> PredictionHorizon | None:
     """The validity horizon of a gLV reduced from the network's NQF: `M(t) = P diag(z(t)) Pᵀ` plus the
-    untouched directions at their start `ε`, with `z` solved again at the probed times."""
+    untouched directions at their start `ε`, at the probed times of the curve."""
     network, X, width, fraction = probe
     idx = probe_indices(ts, loss)
-    grid = np.asarray(ts)[idx]
-    Ms = np.zeros((0, network.p, network.p))
-    if grid.size:
-        zs = np.asarray(solve_lv(lv, jnp.asarray(z0), float(grid[-1]), ts=jnp.asarray(grid), rtol=rtol, atol=atol).zs)
-        P = np.asarray(lv.P)
-        rest = float(np.max(z0)) * (np.eye(P.shape[0]) - P @ P.T)
-        Ms = np.einsum("ik,tk,jk->tij", P, zs, P) + rest
+    P = np.asarray(lv.P)
+    rest = float(np.max(z0)) * (np.eye(P.shape[0]) - P @ P.T)
+    Ms = np.einsum("ik,tk,jk->tij", P, np.asarray(zs)[idx], P) + rest
     floor_t = floor_time(ts, excess, True)
-    return prediction_horizon(network, X, grid, Ms, width=width, fraction=fraction, floor_t=floor_t)
+    return prediction_horizon(network, X, np.asarray(ts)[idx], Ms, width=width, fraction=fraction, floor_t=floor_t)
 
 
 def _configuration(
-    lv: AbstractLotkaVolterra, *, c, eps, rho, t1, tau, z_on, z_floor, unique, num_points, rtol, atol, progress
+    lv: AbstractLotkaVolterra, *, c, eps, rho, t1, tau, z_on, z_floor, unique, num_points, rtol, atol, progress, keep_zs
 ) -> dict[str, np.ndarray]:
     """One call of the per-configuration prediction (`lvflow._sweep.evaluate.configuration`, the
     function `sweep` vmaps), compiled once per shape; its arrays on the host.
@@ -308,6 +305,7 @@ def _configuration(
         max_steps=_DEFAULT_MAX_STEPS,
         z_inf_known=bool(unique),
         progress=bool(progress) and not diagonal,
+        keep_zs=bool(keep_zs),
     )
     out = {k: np.asarray(v) for k, v in _configuration_jit(arrays, **statics).items()}
     if not bool(out["success"]):

@@ -149,8 +149,8 @@ def horizon_line(h: PredictionHorizon, learning_rate: float | None) -> str:
     else:
         end = unit(float(h.times[-1])) if h.times.shape[0] else "the end"
         line = (
-            f"the NQF describes this network up to the end of the prediction ({end}): Thm 13's next term, of "
-            f"order {h.order}, stays below {100 * h.fraction:g} % of the NQF's output at width {h.width}"
+            f"no validity horizon within the prediction: Thm 13's next term, of order {h.order} in the weights, stays "
+            f"below {100 * h.fraction:g} % of the NQF's output up to its end ({end}) at width {h.width}"
         )
     if math.isnan(h.floor_t):
         return line
