@@ -1,6 +1,7 @@
 """`plot_prediction`: the predicted loss curve of a `Prediction`, in linear and log time, with its
 drops (midpoint crossings, as in the drops table), the ε → 0 staircase (Eq. 168) and Thm 9's slope
-marked; for the M-flow, the loss floor and each direction's input side as a picture.
+marked; for the M-flow, the loss floor and each direction's input side as a picture; with a
+validity horizon (`PredictionHorizon`), the part beyond it shaded.
 
 The drawing (`draw`) takes plain numpy arrays (`plot_data`) and imports neither JAX nor the rest of
 lvflow, so that the CLI can run it in a process started before JAX is imported (`plot_worker`)."""
@@ -26,7 +27,8 @@ _MAX_PICTURES = 8
 
 
 def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path:
-    """Two panels: excess loss vs time (linear) and vs time (log), the drops marked; drawn
+    """Two panels: excess loss vs time (linear) and vs time (log), the drops marked (and the part
+    beyond the validity horizon shaded); drawn
     by the CLI's plot process where one was started (`plot_worker`), else here.
 
     **Raises:** `LvflowError` for a file type other than `.png`, `.pdf`, `.svg`.
