@@ -150,6 +150,7 @@ _EXPORTS = {
     "recovered_singular_values": "._training.agreement",
     # The user's workflow.
     "Prediction": "._workflow.predict",
+    "PredictionHorizon": "._workflow.predict_horizon",
     "predict": "._workflow.predict",
     # Reading a loss curve.
     "LossDrops": "._curve.drops",
@@ -285,6 +286,7 @@ if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers 
     from ._workflow.eps_merge import eps_merge as eps_merge
     from ._workflow.predict import Prediction as Prediction, predict as predict
     from ._workflow.predict_data import nqf_from_data as nqf_from_data
+    from ._workflow.predict_horizon import PredictionHorizon as PredictionHorizon
     from ._workflow.predict_inputs import power_law_lv as power_law_lv
 
 

@@ -277,8 +277,8 @@ def test_predict_on_digits_matches_gradient_descent_and_prints_a_drop_table(tmp_
     assert out.returncode == 0, out.stderr
     assert "drops of the predicted loss" in out.stdout and "directions of M" in out.stdout
     assert "loss at the end" in out.stdout
-    # a tanh MLP is its NQF only to second order (Thm 13: next term of order 4): said at the floor
-    assert "next term is of order 4" in out.stdout and "keep learning below" in out.stdout
+    # a tanh MLP is its NQF only to second order (Thm 13: next term of order 4): the validity horizon
+    assert "Thm 13's next term, of order 4" in out.stdout and "the NQF describes this network up to" in out.stdout
     res = json.loads((tmp_path / "res.json").read_text())
     assert res["method"] == "matrix_gd" and len(res["drops"]) >= 1 and len(res["directions"]) >= 1
     first = res["drops"][0]

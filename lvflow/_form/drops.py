@@ -192,6 +192,27 @@ def matrix_drops(
     diverges (`η` too large: GD on a quadratic needs `η λ_max < 2` for the loss's curvature
     `λ_max`).
     """
+    return matrix_drops_path(
+        nqf, M0, learning_rate=learning_rate, rho=rho, t1=t1, tol=tol, num_points=num_points, rtol=rtol,
+        max_chunks=max_chunks, max_steps=max_steps,
+    )[0]  # fmt: skip
+
+
+def matrix_drops_path(
+    nqf: NQF,
+    M0: Float[ArrayLike, "p p"],
+    *,
+    learning_rate: float | None = None,
+    rho: float = 0.5,
+    t1: float | None = None,
+    tol: float = 1e-3,
+    num_points: int = 400,
+    rtol: float = 1e-6,
+    max_chunks: int = 12,
+    max_steps: int = 100_000,
+) -> tuple[MatrixDrops, np.ndarray, np.ndarray]:
+    """`matrix_drops`, and the path it followed: its times `ts` (the loss curve's) and `M` at each, `(T, p, p)`
+    (for `predict`'s validity horizon). Arguments and errors as `matrix_drops`."""
     if not isinstance(nqf, NQF):
         raise LvflowError(f"nqf: expected an lvflow.NQF, got {type(nqf).__name__}")
     if nqf.has_mu_terms:
@@ -258,7 +279,7 @@ def matrix_drops(
         first = max(1, math.ceil(t1 / lr)) if t1 is not None else min(max(1, math.ceil(T / lr)), max_steps)
         ts, Ms, converged = _until_event(run_gd, M0, first, max_steps, t1 is not None, max_chunks)
     loss = np.asarray(jax.vmap(nqf.loss)(f(Ms)))
-    return _drops(ts, Ms, loss, lam0[0], rho, floor, converged, lr)
+    return _drops(ts, Ms, loss, lam0[0], rho, floor, converged, lr), ts, Ms
 
 
 def _until_event(run, M0, first, cap, fixed: bool, max_chunks: int):

@@ -191,15 +191,50 @@ def representative_neurons(M: Float[ArrayLike, "p p"], d: int, *, seed: int = 0)
     (`W = M^{1/2} (G Gᵀ)^{−1/2} G`, so that `W Wᵀ = M` exactly) when `d ≥ p`.
     """
     M = np.asarray(M, dtype=float)
-    p = M.shape[0]
-    root = _sqrtm(M)
+    return jnp.asarray(_sqrtm(M) @ _gaussian_factor(M.shape[0], d, seed))
+
+
+def _gaussian_factor(p: int, d: int, seed: int) -> np.ndarray:
+    """`G/√d`, or `(G Gᵀ)^{−1/2} G` when `d ≥ p`, for `G` standard Gaussian `(p, d)` from `seed`
+    (`representative_neurons` is `M^{1/2}` times this)."""
     G = np.random.default_rng(seed).standard_normal((p, d))
     if d >= p:
         s, U = np.linalg.eigh(G @ G.T)
-        G = (U / np.sqrt(s)) @ U.T @ G
-    else:
-        G = G / math.sqrt(d)
-    return jnp.asarray(root @ G)
+        return (U / np.sqrt(s)) @ U.T @ G
+    return G / math.sqrt(d)
+
+
+def horizon_ratio(network, X, M: Float[ArrayLike, "T p p"], *, width: int, seed: int = 0) -> np.ndarray:
+    """`nqf_horizon`'s output ratio `ρ` at each `M` of a trajectory, all times in one compiled map
+    (no targets, no loss gap): the next term from `width` representative neurons
+    (`representative_neurons`, same `seed` at every time), the NQF's output `Tr[M A]` exactly.
+
+    `network` must be a sum form that is not exactly quadratic (`next_order` not `None`) and `X`
+    a batch; `M` symmetric PSD `(T, p, p)`. Returns `ρ`, shape `(T,)`.
+    """
+    network, X = _base_network(network), _batch(X)
+    order = network.next_order(jax.tree_util.tree_map(lambda a: a[0], X))
+    M = np.asarray(M, dtype=float)
+    lam, V = np.linalg.eigh((M + np.swapaxes(M, 1, 2)) / 2)
+    roots = (V * np.sqrt(np.clip(lam, 0.0, None))[:, None, :]) @ np.swapaxes(V, 1, 2)
+    G = _gaussian_factor(M.shape[1], int(width), seed)
+    num, den = _ratio_terms(network, X, jnp.asarray(roots @ G), jnp.asarray(roots), order)
+    num, den = np.asarray(num), np.asarray(den)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num == 0, 0.0, np.inf))
+
+
+@eqx.filter_jit
+def _ratio_terms(network, X, W_next, W_quad, order):
+    """RMS of the next term (neurons `W_next[t]`) and of the NQF's output (neurons `W_quad[t]`) per time."""
+
+    def one(Ws):
+        net = lambda W: eqx.tree_at(lambda m: m.W, network, W)  # noqa: E731
+        term = _next_terms(net(Ws[0]), X, order)
+        quad = _quadratic_terms(net(Ws[1]), X)
+        return jnp.sqrt(jnp.mean(term**2)), jnp.sqrt(jnp.mean(quad**2))
+
+    return jax.lax.map(one, (W_next, W_quad))
 
 
 def nqf_horizon(

@@ -153,6 +153,7 @@ def configuration(
     z_inf_known: bool = True,
     progress: bool = False,
     check_curve: bool = True,
+    keep_zs: bool = False,
 ) -> dict[str, Array]:
     """`predict` for one configuration of the gLV `ż_k = z_k (r_k − Σ_j C_kj z_j)` (Eq. 32) from
     `z_k0 = ε c_k`. Traceable (`jit`, `vmap`).
@@ -179,11 +180,12 @@ def configuration(
       without `points`, it does not: where `bounded` (`_bounded`: the curve at `[0, t1]` is finite
       for these arguments) the check is redundant, elsewhere the caller evaluates again with
       `True` (`batched`, once per batch: the curve is not computed for a batch all `bounded`).
+    - `keep_zs`: with `points`, also return `z` at `ts` (`predict`'s validity horizon).
 
     **Returns:** a dict of arrays: `valid`, `success`, `t1`, `ts`, `num_steps`, `t_star`,
     `z_inf`, `later_off` (per mode: measured against `z_on`), with `points` also `loss` and
-    `excess_loss` at `ts`, and with `check_curve=False` for a diagonal `C` without `points` also
-    `bounded`.
+    `excess_loss` at `ts` (and with `keep_zs` `zs`, shape `(T, K)`), and with `check_curve=False`
+    for a diagonal `C` without `points` also `bounded`.
     """
     r, Ckk, c = jnp.asarray(r, float), jnp.asarray(Ckk, float), jnp.asarray(c, float)
     K = r.shape[0]
@@ -263,6 +265,8 @@ def configuration(
         floor = jnp.sum(zf * Cz(zf)) / 8 - zf @ r / 4
         out["loss"] = s * loss + y2
         out["excess_loss"] = jnp.maximum(s * (loss - floor), 0.0)
+        if keep_zs:
+            out["zs"] = s * zs
     return out
 
 

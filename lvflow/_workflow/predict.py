@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core.errors import DivergenceError, LvflowError, NotCommutingError, SolverError
+from .._core.validate import as_array
 from .._curve.drops import loss_drops
 from .._form.nqf import NQF
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
@@ -36,6 +37,7 @@ from .._schedule.scaling import predicted_exponent
 from .._schedule.schedule import PlateauSchedule, plateau_excess_in_order, plateau_schedule
 from .._sweep.evaluate import configuration, loss_floor, switch_off_levels
 from .eps_merge import eps_merge
+from .predict_horizon import PredictionHorizon, check_network, floor_time, prediction_horizon, probe_indices
 from .predict_inputs import check_curve_memory, check_drops_finite, initial_scale
 from .prediction import Prediction
 from .spec import Configurations, check_ranges
@@ -60,6 +62,9 @@ def predict(
     atol: float = 1e-12,
     source: str | None = None,
     input_shape: tuple[int, ...] | None = None,
+    network=None,
+    inputs=None,
+    horizon_fraction: float = 0.1,
 ) -> Prediction:
     """Predict the plateaus, switch-on times and loss curve of gradient descent from small init.
 
@@ -95,12 +100,20 @@ def predict(
     - `rtol`, `atol`: the solver's tolerances on `ln z` (tight by default: the table prints
       `t*_k` to six digits, and a small system costs milliseconds).
     - `source`: a label for the report.
+    - `network`, `inputs`: for an `NQF`, the network it is the NQF of (a sum-form module from
+      `lvflow.architectures`, or its NQF twin; only its configuration is used) and the inputs `x_μ`
+      it was built from (samples on axis 0), to report the validity horizon (`Prediction.horizon`,
+      `PredictionHorizon`): along the predicted `M(t)`, the first time Thm 13's next term (Eq. 200)
+      reaches `horizon_fraction` of the NQF's output, from representative neurons of width `width`
+      (default: the network's own). `None` for a network that is exactly its NQF.
+    - `horizon_fraction`: that fraction, `> 0`.
     - `input_shape`: for an `NQF` of a known architecture, the shape of the input side of a
       neuron (its first entries; e.g. `(8, 8)` for an MLP on 8×8 images, the kernel for a CNN),
       so that the drops' directions are reported as an input picture and an output vector.
 
     **Returns:** a `Prediction`. **Raises:** `LvflowError` subclasses for bad input (one line
-    naming it), `NotCommutingError` with `force_lv`, `SolverError` if the solve fails.
+    naming it; a `network` whose quadratic form on `inputs` is not the NQF's),
+    `NotCommutingError` with `force_lv`, `SolverError` if the solve fails.
     """
     if not isinstance(num_points, (int, np.integer)):
         raise LvflowError(f"num_points: must be an integer ≥ 2, got {num_points!r}")
@@ -111,6 +124,15 @@ def predict(
     if alpha is not None:
         exponent = predicted_exponent(alpha1=alpha[0], alpha2=alpha[1])
     notes: list[str] = []
+    probe = None
+    if network is not None:
+        network, inputs = check_network(system, network, inputs)
+        horizon_fraction = float(as_array("horizon_fraction", horizon_fraction, ndim=0))
+        if not horizon_fraction > 0:
+            raise LvflowError(f"horizon_fraction: must be > 0, got {horizon_fraction}")
+        probe = (network, inputs, network.d if width is None else int(width), horizon_fraction)
+    elif inputs is not None:
+        raise LvflowError("inputs: only used with network= (the network whose NQF this is)")
     if isinstance(system, NQF):
         try:
             lv = reduce_to_lv(system)
@@ -132,6 +154,7 @@ def predict(
                 source=source or "NQF",
                 reason=str(e),
                 input_shape=None if input_shape is None else tuple(int(v) for v in input_shape),
+                probe=probe,
             )
         y2_known = True
         source = source or f"NQF reduced to a {lv.K}-mode gLV"
@@ -184,6 +207,7 @@ def predict(
         rtol=rtol,
         atol=atol,
         progress=progress,
+        keep_zs=probe is not None,
     )
     t1, ts = float(out["t1"]), out["ts"]
     z_inf, t_star = out["z_inf"], out["t_star"]
@@ -211,6 +235,9 @@ def predict(
     em = np.where(on[:-1] & on[1:], em, np.nan)
     plateau, drop = np.full(K, np.nan), np.full(K, np.nan)
     plateau[: int(on.sum())], drop[: int(on.sum())] = plateau_excess_in_order(lv, order[on])  # on: first rows
+    horizon = None
+    if probe is not None and y2_known:
+        horizon = _lv_horizon(lv, probe, z0, ts, loss, out["excess_loss"], out["zs"])
     return Prediction(
         method="lv",
         **_header(source, eps, rho, lr, t1, exponent),
@@ -232,11 +259,24 @@ def predict(
         drop=jnp.asarray(drop),
         limit_tau=jnp.asarray(sched.tau),
         limit_excess=jnp.asarray(_excess(sched)),
+        horizon=horizon,
     )
 
 
+def _lv_horizon(lv, probe, z0, ts, loss, excess, zs) -> PredictionHorizon | None:
+    """The validity horizon of a gLV reduced from the network's NQF: `M(t) = P diag(z(t)) Pᵀ` plus the
+    untouched directions at their start `ε`, at the probed times of the curve."""
+    network, X, width, fraction = probe
+    idx = probe_indices(ts, loss)
+    P = np.asarray(lv.P)
+    rest = float(np.max(z0)) * (np.eye(P.shape[0]) - P @ P.T)
+    Ms = np.einsum("ik,tk,jk->tij", P, np.asarray(zs)[idx], P) + rest
+    floor_t = floor_time(ts, excess, True)
+    return prediction_horizon(network, X, np.asarray(ts)[idx], Ms, width=width, fraction=fraction, floor_t=floor_t)
+
+
 def _configuration(
-    lv: AbstractLotkaVolterra, *, c, eps, rho, t1, tau, z_on, z_floor, unique, num_points, rtol, atol, progress
+    lv: AbstractLotkaVolterra, *, c, eps, rho, t1, tau, z_on, z_floor, unique, num_points, rtol, atol, progress, keep_zs
 ) -> dict[str, np.ndarray]:
     """One call of the per-configuration prediction (`lvflow._sweep.evaluate.configuration`, the
     function `sweep` vmaps), compiled once per shape; its arrays on the host.
@@ -265,6 +305,7 @@ def _configuration(
         max_steps=_DEFAULT_MAX_STEPS,
         z_inf_known=bool(unique),
         progress=bool(progress) and not diagonal,
+        keep_zs=bool(keep_zs),
     )
     out = {k: np.asarray(v) for k, v in _configuration_jit(arrays, **statics).items()}
     if not bool(out["success"]):
@@ -423,20 +464,20 @@ def _schedule_per_mode(sched, lv: AbstractLotkaVolterra) -> tuple[np.ndarray, np
 
 
 def _predict_matrix_flow(
-    nqf: NQF, *, eps, c, z0, init_std, width, lr, rho, t1, num_points, exponent, source, reason, input_shape
+    nqf: NQF, *, eps, c, z0, init_std, width, lr, rho, t1, num_points, exponent, source, reason, input_shape, probe
 ):
     """When the `A_μ` share no eigenbasis: the full M-flow (Eq. 28) from `M0 = ε I`, or with a
     learning rate GD's exact map of `M` (Thm 2), run until it converges, and its drops
     (`matrix_drops`)."""
     if z0 is not None or (c is not None and np.ndim(c) > 0):
         raise LvflowError("z0/c: per-mode initial values need commuting structure matrices; give eps or init_std")
-    from .._form.drops import matrix_drops  # diffrax's import is paid only on this path
+    from .._form.drops import matrix_drops_path  # diffrax's import is paid only on this path
 
     eps, cvec = initial_scale(1, eps=eps, c=c, init_std=init_std, width=width)
     M0 = eps * float(cvec[0]) * np.eye(nqf.p)
     notes = []
     try:
-        drops = matrix_drops(nqf, M0, learning_rate=lr, rho=rho, t1=t1, num_points=num_points)
+        drops, ts, Ms = matrix_drops_path(nqf, M0, learning_rate=lr, rho=rho, t1=t1, num_points=num_points)
     except DivergenceError as e:
         # The quadratic form's curvature grows with M without bound; a real network's saturating
         # units need not follow it past 2/η, so the flow (GD's η → 0 limit) is the prediction left.
@@ -445,7 +486,7 @@ def _predict_matrix_flow(
             "curvature passes 2/lr, which a network with saturating units may avoid; shown instead: the gradient "
             "flow, in steps t/lr"
         )
-        drops = matrix_drops(nqf, M0, rho=rho, t1=t1, num_points=num_points)
+        drops, ts, Ms = matrix_drops_path(nqf, M0, rho=rho, t1=t1, num_points=num_points)
     loss = np.asarray(drops.loss)
     floor = drops.loss_floor if math.isfinite(drops.loss_floor) else float(loss[-1])
     gd = drops.learning_rate is not None
@@ -464,6 +505,13 @@ def _predict_matrix_flow(
         )
     if t1 is None and not drops.converged:
         notes.append(f"the dynamics had not converged by t = {drops.t_end:.4g} (the longest horizon tried)")
+    horizon = None
+    if probe is not None:
+        network, X, hwidth, fraction = probe
+        idx = probe_indices(ts, loss)
+        floor_t = floor_time(ts, loss - floor, math.isfinite(drops.loss_floor))
+        horizon = prediction_horizon(network, X, ts[idx], Ms[idx], width=hwidth, fraction=fraction, floor_t=floor_t)
+    del Ms
     empty = jnp.zeros((0,))
     return Prediction(
         method="matrix_gd" if gd else "matrix_flow",
@@ -486,4 +534,5 @@ def _predict_matrix_flow(
         drops_of="loss",
         matrix=drops,
         input_shape=input_shape,
+        horizon=horizon,
     )

@@ -62,6 +62,7 @@ FLAGS = {
     "architecture": "--architecture",
     "data": "--data",
     "kernel": "--kernel",
+    "horizon_fraction": "--horizon-fraction",
 }
 
 
@@ -119,6 +120,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--t1", type=float, help="horizon in gradient-flow time (default: past the last switch-on)")
     run.add_argument("--points", type=int, default=400, help="samples of the loss curve (default 400)")
+    run.add_argument(
+        "--horizon-fraction",
+        type=float,
+        default=0.1,
+        metavar="F",
+        help="with --architecture: the validity horizon is where Thm 13's next term reaches F of the NQF's output "
+        "along the predicted M (default 0.1)",
+    )
+    run.add_argument("--no-horizon", action="store_true", help="with --architecture: skip the validity horizon")
     run.add_argument(
         "--force-lv", action="store_true", help="refuse non-commuting data instead of falling back to the full M-flow"
     )

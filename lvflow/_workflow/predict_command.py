@@ -8,8 +8,6 @@ Exit codes: 0 success, 2 bad input (one line on stderr naming the input and the 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import math
 import sys
 from typing import Any
 
@@ -23,7 +21,7 @@ from .io import load_array, load_arrays
 from .outputs import check_output_names, write_outputs
 from .predict import predict
 from .predict_cli import FLAGS
-from .predict_data import architecture_inputs, architecture_next_order, input_side_shape, nqf_from_data
+from .predict_data import architecture_inputs, architecture_network, input_side_shape, nqf_from_data
 from .predict_inputs import check_below_plateau, lv_from_arrays, power_law_lv
 from .spec import Configurations, check_configurations
 
@@ -61,6 +59,12 @@ def _build(args):
             args.architecture, arrays, kernel=args.kernel, value_size=args.value_size or 1, name="--data"
         )
         kw["source"] = f"{args.architecture} on {args.data} ({system.m} samples)"
+        if not args.no_horizon:  # the network itself, for the validity horizon (Thm 13's next term along M)
+            kw["network"], kw["inputs"] = architecture_network(
+                args.architecture, arrays, kernel=args.kernel, value_size=args.value_size or 1, width=args.width,
+                name="--data",
+            )  # fmt: skip
+            kw["horizon_fraction"] = args.horizon_fraction
         x = arrays.get("x", arrays.get("X"))
         if x is not None:
             kw["input_shape"] = input_side_shape(args.architecture, np.shape(x), args.kernel)
@@ -71,6 +75,8 @@ def _build(args):
                 raise LvflowError(
                     f"--beta: needs modes, but {args.architecture} on {args.data} does not reduce to a gLV ({e})"
                 ) from None
+            for key in ("network", "inputs", "horizon_fraction"):  # a gLV has no network: no validity horizon
+                kw.pop(key, None)
     else:
         system = power_law_lv(alpha1=args.alpha1, alpha2=args.alpha2, modes=args.modes)
         kw["alpha"] = (args.alpha1, args.alpha2) if args.alpha1 > 1 else None
@@ -101,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(f"{name.ljust(width)}  {s}" for name, s in shapes.items()))
         return 0
     check_output_names(args)
-    system, kw, arrays = _build(args)
+    system, kw, _ = _build(args)
     try:
         pred = predict(system, **kw)
     except NotCommutingError as e:
@@ -109,29 +115,5 @@ def run(args: argparse.Namespace) -> int:
             f"--data: {args.architecture} on {args.data} does not reduce to a gLV (--force-lv): {e}; "
             "drop --force-lv to integrate the full M-flow instead"
         ) from None
-    if args.architecture is not None:
-        pred = _note_nqf_floor(pred, args, arrays)
     write_outputs(pred, args)
     return 0
-
-
-def _note_nqf_floor(pred, args, arrays):
-    """`pred` with a note when a network that is not exactly its NQF (a next term in Thm 13's
-    expansion, Eq. 200) is predicted to level off at the NQF's floor (least squares over its
-    features): the network itself can learn below it once it leaves its NQF."""
-    floor = float(pred.matrix.loss_floor) if pred.matrix is not None else math.nan
-    loss = np.asarray(pred.loss)
-    if not (math.isfinite(floor) and loss.size and loss[0] > floor):
-        return pred
-    if (loss[-1] - floor) > 0.01 * (loss[0] - floor):
-        return pred  # the prediction does not reach the floor
-    order = architecture_next_order(args.architecture, arrays, kernel=args.kernel, value_size=args.value_size or 1)
-    if order is None:
-        return pred
-    note = (
-        f"the predicted loss levels off at {floor:.4g}, the least loss of this network's NQF (least squares over "
-        f"its features); the {args.architecture} itself is its NQF only to second order in its weights (Thm 13's "
-        f"next term is of order {order}), so once its weights grow it can keep learning below {floor:.4g}; "
-        "lvflow.nqf_horizon estimates from when (a rough estimate: 33-42 % early on two tanh MLPs)"
-    )
-    return dataclasses.replace(pred, notes=(*pred.notes, note))

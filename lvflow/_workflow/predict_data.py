@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping, NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -180,14 +181,21 @@ def _model(architecture: str, arrays: Mapping[str, Any], *, kernel, value_size, 
     return model, x, y
 
 
-def architecture_next_order(
-    architecture: str, arrays: Mapping[str, Any], *, kernel=None, value_size: int = 1, name: str = "data"
-) -> int | None:
-    """The order of the first term beyond the NQF in the network's expansion (Thm 13, Eq. 200) for a
-    built-in architecture on this data (`AbstractSumForm.next_order` at the first sample), or
-    `None` when the network is exactly its NQF (quadratic in each neuron).
+def architecture_network(
+    architecture: str,
+    arrays: Mapping[str, Any],
+    *,
+    kernel=None,
+    value_size: int = 1,
+    width: int | None = None,
+    name: str = "data",
+):
+    """The built-in architecture's module sized for the data, with `width` neurons (default `p`;
+    zero weights: only its configuration and width matter), and its inputs (flattened for the
+    MLP), as `predict`'s `network=` and `inputs=`.
 
     **Raises:** as `nqf_from_data`.
     """
     model, x, _ = _model(architecture, arrays, kernel=kernel, value_size=value_size, name=name)
-    return model.next_order(np.asarray(x[0]))
+    d = model.p if width is None else check_positive_int("width", width)
+    return eqx.tree_at(lambda n: n.W, model, jnp.zeros((model.p, d))), jnp.asarray(x)

@@ -16,6 +16,7 @@ from jaxtyping import Array, Float, Int
 from .._core.errors import LvflowError
 from .._curve.drops import LossDrops
 from .io import save_json, save_npz, to_json
+from .predict_horizon import PredictionHorizon, horizon_line
 from .prediction_plot import plot_prediction
 
 if TYPE_CHECKING:
@@ -74,6 +75,9 @@ class Prediction(eqx.Module):
       switch on, when, and how strong); `None` for the gLV.
     - `input_shape`: the shape of the input side of a direction (its first entries; the rest is
       the output side), when the architecture is known; `None` otherwise.
+    - `horizon`: the validity horizon (`PredictionHorizon`: up to when the NQF describes the
+      network, Thm 13) when `predict` was given the network, and it is not exactly its NQF;
+      `None` otherwise.
     """
 
     method: str = eqx.field(static=True)
@@ -104,6 +108,7 @@ class Prediction(eqx.Module):
     limit_excess: Float[Array, " n+1"] | None = None
     matrix: MatrixDrops | None = None
     input_shape: tuple[int, ...] | None = eqx.field(static=True, default=None)
+    horizon: PredictionHorizon | None = None
 
     def __check_init__(self):
         if self.drops_of not in ("loss", "excess_loss"):
@@ -308,6 +313,29 @@ class Prediction(eqx.Module):
                 loss=np.asarray(self.loss).tolist(),
                 excess_loss=np.asarray(self.excess_loss).tolist(),
             ),
+            horizon=self._horizon_dict(),
+        )
+
+    def _horizon_dict(self) -> dict[str, Any] | None:
+        """`horizon` as plain Python (`None` without one; `t`, `step` `None` when never reached)."""
+        h = self.horizon
+        if h is None:
+            return None
+        steps = lambda t: t / self.learning_rate if self.learning_rate else math.nan  # noqa: E731
+        times = np.asarray(h.times)
+        return dict(
+            t=h.t,
+            step=steps(h.t),
+            fraction=h.fraction,
+            order=h.order,
+            width=h.width,
+            measure="RMS of Thm 13's next term / RMS of the NQF's output, along the predicted M(t)",
+            floor_t=h.floor_t,
+            floor_step=steps(h.floor_t),
+            first=None if math.isnan(h.floor_t) else ("floor" if h.floor_t < h.t else "horizon"),
+            times=times.tolist(),
+            steps=(times / self.learning_rate).tolist() if self.learning_rate else None,
+            ratio=np.asarray(h.ratio).tolist(),
         )
 
     def to_json(self) -> str:
@@ -321,7 +349,7 @@ class Prediction(eqx.Module):
         if p.suffix.lower() == ".json":
             return save_json(p, self.to_dict())
         if p.suffix.lower() == ".npz":
-            skip = ("drops", "matrix", "input_shape")
+            skip = ("drops", "matrix", "input_shape", "horizon")
             fields = [f.name for f in dataclasses.fields(self) if f.name not in skip]
             arrays = {n: getattr(self, n) for n in fields if getattr(self, n) is not None}
             arrays.update({f"drops_{f.name}": getattr(self.drops, f.name) for f in dataclasses.fields(self.drops)})
@@ -331,6 +359,10 @@ class Prediction(eqx.Module):
             arrays["notes"] = np.asarray(list(self.notes) or [""])
             arrays["learning_rate"] = np.nan if self.learning_rate is None else self.learning_rate
             arrays["steps_star"] = self.steps_star
+            if self.horizon is not None:
+                h = self.horizon
+                arrays.update(horizon_t=h.t, horizon_fraction=h.fraction, horizon_order=h.order, horizon_width=h.width)
+                arrays.update(horizon_floor_t=h.floor_t, horizon_times=h.times, horizon_ratio=h.ratio)
             return save_npz(p, {k: np.asarray(v) for k, v in arrays.items()})
         raise LvflowError(f"save: unsupported file type {p.suffix or '(none)'!r} for {p}; use .json or .npz")
 
@@ -358,6 +390,8 @@ class Prediction(eqx.Module):
             floor = self.matrix.loss_floor
             end = f"loss at the end {float(self.loss[-1]):.4g} (t = {self.t1:.4g})"
             lines.append(end + (f"; least loss over the features {floor:.4g}" if np.isfinite(floor) else ""))
+        if self.horizon is not None:
+            lines.append(horizon_line(self.horizon, self.learning_rate))
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 

@@ -1,6 +1,7 @@
 """`plot_prediction`: the predicted loss curve of a `Prediction`, in linear and log time, with its
 drops (midpoint crossings, as in the drops table), the ε → 0 staircase (Eq. 168) and Thm 9's slope
-marked; for the M-flow, the loss floor and each direction's input side as a picture.
+marked; for the M-flow, the loss floor and each direction's input side as a picture; with a
+validity horizon (`PredictionHorizon`), the part beyond it shaded.
 
 The drawing (`draw`) takes plain numpy arrays (`plot_data`) and imports neither JAX nor the rest of
 lvflow, so that the CLI can run it in a process started before JAX is imported (`plot_worker`)."""
@@ -26,7 +27,8 @@ _MAX_PICTURES = 8
 
 
 def plot_prediction(pred: Prediction, path, *, title: str | None = None) -> Path:
-    """Two panels: excess loss vs time (linear) and vs time (log), the drops marked; drawn
+    """Two panels: excess loss vs time (linear) and vs time (log), the drops marked (and the part
+    beyond the validity horizon shaded); drawn
     by the CLI's plot process where one was started (`plot_worker`), else here.
 
     **Raises:** `LvflowError` for a file type other than `.png`, `.pdf`, `.svg`.
@@ -72,6 +74,7 @@ def plot_data(pred: Prediction, *, title: str | None = None) -> dict[str, Any]:
         limit_t=np.asarray(pred.limit_tau) * math.log(1 / pred.eps) / (pred.learning_rate or 1.0) if limit else None,
         limit_excess=np.asarray(pred.limit_excess) if limit else None,
         title=title or f"{pred.source}  (eps = {pred.eps:.3g})",
+        horizon=math.nan if pred.horizon is None else pred.horizon.t / (pred.learning_rate or 1.0),
     )
 
 
@@ -177,6 +180,9 @@ def _figure_bytes(data: dict[str, Any], fmt: str) -> bytes:
                 label="ε → 0 limit (plateau_schedule)",
                 baseline=None,
             )
+        h = data.get("horizon", math.nan)
+        if math.isfinite(h) and h < x[-1] and (h > 0 or not logx):
+            ax.axvspan(h, x[-1], color="0.5", alpha=0.15, lw=0, label="beyond the NQF's validity horizon (Thm 13)")
         fin_all = xs[np.isfinite(xs)]
         if not logx and fin_all.size and x[-1] > 20 * fin_all.max() > 0:
             ax.set_xlim(0.0, 3 * fin_all.max())  # a t1 far past the dynamics would flatten this panel
