@@ -277,9 +277,13 @@ def test_predict_on_digits_matches_gradient_descent_and_prints_a_drop_table(tmp_
     assert out.returncode == 0, out.stderr
     assert "drops of the predicted loss" in out.stdout and "directions of M" in out.stdout
     assert "loss at the end" in out.stdout
-    # a tanh MLP is its NQF only to second order (Thm 13: next term of order 4): the validity horizon
-    assert "Thm 13's next term, of order 4" in out.stdout and "the NQF describes this network up to" in out.stdout
+    # a tanh MLP is its NQF only to second order (Thm 13: next term of order 4): the validity horizon. At width 65
+    # the next term stays below 10 % of the NQF's output to the end (its ratio peaks near 3 %), and the line says so
     res = json.loads((tmp_path / "res.json").read_text())
+    h = res["horizon"]
+    assert h["order"] == 4 and h["fraction"] == 0.1 and "Thm 13's next term, of order 4" in out.stdout
+    assert (h["step"] is None) == (max(h["ratio"]) < 0.1)
+    assert ("no validity horizon within the prediction" in out.stdout) == (h["step"] is None)
     assert res["method"] == "matrix_gd" and len(res["drops"]) >= 1 and len(res["directions"]) >= 1
     first = res["drops"][0]
     assert first["directions"] == [1]
