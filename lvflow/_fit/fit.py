@@ -791,7 +791,7 @@ def fit(
                 floor=model,
             )
             scores.update({f"no floor, {k}": v for k, v in sc.items()})
-            k = _correlation_factor(_residuals_of(min((best, other), key=lambda c: c.rss), data))
+            k = _evidence_discount(min((best, other), key=lambda c: c.rss), data)
             if abs(_data_term(other) - _data_term(best)) / k >= _DECISIVE:
                 if other.score < best.score:
                     best = other
@@ -858,6 +858,16 @@ def _weights(pair: tuple[Candidate, Candidate], p_eff: tuple[float, float], k: f
         S.append(_data_term(c) / k + penalty)
     w1 = 1.0 / (1.0 + math.exp(min(0.5 * (S[0] - S[1]), 700.0)))
     return 1.0 - w1, w1
+
+
+def _evidence_discount(c: Candidate, data: engine.Binned) -> float:
+    """`max(k m, 1)/max(m, 1)`, `m = χ²/dof` of the better-fitting candidate `c` and `k` its
+    residuals' `_correlation_factor`: the factor by which `_finish` inflates the covariance
+    beyond the plain misfit, applied to the evidence between the scenarios too. Within the bins'
+    errors (`k m ≤ 1`: the residuals are what the log's measured resolution allows) the data
+    count in full."""
+    m = c.rss / max(c.n - c.p, 1)
+    return max(_correlation_factor(_residuals_of(c, data)) * m, 1.0) / max(m, 1.0)
 
 
 def _residuals_of(c: Candidate, data: engine.Binned) -> np.ndarray:
