@@ -619,7 +619,8 @@ def fit(
     **Two scenarios.** With `L_∞` free, a decoupled-modes fit whose floor is at least 1 % of the
     fitted loss at the end of the log is also fitted without a floor (`L_∞ = 0`, one mode more,
     started where the floor was: the plateau is a drop still to come). A floor and a mode that
-    has not yet begun to rise describe a plateau alike; when the data alone (`n ln χ²`) do not
+    has not yet begun to rise describe a plateau alike; when the data alone (`n ln χ²`, over
+    `_evidence_discount` for residuals correlated beyond the bins' errors) do not
     separate them by 10 (a likelihood ratio `e⁵`), the result is the one the criterion prefers
     with the other as `alternative`, each with its `weight` (`e^{−S/2}` normalised, `S` the
     criterion with the effective number of parameters), and `FitResult.forecast` and
@@ -633,7 +634,8 @@ def fit(
     the residual variance (plus the prior's rows), inflated by `(1 + ρ)/(1 − ρ)` for residuals
     with lag-1 autocorrelation `ρ` along `ln t` (the AR(1) variance inflation: a model that
     misses the curve's shape leaves long runs of one sign, which are not `n` independent
-    errors; the evidence between two scenarios is scaled the same way, `n/k` residuals), and
+    errors; the evidence between two scenarios is divided by the same inflation beyond the
+    plain misfit, `_evidence_discount`), and
     every reported quantity — parameters, drop steps, plateau levels, the final loss, the
     curve's band — by the **delta method**
     (linearised at the optimum; positive quantities on the log scale). They describe the
@@ -848,7 +850,7 @@ def _effective_parameters(J_data: np.ndarray, inflation: float, cov) -> float:
 
 def _weights(pair: tuple[Candidate, Candidate], p_eff: tuple[float, float], k: float = 1.0) -> tuple[float, float]:
     """The scenarios' weights `e^{−S/2}`, normalised: `S` the data's term (`_data_term`) over the
-    residuals' correlation factor `k` (`_correlation_factor`: `n/k` independent residuals) plus
+    evidence's discount `k` (`_evidence_discount`: `n/k` independent residuals) plus
     the criterion's penalty for the effective number of parameters (`p_eff ln(n/k)` for BIC,
     `2 p_eff` for AIC)."""
     S = []
