@@ -829,8 +829,9 @@ def fit(
 #: A floor `L_∞` of at least this share of the fitted loss at the end of the log is a candidate
 #: plateau: `fit` also tries the log without a floor (a drop still to come). A floor the log has
 #: not reached (a drop in progress where it ends, levelling off below) is as much a guess as one
-#: it ends on: with 0.5, 12 of the 30 `--quick` calibration logs kept a floor of 4–64 % of their
-#: last loss as the only scenario, and a drop came in every one (`benchmarks/README.md`).
+#: it ends on: with 0.5, 9 of the 30 `--quick` calibration logs kept a free floor of 1.5–51 % of
+#: the loss where the seen part ends as their only scenario, and a drop came in every one
+#: (`benchmarks/README.md`).
 _FLOOR_SHARE = 0.01
 #: The data decide between two hypotheses when `n ln χ²` differs by this much (a likelihood
 #: ratio `e^5 ≈ 150`, "very strong" on the scale of Kass and Raftery); less, and the result
