@@ -41,8 +41,10 @@ class FitResult(eqx.Module):
     - `parameters`, `stderr`: the reported physical parameters (`model.reported()`) and their
       standard errors, by the delta method from the covariance `(JᵀJ/φ + J_pᵀJ_p)⁻¹` of the
       fit's coordinates (`J` the Jacobian of the standardised residuals at the optimum,
-      `jax.jacfwd`; `J_p` the prior's rows for `DecoupledModes`; `φ = max(χ²/dof, 1)`, the
-      residual variance in units of the bins' errors, `σ²` of the textbook `σ² (JᵀJ)⁻¹`).
+      `jax.jacfwd`; `J_p` the prior's rows for `DecoupledModes`; `φ = max(k χ²/dof, 1)`, the
+      residual variance in units of the bins' errors, `σ²` of the textbook `σ² (JᵀJ)⁻¹`, times
+      the variance inflation `k = (1 + ρ)/(1 − ρ)` of residuals with lag-1 autocorrelation `ρ`
+      along `ln t`: a systematic misfit is not independent errors).
       `inf` marks a quantity the log does not determine.
     - `theta`, `covariance`, `parameter_names`: the optimum in the fit's coordinates and its
       covariance.
@@ -151,38 +153,70 @@ class FitResult(eqx.Module):
         the interval is the mixture's `(1 ∓ level)/2` quantiles (not the hull of the scenarios'
         intervals).
 
-        **Returns:** dict of arrays over `steps`: `loss`, `lo`, `hi` (NaN where the log does not
-        determine the loss: a scenario of weight above `(1 − level)/2` with an infinite
-        standard error there, or an interval wider than `UNDETERMINED_DECADES`) and
-        `determined` (bool)."""
+        Past `fit_until`, a scenario whose loss has an infinite standard error (the log does not
+        constrain a parameter it depends on) still bounds it: its loss never rises (every mode
+        of Eq. 163 only falls) and never falls below its floor `L_∞`, so it lies between the
+        floor's lower end (`0` without a floor) and the highest loss logged in the last tenth of
+        the fitted part; its weight is put at the lower bound for the lower quantile and at the upper
+        bound for the upper one (the interval every distribution on that range would give at
+        most). An interval wider than `UNDETERMINED_DECADES` is replaced by those bounds over
+        every scenario, and every interval past `fit_until` is cut to them (the log-normal of the
+        delta method knows nothing of them).
+
+        **Returns:** dict of arrays over `steps`: `loss`, `lo`, `hi` (`lo = 0`: the loss may go
+        to 0 as far as the log tells) and `determined` (False where the interval is the bounds
+        alone: a scenario of weight above `(1 − level)/2` with an infinite standard error there,
+        or an interval wider than `UNDETERMINED_DECADES`)."""
         steps = np.atleast_1d(np.asarray(steps, dtype=float))
         w = np.array([r.weight for r in self.scenarios])
         ms, ss = zip(*(r._ln_loss_sd(steps) for r in self.scenarios))
         m, sd = np.stack(ms), np.stack(ss)  # (scenarios, n)
         tail = (1 - self.level) / 2
-        q = _mixture_quantiles(w, m, sd, np.zeros(len(w)), np.array([tail, 0.5, 1 - tail]))
-        lo, _, hi = q
-        bad = ~np.isfinite(lo) | ~np.isfinite(hi) | ((hi - lo) > UNDETERMINED_DECADES * math.log(10))
+        # each scenario's bounds: its floor's lower end; the highest loss logged in the last tenth
+        # of the fitted part (the loss never rises: a bound from the log itself, which holds
+        # however many parameters the seen part leaves undetermined)
+        low = np.array([math.log(r.asymptote_lo) if r.asymptote_lo > 0 else -_LN_ZERO for r in self.scenarios])
+        seen = self.log.loss[self.log.steps <= self.fit_until]
+        ceiling = math.log(float(np.max(seen[-max(1, seen.size // 10) :])))
+        low, up = low[:, None] + 0 * m, np.full_like(m, ceiling)
+        undet = ~np.isfinite(sd) & (steps > self.fit_until)[None, :]
+        tiny = 1e-12
+        lo = _mixture_quantiles(w, np.where(undet, low, m), np.where(undet, tiny, sd), np.zeros(len(w)), [tail])[0]
+        pin = undet & np.isfinite(up)
+        hi = _mixture_quantiles(w, np.where(pin, up, m), np.where(pin, tiny, sd), np.zeros(len(w)), [1 - tail])[0]
+        wide = ~np.isfinite(hi - lo) | ((hi - lo) > UNDETERMINED_DECADES * math.log(10))
+        lo = np.where(wide, np.min(low, axis=0), lo)
+        hi = np.where(wide, np.max(up, axis=0), hi)
+        # the log-normals ignore that the loss never rises nor falls below the floor: past the
+        # seen part, the interval is cut to those bounds
+        past = steps > self.fit_until
+        lo = np.where(past, np.maximum(lo, np.min(low, axis=0)), lo)
+        hi = np.where(past, np.minimum(hi, np.max(up, axis=0)), hi)
+        determined = ~wide & (np.sum(np.where(undet, w[:, None], 0.0), axis=0) <= tail)
         return {
             "loss": np.exp(np.minimum(m[int(np.argmax(w))], 700.0)),
-            "lo": np.where(bad, np.nan, np.exp(np.minimum(lo, 700.0))),
-            "hi": np.where(bad, np.nan, np.exp(np.minimum(hi, 700.0))),
-            "determined": ~bad,
+            "lo": np.where(lo < -700.0, 0.0, np.exp(np.minimum(lo, 700.0))),
+            "hi": np.where(hi > 700.0, np.inf, np.exp(np.minimum(hi, 700.0))),
+            "determined": determined,
         }
 
     def next_drop(self, min_fall: float = 1.0) -> dict[str, Any]:
         """The first drop after `fit_until` that divides the loss by at least `min_fall`
         (`loss_before / loss_after`), forecast by the mixture of the scenarios: each scenario's
         drop step log-normal (its `step_lo`, `step_hi` are `±z` standard errors of `ln step`),
-        a scenario without such a drop an atom at "no drop"; the mixture's median and
-        `(1 ∓ level)/2` quantiles.
+        a scenario without such a drop an atom at "no drop"; the mixture's `(1 ∓ level)/2`
+        quantiles. A scenario whose drop time has an infinite standard error (the log does not
+        bound it) is known only to drop after the seen part: its weight is put at `fit_until`
+        for the lower quantile and at "no drop" for the upper (the interval every distribution
+        on that range would give at most).
 
         **Returns:** dict: `probability` (the weight of the scenarios with such a drop), `step`
-        (the point forecast, below), `lo`, `hi` (`hi = inf`: "no
-        drop" lies inside the interval), `note` (`""`, or "not determined by this log: <reason>"
-        with `lo`, `hi` NaN). `step` is the point forecast: the most probable scenario's drop
-        step (`inf` when it has no such drop), never a step between scenarios that none predicts;
-        `lo`, `hi` are the mixture's quantiles."""
+        (the point forecast, below), `lo`, `hi` (`hi = inf`: "no drop" lies inside the
+        interval), `note` (`""`; a sentence when the drop's time is not determined beyond coming
+        after the seen part, `lo`, `hi` then the bounds above; or "not determined by this log:
+        a N-decade interval" with `lo`, `hi` NaN). `step` is the point forecast: the most
+        probable scenario's drop step (`inf` when it has no such drop), never a step between
+        scenarios that none predicts."""
         tail = (1 - self.level) / 2
         z = _z(self.level)
         w, m, sd = [], [], []
@@ -196,32 +230,37 @@ class FitResult(eqx.Module):
                 continue
             k = int(i[0])
             lo_k, hi_k, st = float(d["step_lo"][k]), float(d["step_hi"][k]), float(d["step"][k])
+            if r is top:
+                point = st
             if not (lo_k > 0 and math.isfinite(hi_k)):
                 undetermined += r.weight
                 continue
-            if r is top:
-                point = st
             w.append(r.weight)
             m.append(math.log(st))
             sd.append((math.log(hi_k) - math.log(lo_k)) / (2 * z))
         p = float(sum(w)) + undetermined
         out: dict[str, Any] = {"probability": p, "step": math.inf, "lo": math.nan, "hi": math.nan, "note": ""}
-        if undetermined > tail:
-            out["note"] = (
-                "not determined by this log: the drop's time depends on parameters the seen part does not "
-                "constrain (infinite standard error)"
-            )
-            return out
-        if not w:
+        if not w and not undetermined:
             out["lo"] = out["hi"] = math.inf
             return out
-        weights = np.array(w + [1.0 - sum(w)])  # the last: no drop (at +inf)
-        mm = np.array(m + [0.0])[:, None]
-        ss = np.array(sd + [1.0])[:, None]
-        atom = np.array([0.0] * len(w) + [1.0])
-        lo, hi = (float(v[0]) for v in _mixture_quantiles(weights, mm, ss, atom, np.array([tail, 1 - tail])))
+        # a scenario whose drop time the log does not bound (infinite standard error) says only
+        # that the drop comes after the seen part: its mass is put where it widens the interval
+        # most, at `fit_until` for the lower quantile and at "no drop" for the upper
+        u = undetermined
+        weights = np.array(w + [u, max(1.0 - sum(w) - u, 0.0)])  # then: the undetermined, no drop (at +inf)
+        at_cut = math.log(max(self.fit_until, 1e-300))
+        mm = np.array(m + [at_cut, 0.0])[:, None]
+        ss = np.array(sd + [1e-12, 1.0])[:, None]
+        atoms = [0.0] * len(w)
+        lo = float(_mixture_quantiles(weights, mm, ss, np.array(atoms + [0.0, 1.0]), np.array([tail]))[0, 0])
+        hi = float(_mixture_quantiles(weights, mm, ss, np.array(atoms + [1.0, 1.0]), np.array([1 - tail]))[0, 0])
         out.update(step=point, lo=_exp_or_inf(lo), hi=_exp_or_inf(hi))
-        if math.isfinite(out["hi"]) and hi - lo > UNDETERMINED_DECADES * math.log(10):
+        if undetermined > tail:
+            out["note"] = (
+                "the drop's time is not determined by this log beyond coming after the seen part (step "
+                f"{self.fit_until:g}): it depends on parameters the seen part does not constrain"
+            )
+        elif math.isfinite(out["hi"]) and hi - lo > UNDETERMINED_DECADES * math.log(10):
             out.update(
                 lo=math.nan,
                 hi=math.nan,
@@ -366,7 +405,7 @@ class FitResult(eqx.Module):
         if f["determined"][0]:
             loss = f"{f['loss'][0]:.4g}, {pct} interval [{f['lo'][0]:.4g}, {f['hi'][0]:.4g}]"
         else:
-            loss = f"{f['loss'][0]:.4g} ({_NOT_DETERMINED})"
+            loss = f"{f['loss'][0]:.4g} ({_NOT_DETERMINED}; between {f['lo'][0]:.4g} and {f['hi'][0]:.4g})"
         return f"forecast ({mix}): next drop: {drop}\nforecast: loss at step {self.horizon:.6g}: {loss}"
 
     def summary(self) -> str:
@@ -418,6 +457,8 @@ def _fmt_se(se) -> str:
 
 #: An interval wider than this many decades is reported as not determined by the log.
 UNDETERMINED_DECADES = 30.0
+#: `−ln 0` for the quantiles: below `e^{−700}` a loss is reported as 0.
+_LN_ZERO = 745.0
 _NOT_DETERMINED = "not determined by this log: it depends on parameters the seen part does not constrain"
 
 _erfc = np.frompyfunc(math.erfc, 1, 1)
@@ -575,10 +616,11 @@ def fit(
     outliers only logarithmically). The criterion (`"bic"`: `n ln(RSS/n) + p ln n`; `"aic"`: `+ 2p`)
     does not reward a fit closer than the bins' own errors (`χ² < n`).
 
-    **Two scenarios.** With `L_∞` free, a decoupled-modes fit whose floor is at least half the
+    **Two scenarios.** With `L_∞` free, a decoupled-modes fit whose floor is at least 1 % of the
     fitted loss at the end of the log is also fitted without a floor (`L_∞ = 0`, one mode more,
     started where the floor was: the plateau is a drop still to come). A floor and a mode that
-    has not yet begun to rise describe a plateau alike; when the data alone (`n ln χ²`) do not
+    has not yet begun to rise describe a plateau alike; when the data alone (`n ln χ²`, over
+    `_evidence_discount` for residuals correlated beyond the bins' errors) do not
     separate them by 10 (a likelihood ratio `e⁵`), the result is the one the criterion prefers
     with the other as `alternative`, each with its `weight` (`e^{−S/2}` normalised, `S` the
     criterion with the effective number of parameters), and `FitResult.forecast` and
@@ -589,8 +631,13 @@ def fit(
     of integer steps), the bins' own scatter and the float64 rounding; no fixed floor.
 
     **Uncertainties** come from the Jacobian `J` at the optimum: covariance `σ² (JᵀJ)⁻¹` with `σ²`
-    the residual variance (plus the prior's rows), and every reported quantity — parameters,
-    drop steps, plateau levels, the final loss, the curve's band — by the **delta method**
+    the residual variance (plus the prior's rows), inflated by `(1 + ρ)/(1 − ρ)` for residuals
+    with lag-1 autocorrelation `ρ` along `ln t` (the AR(1) variance inflation: a model that
+    misses the curve's shape leaves long runs of one sign, which are not `n` independent
+    errors; the evidence between two scenarios is divided by the same inflation beyond the
+    plain misfit, `_evidence_discount`), and
+    every reported quantity — parameters, drop steps, plateau levels, the final loss, the
+    curve's band — by the **delta method**
     (linearised at the optimum; positive quantities on the log scale). They describe the
     curve's uncertainty given the family, not the chance that the family is wrong: check the
     `warnings` and the held-out part of the log.
@@ -746,7 +793,8 @@ def fit(
                 floor=model,
             )
             scores.update({f"no floor, {k}": v for k, v in sc.items()})
-            if abs(_data_term(other) - _data_term(best)) >= _DECISIVE:
+            k = _evidence_discount(min((best, other), key=lambda c: c.rss), data)
+            if abs(_data_term(other) - _data_term(best)) / k >= _DECISIVE:
                 if other.score < best.score:
                     best = other
                 other = None
@@ -758,9 +806,9 @@ def fit(
     result = _finish(lg, t, sel, fit_until, data, best, scores, h, **opts)
     if other is not None:
         alt = _finish(lg, t, sel, fit_until, data, other, scores, h, **opts)
-        w_best, w_alt = _weights((best, other), (result.effective_parameters, alt.effective_parameters))
+        w_best, w_alt = _weights((best, other), (result.effective_parameters, alt.effective_parameters), k)
         alt = eqx.tree_at(lambda r: r.weight, alt, w_alt)
-        note = _undecided(best, other, result, alt)
+        note = _undecided(best, other, result, alt, k)
         result = eqx.tree_at(
             lambda r: (r.alternative, r.warnings, r.weight),
             result,
@@ -779,8 +827,12 @@ def fit(
 
 
 #: A floor `L_∞` of at least this share of the fitted loss at the end of the log is a candidate
-#: plateau: `fit` also tries the log without a floor (a drop still to come).
-_FLOOR_SHARE = 0.5
+#: plateau: `fit` also tries the log without a floor (a drop still to come). A floor the log has
+#: not reached (a drop in progress where it ends, levelling off below) is as much a guess as one
+#: it ends on: with 0.5, 9 of the 30 `--quick` calibration logs kept a free floor of 1.5–51 % of
+#: the loss where the seen part ends as their only scenario, and a drop came in every one
+#: (`benchmarks/README.md`).
+_FLOOR_SHARE = 0.01
 #: The data decide between two hypotheses when `n ln χ²` differs by this much (a likelihood
 #: ratio `e^5 ≈ 150`, "very strong" on the scale of Kass and Raftery); less, and the result
 #: carries both.
@@ -797,15 +849,50 @@ def _effective_parameters(J_data: np.ndarray, inflation: float, cov) -> float:
     return float(np.sum(np.sum(proj**2, axis=0) / inflation * inv[finite]))
 
 
-def _weights(pair: tuple[Candidate, Candidate], p_eff: tuple[float, float]) -> tuple[float, float]:
-    """The scenarios' weights `e^{−S/2}`, normalised: `S` the data's term (`_data_term`) plus the
-    criterion's penalty for the effective number of parameters (`p_eff ln n` for BIC, `2 p_eff`
-    for AIC)."""
+def _weights(pair: tuple[Candidate, Candidate], p_eff: tuple[float, float], k: float = 1.0) -> tuple[float, float]:
+    """The scenarios' weights `e^{−S/2}`, normalised: `S` the data's term (`_data_term`) over the
+    evidence's discount `k` (`_evidence_discount`: `n/k` independent residuals) plus
+    the criterion's penalty for the effective number of parameters (`p_eff ln(n/k)` for BIC,
+    `2 p_eff` for AIC)."""
     S = []
     for c, p in zip(pair, p_eff):
-        S.append(_data_term(c) + engine.information_criterion(c.n, c.n, p, c.criterion))  # χ² = n: the penalty alone
+        n_eff = max(c.n / k, 1.0)
+        penalty = 2 * p if c.criterion == "aic" else p * math.log(n_eff)
+        S.append(_data_term(c) / k + penalty)
     w1 = 1.0 / (1.0 + math.exp(min(0.5 * (S[0] - S[1]), 700.0)))
     return 1.0 - w1, w1
+
+
+def _evidence_discount(c: Candidate, data: engine.Binned) -> float:
+    """`max(k m, 1)/max(m, 1)`, `m = χ²/dof` of the better-fitting candidate `c` and `k` its
+    residuals' `_correlation_factor`: the factor by which `_finish` inflates the covariance
+    beyond the plain misfit, applied to the evidence between the scenarios too. Within the bins'
+    errors (`k m ≤ 1`: the residuals are what the log's measured resolution allows) the data
+    count in full."""
+    m = c.rss / max(c.n - c.p, 1)
+    return max(_correlation_factor(_residuals_of(c, data)) * m, 1.0) / max(m, 1.0)
+
+
+def _residuals_of(c: Candidate, data: engine.Binned) -> np.ndarray:
+    """A candidate's weighted residuals over the non-empty bins, in the order of `ln t`."""
+    r = np.asarray(engine.data_residuals(c.template, jnp.asarray(c.theta), data))
+    return r[np.asarray(data.count) > 0]
+
+
+def _correlation_factor(r: np.ndarray) -> float:
+    """`(1 + ρ)/(1 − ρ)`, `ρ` the lag-1 autocorrelation of the residuals `r` in the order of
+    `ln t` (`Σ r_i r_{i+1} / Σ r_i²`, clipped to `[0, 1 − 2/n]`): the variance inflation of a
+    mean or a least-squares estimate when the errors are an AR(1) sequence, so that `n`
+    correlated residuals count as `n/k` independent ones. A model that misses the curve's shape
+    leaves residuals of one sign over long stretches: its χ² then measures the misfit, not `n`
+    independent errors, and the standard errors and the evidence between scenarios are scaled
+    accordingly. 1 for fewer than 3 residuals."""
+    r = np.asarray(r, float)
+    ss = float(np.sum(r**2))
+    if r.size < 3 or ss <= 0:
+        return 1.0
+    rho = min(max(float(np.sum(r[1:] * r[:-1])) / ss, 0.0), 1.0 - 2.0 / r.size)
+    return (1.0 + rho) / (1.0 - rho)
 
 
 def _data_term(c: Candidate) -> float:
@@ -821,7 +908,7 @@ def _default_horizon(c: Candidate, lg: TrainingLog) -> float:
     return float(lg.step_of(h_t))
 
 
-def _undecided(best: Candidate, other: Candidate, result: FitResult, alt: FitResult) -> str:
+def _undecided(best: Candidate, other: Candidate, result: FitResult, alt: FitResult, k: float) -> str:
     """The sentence that says the log cannot decide between `result` and its alternative."""
 
     def says(r: FitResult) -> str:
@@ -836,7 +923,8 @@ def _undecided(best: Candidate, other: Candidate, result: FitResult, alt: FitRes
 
     return (
         f"two scenarios fit the log equally well ({best.criterion.upper()} {best.score:.1f} vs {other.score:.1f}, "
-        f"the data alone differ by {abs(_data_term(best) - _data_term(other)):.1f} < {_DECISIVE:g}): "
+        f"the data alone differ by {abs(_data_term(best) - _data_term(other)):.1f}, "
+        f"{abs(_data_term(best) - _data_term(other)) / k:.1f} for correlated residuals < {_DECISIVE:g}): "
         f"{says(result)} (weight {1 - alt.weight:.3g}); or {says(alt)} (weight {alt.weight:.3g}, see .alternative); "
         "the forecast mixes them"
     )
@@ -875,7 +963,10 @@ def _finish(
     n = int(ok.sum())
     p = best.p
     chi2 = float(np.sum(res[ok] ** 2))
-    inflation = max(chi2 / max(n - p, 1), 1.0)
+    # φ: the residual variance in units of the bins' errors, times the variance inflation of
+    # residuals correlated along the log (a systematic misfit is not n independent errors)
+    misfit = chi2 / max(n - p, 1)
+    inflation = max(misfit * _correlation_factor(res[ok]), 1.0)
     raw = np.asarray(engine.log_loss_of(engine.model_of(template, jnp.asarray(theta)), data.t)) - np.asarray(data.y)
     sigma = math.sqrt(float(np.sum(raw[ok] ** 2)) / max(n - p, 1))  # RMS bin residual in ln loss
     J = engine.jacobian(template, theta, data)
@@ -912,7 +1003,7 @@ def _finish(
     off_val = float(parameters["offset"])
     off_se = float(stderr["offset"])
 
-    notes = _trust(lg, sigma, inflation, drops, stderr, best)
+    notes = _trust(lg, sigma, max(misfit, 1.0), drops, stderr, best)
     return FitResult(
         family="modes" if is_modes else "power_law",
         model=model,
