@@ -6,13 +6,14 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import architectures
 from .._core.errors import LvflowError
-from .._core.validate import as_array, check_positive_int
+from .._core.validate import as_array, check_positive_int, to_jax
 from .._form.nqf import NQF
 
 
@@ -158,10 +159,23 @@ def _model(architecture: str, arrays: Mapping[str, Any], *, kernel, value_size, 
         raise LvflowError(f"{name}: holds no samples")
     k = None if y.ndim == 1 else y.shape[1]
     value_size = check_positive_int("value_size", value_size)
-    model = _ARCHITECTURES[architecture][1](x, k, kernel, value_size)
+    model = _weightless(lambda: _ARCHITECTURES[architecture][1](x, k, kernel, value_size))
     if architecture == "mlp":
         x = x.reshape(x.shape[0], -1)
     return model, x, y
+
+
+def _weightless(build):
+    """The module `build()` returns, with zero weights `W` instead of random ones: `A(x)` does not
+    depend on them (Thm 1). The constructor runs under `equinox.filter_eval_shape`, so that drawing
+    the weights (the PRNG key, the normal sampler: one compiled program each) costs nothing; a
+    module that holds another array (e.g. a random readout) is built as is."""
+    shapes = eqx.filter_eval_shape(build)
+    leaves = [leaf for leaf in jax.tree_util.tree_leaves(shapes) if isinstance(leaf, jax.ShapeDtypeStruct)]
+    W = getattr(shapes, "W", None)
+    if len(leaves) != 1 or not isinstance(W, jax.ShapeDtypeStruct):
+        return build()
+    return eqx.tree_at(lambda m: m.W, shapes, to_jax(np.zeros(W.shape, W.dtype)))
 
 
 def architecture_next_order(

@@ -19,7 +19,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._core.errors import LvflowError, ZGZError
-from .._core.validate import as_array, check_positive, check_positive_int
+from .._core.validate import as_array, check_positive, check_positive_int, to_jax
 
 
 class AbstractSumForm(eqx.Module):
@@ -161,7 +161,7 @@ class AbstractLearnedMap(AbstractArchitecture):
         `(m, F)` and `E_{c,f} = Σ_ab ∂S(Θ)_{c,f}/∂Θ_ab E_ab`, `([k,] F, p, p)`; otherwise `Φ` are
         the map features flattened, `(m, [k,] a·b)`, and `E = map_basis()` flattened, `(a·b, p, p)`.
         """
-        return _factors(self, jnp.asarray(X))
+        return _factors(self, to_jax(X))
 
     @property
     def map_shape(self) -> tuple[int, int]:
@@ -316,9 +316,7 @@ def check_activation(name: str, phi) -> float:
     """
     if not callable(phi):
         raise LvflowError(f"{name}: must be a callable activation, got {phi!r}")
-    with jax.ensure_compile_time_eval():  # concrete even when a model is built under jit/vmap
-        phi0 = float(jnp.asarray(phi(jnp.zeros(()))))
-        dphi0 = float(jax.grad(phi)(jnp.zeros(())))
+    phi0, dphi0 = _value_and_slope(phi)
     if not np.isfinite(phi0) or abs(phi0) > 1e-12:
         raise ZGZError(
             f"{name}: φ(0) = {phi0:.3g} ≠ 0 breaks ZGZ (zero gradient at zero, Thm 1); "
@@ -327,6 +325,23 @@ def check_activation(name: str, phi) -> float:
     if not np.isfinite(dphi0):
         raise LvflowError(f"{name}: φ'(0) = {dphi0} is not finite; the activation must be smooth at 0")
     return dphi0
+
+
+def _value_and_slope(phi) -> tuple[float, float]:
+    """`(φ(0), φ'(0))`, by one compiled program (cached per activation)."""
+    try:
+        return _value_and_slope_at_zero(phi)
+    except TypeError:  # an unhashable callable: not cached
+        return _value_and_slope_at_zero.__wrapped__(phi)
+
+
+@functools.lru_cache(maxsize=256)
+def _value_and_slope_at_zero(phi) -> tuple[float, float]:
+    # compiled ahead of time and called on a concrete zero: concrete even when a model is built
+    # under jit/vmap
+    zero = np.zeros(())
+    value, slope = jax.jit(lambda z: (jnp.asarray(phi(z)), jax.grad(phi)(z))).lower(zero).compile()(zero)
+    return float(value), float(slope)
 
 
 def activation_coefficient(phi, j: int) -> float:
@@ -339,11 +354,14 @@ def activation_coefficient(phi, j: int) -> float:
 
 @functools.lru_cache(maxsize=256)
 def _activation_coefficient(phi, j: int) -> float:
+    if j <= 1:  # φ(0) and φ'(0): the program `check_activation` runs
+        return _value_and_slope(phi)[j]
     f = phi
     for _ in range(j):
         f = jax.grad(f)
-    with jax.ensure_compile_time_eval():
-        return float(f(jnp.zeros(()))) / math.factorial(j)
+    # one compiled program per order, called on a concrete zero (concrete under jit/vmap too)
+    zero = np.zeros(())
+    return float(jax.jit(f).lower(zero).compile()(zero)) / math.factorial(j)
 
 
 def activation_next_order(phi, *, max_power: int = 8, rtol: float = 1e-12) -> int | None:
