@@ -316,7 +316,7 @@ def check_activation(name: str, phi) -> float:
     """
     if not callable(phi):
         raise LvflowError(f"{name}: must be a callable activation, got {phi!r}")
-    phi0, dphi0 = _value_and_slope(phi)
+    phi0, dphi0 = _taylor(phi)[:2]
     if not np.isfinite(phi0) or abs(phi0) > 1e-12:
         raise ZGZError(
             f"{name}: φ(0) = {phi0:.3g} ≠ 0 breaks ZGZ (zero gradient at zero, Thm 1); "
@@ -327,21 +327,38 @@ def check_activation(name: str, phi) -> float:
     return dphi0
 
 
-def _value_and_slope(phi) -> tuple[float, float]:
-    """`(φ(0), φ'(0))`, by one compiled program (cached per activation)."""
+# φ⁽ʲ⁾(0)/j! for j ≤ _TAYLOR come from one compiled program: `check_activation`'s, and
+# `activation_next_order`'s for an odd φ such as tanh
+_TAYLOR = 3
+
+
+def _taylor(phi) -> tuple[float, ...]:
+    """`φ⁽ʲ⁾(0)/j!` for `j = 0, …, 3` by one compiled program (by nested `jax.grad`), or for
+    `j = 0, 1` where `jax.grad` cannot take φ's third derivative; cached per activation."""
     try:
-        return _value_and_slope_at_zero(phi)
+        return _taylor_at_zero(phi)
     except TypeError:  # an unhashable callable: not cached
-        return _value_and_slope_at_zero.__wrapped__(phi)
+        return _taylor_at_zero.__wrapped__(phi)
 
 
 @functools.lru_cache(maxsize=256)
-def _value_and_slope_at_zero(phi) -> tuple[float, float]:
-    # compiled ahead of time and called on a concrete zero: concrete even when a model is built
-    # under jit/vmap
+def _taylor_at_zero(phi) -> tuple[float, ...]:
     zero = np.zeros(())
-    value, slope = jax.jit(lambda z: (jnp.asarray(phi(z)), jax.grad(phi)(z))).lower(zero).compile()(zero)
-    return float(value), float(slope)
+    for order in (_TAYLOR, 1):
+        derivatives = [phi]
+        for _ in range(order):
+            derivatives.append(jax.grad(derivatives[-1]))
+        program = jax.jit(lambda z, fs=tuple(derivatives): [jnp.asarray(f(z)) for f in fs])
+        try:
+            # compiled ahead of time and called on a concrete zero: concrete even when a model
+            # is built under jit/vmap
+            values = program.lower(zero).compile()(zero)
+        except Exception:
+            if order == 1:
+                raise
+            continue  # no third derivative: φ(0) and φ'(0) alone
+        return tuple(float(v) / math.factorial(j) for j, v in enumerate(values))
+    raise AssertionError("unreachable")
 
 
 def activation_coefficient(phi, j: int) -> float:
@@ -354,8 +371,9 @@ def activation_coefficient(phi, j: int) -> float:
 
 @functools.lru_cache(maxsize=256)
 def _activation_coefficient(phi, j: int) -> float:
-    if j <= 1:  # φ(0) and φ'(0): the program `check_activation` runs
-        return _value_and_slope(phi)[j]
+    low = _taylor(phi)
+    if j < len(low):  # from the program `check_activation` runs
+        return low[j]
     f = phi
     for _ in range(j):
         f = jax.grad(f)
