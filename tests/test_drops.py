@@ -212,6 +212,30 @@ def test_gd_map_is_gradient_descent_on_W():
         assert n - 1 <= t / lr <= n
 
 
+def test_mlp_nqf_and_its_gd_map_compile_a_few_programs():
+    """`nqf_from_data` and `matrix_drops` with a learning rate lower at most 4 programs (φ's Taylor
+    coefficients, the features, `Y` with `L(M0)`, GD's chunk), however many chunks GD runs: no small
+    program per array conversion or eager operation (`lvflow predict` pays each one's tracing and
+    lowering in every process, the persistent cache notwithstanding)."""
+    lowered = []
+
+    def listen(event, duration, **kwargs):
+        if event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+            lowered.append(duration)
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(23, 4))  # shapes no other test uses
+    y = np.tanh(x @ rng.normal(size=4))
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        nqf = lvflow.nqf_from_data("mlp", {"x": x, "y": y})
+        d = lvflow.matrix_drops(nqf, 1e-4 * np.eye(nqf.p), learning_rate=0.05)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert d.converged and d.t_star.shape[0] >= 1
+    assert len(lowered) <= 4, len(lowered)
+
+
 def test_gd_map_tends_to_the_flow_as_the_learning_rate_shrinks():
     """GD is the flow's Euler discretisation: its switch-on times differ from the flow's by
     `O(η)`, so halving `η` halves the difference."""

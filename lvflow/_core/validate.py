@@ -30,6 +30,16 @@ def _namespace(*arrays) -> Any:
     return jnp if any(isinstance(a, Tracer) for a in arrays) else np
 
 
+def to_jax(x) -> jax.Array:
+    """`jnp.asarray(x)` without compiling anything: a numpy array (or scalar) is copied to the device
+    with `jax.device_put` (same dtype), where `jnp.asarray` would compile and run one small program per
+    shape and dtype (~10 ms each on a CPU, the persistent cache notwithstanding); anything else
+    (a JAX array, a tracer, a list) goes through `jnp.asarray`."""
+    if isinstance(x, (np.ndarray, np.generic)) and x.dtype != object:
+        return jax.device_put(x, may_alias=False)  # a copy, as jnp.asarray makes
+    return jnp.asarray(x)
+
+
 def fail_if(
     x: _T, bad, msg: str, *, detail: Callable[[], str] | None = None, error: type[Exception] = LvflowError
 ) -> _T:

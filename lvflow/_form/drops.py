@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 
-import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -14,7 +13,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._core.errors import DivergenceError, LvflowError, SolverError
-from .._core.validate import check_in_open_interval, check_positive, check_positive_int
+from .._core.validate import check_in_open_interval, check_positive, check_positive_int, to_jax
 from .._curve.drops import LossDrops, loss_drops
 from .flow import check_state
 from .nqf import NQF
@@ -73,7 +72,7 @@ def _loss_floor(nqf: NQF) -> float:
     """`min_θ (1/m) Σ |Φ θ − (y − f0)|²` over the factored features (NaN when `A` is dense)."""
     if nqf.features is None or nqf.basis is None or nqf.has_mu_terms:  # dense A, or μ-terms
         return math.nan
-    t = np.asarray(nqf.y - nqf.f0, dtype=np.float64)
+    t = np.asarray(nqf.y, dtype=np.float64) - np.asarray(nqf.f0, dtype=np.float64)
     F = np.asarray(nqf.features, dtype=np.float64)
     if nqf.basis.ndim == 4:  # shared features, one coefficient vector per output
         res = t - F @ np.linalg.lstsq(F, t, rcond=None)[0]
@@ -95,14 +94,33 @@ def _converged(t, M, args, **kwargs):
     near_floor = jnp.isfinite(floor) & (gap <= tol * gap0)
     HM = H @ M
     stationary = jnp.linalg.norm(HM + HM.T) <= tol * rate * jnp.linalg.norm(M)
-    # H ⪰ 0 decided only at stationary points (plateaus and the end): an eigendecomposition
-    # per check would cost more than the steps between checks
-    psd = lambda: jnp.min(jnp.linalg.eigvalsh(H)) >= -tol * rate  # noqa: E731
+    # H ⪰ 0 (to tol·rate) decided only at stationary points (plateaus and the end): a
+    # factorisation per check would cost more than the steps between checks
+    psd = lambda: _positive_definite(H + tol * rate * jnp.eye(H.shape[0], dtype=H.dtype))  # noqa: E731
     return near_floor | jax.lax.cond(stationary, psd, lambda: jnp.zeros((), bool))
+
+
+def _positive_definite(S):
+    """Whether the symmetric `S` is positive definite: every pivot of its symmetric Gaussian
+    elimination (Cholesky's, unpivoted) is positive (Sylvester's criterion). Rank-1 updates in a
+    `fori_loop`, without LAPACK (whose first use in a process imports SciPy)."""
+    p = S.shape[0]
+    later = jnp.arange(p)
+
+    def eliminate(k, carry):
+        S, ok = carry
+        pivot = S[k, k]
+        ok = ok & (pivot > 0)
+        col = jnp.where(later > k, S[:, k], 0.0)
+        return S - jnp.outer(col, col) / jnp.where(ok, pivot, 1.0), ok
+
+    return jax.lax.fori_loop(0, p, eliminate, (S, jnp.ones((), bool)))[1]
 
 
 @eqx.filter_jit
 def _chunk(nqf, M0, ts, floor, gap0, tol, rate, rtol, atol, max_steps):
+    import diffrax  # here, not at the top: GD's map (the `lvflow predict --lr` path) never needs it
+
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(_vector_field),
         diffrax.Tsit5(),
@@ -117,13 +135,13 @@ def _chunk(nqf, M0, ts, floor, gap0, tol, rate, rtol, atol, max_steps):
         max_steps=max_steps,
         throw=False,
     )
-    return sol.ys, sol.result, sol.t1
+    return sol.ys, jax.vmap(nqf.loss)(sol.ys), sol.result, sol.t1
 
 
 @eqx.filter_jit
 def _gd_chunk(nqf, M0, n0, steps, lr, floor, gap0, tol, rate):
-    """GD's map of `M` from step `n0` (`M0`), recorded at the non-decreasing `steps`; once the
-    steady-state event holds (or the loss overflows) at a record, no further steps are taken."""
+    """GD's map of `M` from step `n0` (`M0`), recorded (with its loss) at the non-decreasing `steps`;
+    once the steady-state event holds (or the loss overflows) at a record, no further steps are taken."""
     mu, one, zero = jnp.zeros(nqf.p, dtype=M0.dtype), jnp.ones((), M0.dtype), jnp.zeros((), M0.dtype)
     step = lambda _, M: _gd_step(nqf, M, mu, one, lr, zero)[0]  # noqa: E731  (ZGZ: M' = (I − ηH) M (I − ηH))
 
@@ -132,12 +150,19 @@ def _gd_chunk(nqf, M0, n0, steps, lr, floor, gap0, tol, rate):
         M = jax.lax.fori_loop(0, jnp.where(done, 0, n_next - n), step, M)
         n = jnp.where(done, n, n_next)
         # the loss (quartic in W) overflows first; past that, the event's norms are meaningless
-        diverged = ~jnp.isfinite(nqf.loss(M))
+        loss = nqf.loss(M)
+        diverged = ~jnp.isfinite(loss)
         stop = done | diverged | _converged(None, M, (nqf, floor, gap0, tol, rate))
-        return (M, n, stop), (M, n, stop, diverged)
+        return (M, n, stop), (M, loss, n, stop, diverged)
 
-    _, (Ms, ns, stops, diverged) = jax.lax.scan(record, (M0, n0, jnp.zeros((), bool)), steps)
-    return Ms, ns, stops, diverged
+    _, (Ms, losses, ns, stops, diverged) = jax.lax.scan(record, (M0, n0, jnp.zeros((), bool)), steps)
+    return Ms, losses, ns, stops, diverged
+
+
+@eqx.filter_jit
+def _start(nqf, M0):
+    """`Y` (Eq. 252) and the loss at `M0`, as one compiled program."""
+    return nqf.Y, nqf.loss(M0)
 
 
 def matrix_drops(
@@ -231,23 +256,25 @@ def matrix_drops_path(
     lam0 = np.linalg.eigvalsh(M0)
     if lam0[0] <= 0:
         raise LvflowError("M0: must be positive definite (every direction needs a seed to grow from)")
-    Y = np.asarray(nqf.Y)
+    Y, L0 = (np.asarray(v) for v in _start(nqf, M0))
     rate = 2 * float(np.max(np.linalg.eigvalsh((Y + Y.T) / 2)))
     if not rate > 0:
         raise LvflowError("data: Y = (4/m) Σ y_μ A_μ has no positive eigenvalue, so nothing is learned from small init")
     floor = _loss_floor(nqf)
-    L0 = float(nqf.loss(jnp.asarray(M0)))
+    L0 = float(L0)
     gap0 = L0 - floor if math.isfinite(floor) else math.nan
     T = 1.5 * math.log(1 / lam0[0]) / rate + 10 / rate if lam0[0] < 1 else 10 / rate
     atol = 1e-3 * rtol * float(lam0[0])
-    f = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
+    f = np.float64  # a numpy scalar is traced as an array (not static) and converts without compiling
     # with a fixed t1 the event is switched off by an unreachable tolerance
     args = (f(floor if t1 is None else math.nan), f(gap0), f(tol if t1 is None else -1.0), f(rate))
     if lr is None:
+        import diffrax
 
         def run_flow(t_lo, t_hi, M):
             ts = _grid(t_lo, t_hi, n)
-            Ms, result, t_stop = _chunk(nqf, f(M), f(ts), *args, f(rtol), f(atol), int(max_steps))
+            # numpy arrays go in as they are: `jnp.asarray` would compile a conversion per shape
+            Ms, loss, result, t_stop = _chunk(nqf, M, ts, *args, f(rtol), f(atol), int(max_steps))
             event = result == diffrax.RESULTS.event_occurred
             if not (event or result == diffrax.RESULTS.successful):
                 raise SolverError(f"matrix_drops: the ODE solve failed: {diffrax.RESULTS[result]}")
@@ -255,16 +282,16 @@ def matrix_drops_path(
             keep = np.all(np.isfinite(Ms), axis=(1, 2))
             if event:
                 keep &= ts <= float(t_stop)
-            return ts[keep], Ms[keep], bool(event)
+            return ts[keep], Ms[keep], np.asarray(loss)[keep], bool(event)
 
         horizon = t1 if t1 is not None else T
-        ts, Ms, converged = _until_event(run_flow, M0, horizon, math.inf, t1 is not None, max_chunks)
+        ts, Ms, loss, converged = _until_event(run_flow, M0, horizon, math.inf, t1 is not None, max_chunks)
     else:
 
         def run_gd(n_lo, n_hi, M):
             steps = np.round(_grid(n_lo, n_hi, n)).astype(np.int64)
-            out = _gd_chunk(nqf, f(M), jnp.asarray(n_lo, jnp.int64), jnp.asarray(steps), f(lr), *args)
-            Ms, ns, stops, diverged = (np.asarray(v) for v in out)
+            out = _gd_chunk(nqf, M, np.int64(n_lo), steps, f(lr), *args)
+            Ms, loss, ns, stops, diverged = (np.asarray(v) for v in out)
             if diverged.any():
                 bad = int(ns[int(np.argmax(diverged))])
                 raise DivergenceError(
@@ -273,31 +300,31 @@ def matrix_drops_path(
                     step=bad,
                 )
             last = int(np.argmax(stops)) if stops.any() else len(ns) - 1
-            return lr * ns[: last + 1].astype(np.float64), Ms[: last + 1], bool(stops.any())
+            return lr * ns[: last + 1].astype(np.float64), Ms[: last + 1], loss[: last + 1], bool(stops.any())
 
         # N = ⌈T/η⌉ steps first (at most max_steps a chunk), or ⌈t1/η⌉
         first = max(1, math.ceil(t1 / lr)) if t1 is not None else min(max(1, math.ceil(T / lr)), max_steps)
-        ts, Ms, converged = _until_event(run_gd, M0, first, max_steps, t1 is not None, max_chunks)
-    loss = np.asarray(jax.vmap(nqf.loss)(f(Ms)))
+        ts, Ms, loss, converged = _until_event(run_gd, M0, first, max_steps, t1 is not None, max_chunks)
     return _drops(ts, Ms, loss, lam0[0], rho, floor, converged, lr), ts, Ms
 
 
 def _until_event(run, M0, first, cap, fixed: bool, max_chunks: int):
     """Chunks `[0, first], [first, 4·first], …` (each at most `cap` long) of `run(lo, hi, M) ->
-    (times, Ms, event)` from `M0` until the event holds, or the one chunk `[0, first]` when
-    `fixed`; returns the times (each once), their `M`s and whether the event held."""
-    lo, M, t_parts, M_parts, event = 0, M0, [], [], False
+    (times, Ms, losses, event)` from `M0` until the event holds, or the one chunk `[0, first]`
+    when `fixed`; returns the times (each once), their `M`s and losses, and whether the event held."""
+    lo, M, t_parts, M_parts, L_parts, event = 0, M0, [], [], [], False
     for i in range(1 if fixed else max_chunks):
         hi = first if i == 0 else min(4 * lo, lo + cap)
-        ts, Ms, event = run(lo, hi, M)
+        ts, Ms, loss, event = run(lo, hi, M)
         t_parts.append(ts)
         M_parts.append(Ms)
+        L_parts.append(loss)
         if event or fixed:
             break
         lo, M = hi, Ms[-1]
-    ts, Ms = np.concatenate(t_parts), np.concatenate(M_parts)
+    ts, Ms, loss = np.concatenate(t_parts), np.concatenate(M_parts), np.concatenate(L_parts)
     _, once = np.unique(ts, return_index=True)
-    return ts[once], Ms[once], event
+    return ts[once], Ms[once], loss[once], event
 
 
 def _grid(t0: float, t1: float, n: int) -> np.ndarray:
@@ -344,13 +371,13 @@ def _drops(ts, Ms, loss, eps, rho, floor, converged, lr) -> MatrixDrops:
     U = U[:, lead]
     U = U * np.where(U[np.argmax(np.abs(U), axis=0), np.arange(U.shape[1])] < 0, -1.0, 1.0)[None, :]
     return MatrixDrops(
-        ts=jnp.asarray(ts),
-        loss=jnp.asarray(loss),
+        ts=to_jax(ts),
+        loss=to_jax(loss),
         drops=loss_drops(ts, loss),
-        t_star=jnp.asarray(t_star[lead]),
-        strength=jnp.asarray(lam[lead]),
-        multiplicity=jnp.asarray(multiplicity),
-        directions=jnp.asarray(U.T),
+        t_star=to_jax(t_star[lead]),
+        strength=to_jax(lam[lead]),
+        multiplicity=to_jax(multiplicity),
+        directions=to_jax(U.T),
         loss_floor=float(floor),
         converged=converged,
         t_end=float(ts[-1]),

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -13,6 +12,9 @@ from jaxtyping import Array, ArrayLike, Float, Int
 from .._core.errors import LvflowError, SolverError
 from .._core.validate import as_array, check_positive, check_positive_int, check_psd, fail_if
 from .nqf import NQF
+
+if TYPE_CHECKING:
+    import diffrax  # imported where a flow is solved: `matrix_drops`' GD path never pays its import
 
 
 class FlowSolution(eqx.Module):
@@ -98,6 +100,8 @@ def _smallest_scale(M0: Float[Array, "p p"], mu0: Float[Array, " p"] | None) -> 
 
 @eqx.filter_jit
 def _integrate(nqf, M0, mu0, ts, d, gamma, rtol, atol, solver, adjoint, max_steps):
+    import diffrax
+
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(_vector_field),
         solver,
@@ -195,6 +199,8 @@ def matrix_flow(
     else:
         atol = check_positive("atol", atol)
     check_positive_int("max_steps", max_steps)
+    import diffrax
+
     solver = diffrax.Tsit5() if solver is None else solver
     if not isinstance(solver, diffrax.AbstractSolver):
         raise LvflowError(f"solver: expected a diffrax solver, got {type(solver).__name__}")

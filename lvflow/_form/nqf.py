@@ -11,7 +11,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._core.errors import LvflowError
-from .._core.validate import as_array, check_symmetric
+from .._core.validate import as_array, check_symmetric, to_jax
 
 
 class NQF(eqx.Module):
@@ -102,14 +102,17 @@ class NQF(eqx.Module):
             if tuple(np.shape(B)) != tuple(out) + (p, p):
                 raise LvflowError(f"B: shape {np.shape(B)}, expected {tuple(out) + (p, p)}")
             B = check_symmetric("B", B)
-        self.dense_A = None if A is None else jnp.asarray(A)
-        self.features = None if features is None else jnp.asarray(features)
-        self.basis = None if basis is None else jnp.asarray(basis)
+        # `to_jax`: the checked numpy arrays are copied to the device without a compiled program each
+        self.dense_A = None if A is None else to_jax(A)
+        self.features = None if features is None else to_jax(features)
+        self.basis = None if basis is None else to_jax(basis)
         self._coo = None if basis is None else _sparse(basis)
-        self.y = jnp.asarray(y)
-        self.f0 = jnp.zeros_like(self.y) if f0 is None else jnp.asarray(f0)
-        self.g = None if g is None else jnp.asarray(g)
-        self.B = None if B is None else jnp.asarray(B)
+        self.y = to_jax(y)
+        if f0 is None:
+            f0 = np.zeros(y.shape, y.dtype) if isinstance(y, np.ndarray) else jnp.zeros_like(y)
+        self.f0 = to_jax(f0)
+        self.g = None if g is None else to_jax(g)
+        self.B = None if B is None else to_jax(B)
 
     @property
     def A(self) -> Float[Array, "m *k p p"]:
@@ -273,4 +276,4 @@ def _sparse(basis):
     seg, rows, cols = np.nonzero(flat)
     if rows.size > 0.1 * flat.size:
         return None
-    return (jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(flat[seg, rows, cols]), jnp.asarray(seg))
+    return (to_jax(rows), to_jax(cols), to_jax(flat[seg, rows, cols]), to_jax(seg))

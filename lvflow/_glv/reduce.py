@@ -74,6 +74,28 @@ def _not_commuting(A, scale: float, detail: str) -> NotCommutingError:
     return err
 
 
+def _sums_np(nqf: NQF, w: np.ndarray) -> np.ndarray:
+    """`Σ_μ w_iμ A_μ` (summed over outputs too) for each `w[i]` shaped like `y`, in numpy: the
+    sums of `NQF.weighted_sum`, without compiling a program for a check that runs once."""
+    if nqf.dense_A is not None:
+        A = np.asarray(nqf.dense_A)
+        return np.einsum("in,npq->ipq", w.reshape(len(w), -1), A.reshape(-1, *A.shape[-2:]))
+    F, E = np.asarray(nqf.features), np.asarray(nqf.basis)
+    if E.ndim == 4:  # shared features (m, D), a basis per output (k, D, p, p)
+        return np.einsum("ikd,kdpq->ipq", np.einsum("imk,md->ikd", w, F), E)
+    return np.einsum("id,dpq->ipq", w.reshape(len(w), -1) @ F.reshape(-1, F.shape[-1]), E)
+
+
+def _dense_np(nqf: NQF) -> np.ndarray:
+    """`A` of shape `(n, p, p)` (samples and outputs flattened), formed in numpy (as `NQF.A`)."""
+    if nqf.dense_A is not None:
+        A = np.asarray(nqf.dense_A, dtype=float)
+    else:
+        F, E = np.asarray(nqf.features, dtype=float), np.asarray(nqf.basis, dtype=float)
+        A = np.einsum("md,cdij->mcij", F, E) if E.ndim == 4 else np.einsum("nd,dij->nij", F.reshape(-1, F.shape[-1]), E)
+    return A.reshape(-1, A.shape[-1], A.shape[-1])
+
+
 def _random_commutator(nqf: NQF, atol: float, rng: np.random.Generator) -> None:
     """Raise `NotCommutingError` when two random combinations `B = Σ_μ w_μ A_μ` do not commute.
 
@@ -81,15 +103,14 @@ def _random_commutator(nqf: NQF, atol: float, rng: np.random.Generator) -> None:
     a nonzero bilinear form in the Gaussian weights, is nonzero with probability one. Costs two
     weighted sums and one product instead of all `m²` pairs.
     """
-    w1, w2 = rng.standard_normal((2,) + tuple(nqf.y.shape))
-    B1, B2 = (np.asarray(nqf.weighted_sum(jnp.asarray(w))) for w in (w1, w2))
+    B1, B2 = _sums_np(nqf, rng.standard_normal((2,) + tuple(nqf.y.shape)))
     comm = np.linalg.norm(B1 @ B2 - B2 @ B1)
     bound = np.linalg.norm(B1) * np.linalg.norm(B2)
     if comm > atol * max(bound, np.finfo(float).tiny):
         n = int(np.prod(nqf.y.shape))
         detail = f"two random combinations B₁, B₂ of the A_μ have ‖[B₁, B₂]‖_F/(‖B₁‖‖B₂‖) = {comm / bound:.3g}"
         if n <= _PAIRWISE:
-            A = np.asarray(nqf.A, dtype=float).reshape(-1, nqf.p, nqf.p)
+            A = _dense_np(nqf)
             raise _not_commuting(A, max(float(np.max(np.abs(A))), np.finfo(float).tiny), detail)
         err = NotCommutingError(f"A: the structure matrices share no eigenbasis (Assumption 1 fails): {detail}")
         err.commutator_norm = float(comm / bound)

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import architectures
 from .._core.errors import LvflowError
-from .._core.validate import as_array, check_positive_int
+from .._core.validate import as_array, check_positive_int, to_jax
 from .._form.nqf import NQF
 
 
@@ -175,10 +175,23 @@ def _model(architecture: str, arrays: Mapping[str, Any], *, kernel, value_size, 
     k = None if y.ndim == 1 else y.shape[1]
     value_size = check_positive_int("value_size", value_size)
     builtin = _ARCHITECTURES[architecture]
-    model = builtin.build(x, k, kernel, value_size)
+    model = _weightless(lambda: builtin.build(x, k, kernel, value_size))
     if builtin.flat:
         x = x.reshape(x.shape[0], -1)
     return model, x, y
+
+
+def _weightless(build):
+    """The module `build()` returns, with zero weights `W` instead of random ones: `A(x)` does not
+    depend on them (Thm 1). The constructor runs under `equinox.filter_eval_shape`, so that drawing
+    the weights (the PRNG key, the normal sampler: one compiled program each) costs nothing; a
+    module that holds another array (e.g. a random readout) is built as is."""
+    shapes = eqx.filter_eval_shape(build)
+    leaves = [leaf for leaf in jax.tree_util.tree_leaves(shapes) if isinstance(leaf, jax.ShapeDtypeStruct)]
+    W = getattr(shapes, "W", None)
+    if len(leaves) != 1 or not isinstance(W, jax.ShapeDtypeStruct):
+        return build()
+    return eqx.tree_at(lambda m: m.W, shapes, to_jax(np.zeros(W.shape, W.dtype)))
 
 
 def architecture_network(
@@ -198,4 +211,4 @@ def architecture_network(
     """
     model, x, _ = _model(architecture, arrays, kernel=kernel, value_size=value_size, name=name)
     d = model.p if width is None else check_positive_int("width", width)
-    return eqx.tree_at(lambda n: n.W, model, jnp.zeros((model.p, d))), jnp.asarray(x)
+    return eqx.tree_at(lambda n: n.W, model, to_jax(np.zeros((model.p, d)))), to_jax(x)

@@ -19,7 +19,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._core.errors import LvflowError, ZGZError
-from .._core.validate import as_array, check_positive, check_positive_int
+from .._core.validate import as_array, check_positive, check_positive_int, to_jax
 from .._form.expansion import probe_order, taylor_term
 
 
@@ -158,7 +158,7 @@ class AbstractLearnedMap(AbstractArchitecture):
         `(m, F)` and `E_{c,f} = Σ_ab ∂S(Θ)_{c,f}/∂Θ_ab E_ab`, `([k,] F, p, p)`; otherwise `Φ` are
         the map features flattened, `(m, [k,] a·b)`, and `E = map_basis()` flattened, `(a·b, p, p)`.
         """
-        return _factors(self, jnp.asarray(X))
+        return _factors(self, to_jax(X))
 
     @property
     def map_shape(self) -> tuple[int, int]:
@@ -313,9 +313,7 @@ def check_activation(name: str, phi) -> float:
     """
     if not callable(phi):
         raise LvflowError(f"{name}: must be a callable activation, got {phi!r}")
-    with jax.ensure_compile_time_eval():  # concrete even when a model is built under jit/vmap
-        phi0 = float(jnp.asarray(phi(jnp.zeros(()))))
-        dphi0 = float(jax.grad(phi)(jnp.zeros(())))
+    phi0, dphi0 = _taylor(phi)[:2]
     if not np.isfinite(phi0) or abs(phi0) > 1e-12:
         raise ZGZError(
             f"{name}: φ(0) = {phi0:.3g} ≠ 0 breaks ZGZ (zero gradient at zero, Thm 1); "
@@ -324,6 +322,40 @@ def check_activation(name: str, phi) -> float:
     if not np.isfinite(dphi0):
         raise LvflowError(f"{name}: φ'(0) = {dphi0} is not finite; the activation must be smooth at 0")
     return dphi0
+
+
+# φ⁽ʲ⁾(0)/j! for j ≤ _TAYLOR come from one compiled program: `check_activation`'s, and
+# `activation_next_order`'s for an odd φ such as tanh
+_TAYLOR = 3
+
+
+def _taylor(phi) -> tuple[float, ...]:
+    """`φ⁽ʲ⁾(0)/j!` for `j = 0, …, 3` by one compiled program (by nested `jax.grad`), or for
+    `j = 0, 1` where `jax.grad` cannot take φ's third derivative; cached per activation."""
+    try:
+        return _taylor_at_zero(phi)
+    except TypeError:  # an unhashable callable: not cached
+        return _taylor_at_zero.__wrapped__(phi)
+
+
+@functools.lru_cache(maxsize=256)
+def _taylor_at_zero(phi) -> tuple[float, ...]:
+    zero = np.zeros(())
+    for order in (_TAYLOR, 1):
+        derivatives = [phi]
+        for _ in range(order):
+            derivatives.append(jax.grad(derivatives[-1]))
+        program = jax.jit(lambda z, fs=tuple(derivatives): [jnp.asarray(f(z)) for f in fs])
+        try:
+            # compiled ahead of time and called on a concrete zero: concrete even when a model
+            # is built under jit/vmap
+            values = program.lower(zero).compile()(zero)
+        except Exception:
+            if order == 1:
+                raise
+            continue  # no third derivative: φ(0) and φ'(0) alone
+        return tuple(float(v) / math.factorial(j) for j, v in enumerate(values))
+    raise AssertionError("unreachable")
 
 
 def activation_coefficient(phi, j: int) -> float:
@@ -336,11 +368,15 @@ def activation_coefficient(phi, j: int) -> float:
 
 @functools.lru_cache(maxsize=256)
 def _activation_coefficient(phi, j: int) -> float:
+    low = _taylor(phi)
+    if j < len(low):  # from the program `check_activation` runs
+        return low[j]
     f = phi
     for _ in range(j):
         f = jax.grad(f)
-    with jax.ensure_compile_time_eval():
-        return float(f(jnp.zeros(()))) / math.factorial(j)
+    # one compiled program per order, called on a concrete zero (concrete under jit/vmap too)
+    zero = np.zeros(())
+    return float(jax.jit(f).lower(zero).compile()(zero)) / math.factorial(j)
 
 
 def activation_next_order(phi, *, max_power: int = 8, rtol: float = 1e-12) -> int | None:
