@@ -107,16 +107,6 @@ def _lvflow_validation_only(request):
         jaxtyping.config.update("jaxtyping_disable", False)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`--dist loadgroup`, pyproject's `addopts`) a module's tests run on one
-    worker, where they share its module fixtures and compiled programs; a test that names its own
-    `xdist_group` (each benchmark's smoke run) is scheduled on its own."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
-
-
 @pytest.fixture(autouse=True, scope="module")
 def _fresh_jax_caches_per_module():
     """Drop JAX's compiled programs after each test module: one pytest process compiles a few
