@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core.errors import DivergenceError, LvflowError, NotCommutingError, SolverError
-from .._core.validate import as_array
+from .._core.validate import as_array, to_jax
 from .._curve.drops import loss_drops
 from .._form.nqf import NQF
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
@@ -242,23 +242,23 @@ def predict(
         method="lv",
         **_header(source, eps, rho, lr, t1, exponent),
         notes=tuple(notes),
-        c=jnp.asarray(c),
-        order=jnp.asarray(order),
-        r=jnp.asarray(zo),
-        C_diag=jnp.asarray(Co),
-        V=jnp.asarray(np.where(zo > 0, zo**2 / (8 * Co), 0.0)),
-        t_star=jnp.asarray(t_star[order]),
-        tau_star=jnp.asarray(tau_star[order]),
-        plateau_loss=jnp.asarray(plateau),
-        eps_merge=jnp.asarray(em),
-        z_inf=jnp.asarray(z_inf),
-        ts=jnp.asarray(ts),
-        loss=jnp.asarray(loss),
-        excess_loss=jnp.asarray(out["excess_loss"]),
+        c=to_jax(c),
+        order=to_jax(order),
+        r=to_jax(zo),
+        C_diag=to_jax(Co),
+        V=to_jax(np.where(zo > 0, zo**2 / (8 * Co), 0.0)),
+        t_star=to_jax(t_star[order]),
+        tau_star=to_jax(tau_star[order]),
+        plateau_loss=to_jax(plateau),
+        eps_merge=to_jax(em),
+        z_inf=to_jax(z_inf),
+        ts=to_jax(ts),
+        loss=to_jax(loss),
+        excess_loss=to_jax(out["excess_loss"]),
         **_curve_drops(ts, loss, out["excess_loss"]),
-        drop=jnp.asarray(drop),
-        limit_tau=jnp.asarray(sched.tau),
-        limit_excess=jnp.asarray(_excess(sched)),
+        drop=to_jax(drop),
+        limit_tau=to_jax(sched.tau),
+        limit_excess=to_jax(_excess(sched)),
         horizon=horizon,
     )
 
@@ -512,13 +512,13 @@ def _predict_matrix_flow(
         floor_t = floor_time(ts, loss - floor, math.isfinite(drops.loss_floor))
         horizon = prediction_horizon(network, X, ts[idx], Ms[idx], width=hwidth, fraction=fraction, floor_t=floor_t)
     del Ms
-    empty = jnp.zeros((0,))
+    empty = to_jax(np.zeros(0))
     return Prediction(
         method="matrix_gd" if gd else "matrix_flow",
         **_header(source, eps, rho, lr, drops.t_end, exponent),
         notes=tuple(notes),
-        c=jnp.asarray(cvec),
-        order=jnp.zeros((0,), dtype=int),
+        c=to_jax(cvec),
+        order=to_jax(np.zeros(0, dtype=int)),
         r=empty,
         C_diag=empty,
         V=empty,
@@ -529,7 +529,7 @@ def _predict_matrix_flow(
         z_inf=empty,
         ts=drops.ts,
         loss=drops.loss,
-        excess_loss=jnp.asarray(loss - floor),
+        excess_loss=to_jax(loss - floor),
         drops=drops.drops,
         drops_of="loss",
         matrix=drops,

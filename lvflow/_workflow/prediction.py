@@ -14,6 +14,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from .._core.errors import LvflowError
+from .._core.validate import to_jax
 from .._curve.drops import LossDrops
 from .io import save_json, save_npz, to_json
 from .predict_horizon import PredictionHorizon, horizon_line
@@ -122,7 +123,9 @@ class Prediction(eqx.Module):
     @property
     def steps(self) -> Float[Array, " T"]:
         """The curve's times in training steps, `t / η` (NaN without a learning rate)."""
-        return self.ts / self.learning_rate if self.learning_rate else jnp.full_like(self.ts, jnp.nan)
+        return to_jax(
+            np.asarray(self.ts) / self.learning_rate if self.learning_rate else np.full(np.shape(self.ts), np.nan)
+        )
 
     def by_mode(self, name: str) -> Float[Array, " K"]:
         """The per-row array `name` (e.g. `"t_star"`) in the input's mode order: entry `k` is mode `k`."""
@@ -245,15 +248,19 @@ class Prediction(eqx.Module):
 
     def _matrix_rows(self, d: MatrixDrops) -> list[dict[str, Any]]:
         out = []
-        for i in range(d.t_star.shape[0]):
-            t = float(d.t_star[i])
-            u = np.asarray(d.directions[i])
+        # numpy first: indexing a JAX array compiles a small program per shape
+        t_star, directions, strength, multiplicity = (
+            np.asarray(a) for a in (d.t_star, d.directions, d.strength, d.multiplicity)
+        )
+        for i in range(t_star.shape[0]):
+            t = float(t_star[i])
+            u = directions[i]
             row = dict(
                 rank=i + 1,
                 t_star=t,
                 steps_star=t / self.learning_rate if self.learning_rate else math.nan,
-                strength=float(d.strength[i]),
-                multiplicity=int(d.multiplicity[i]),
+                strength=float(strength[i]),
+                multiplicity=int(multiplicity[i]),
                 direction=u.tolist(),
             )
             parts = self._split(u)
@@ -388,7 +395,7 @@ class Prediction(eqx.Module):
             lines.append(self.direction_table(max_rows=max_rows))
         if self.matrix is not None:
             floor = self.matrix.loss_floor
-            end = f"loss at the end {float(self.loss[-1]):.4g} (t = {self.t1:.4g})"
+            end = f"loss at the end {float(np.asarray(self.loss)[-1]):.4g} (t = {self.t1:.4g})"
             lines.append(end + (f"; least loss over the features {floor:.4g}" if np.isfinite(floor) else ""))
         if self.horizon is not None:
             lines.append(horizon_line(self.horizon, self.learning_rate))
