@@ -776,7 +776,7 @@ def fit(
     best = min(cands, key=lambda c: c.score)
     opts: dict[str, Any] = dict(robust=bool(robust), prior_width=prior_width, level=float(level), criterion=criterion)
     # scenarios: a floor L_∞ at the level the log ends on is also a plateau with a drop to come
-    other = None
+    other, k = None, 1.0  # k: the evidence discount, set with `other`
     # (it needs a slot for the extra mode: none when the number of modes is fixed)
     if isinstance(best.template, DecoupledModes) and best.template.fit_offset and best.K < best.template.K:
         model = engine.model_of(best.template, jnp.asarray(best.theta))

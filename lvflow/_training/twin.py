@@ -165,7 +165,7 @@ def nqf_twin(network, *, x=None, method: Literal["jvp", "structure"] = "jvp", se
     `network` that is neither of the above, an unknown `method`, `method="structure"` without
     a closed form, or no `x` for a module whose input shape is unknown.
     """
-    method = _method(method)
+    kind = _method(method)
     if isinstance(network, AbstractDeepModel):
         blocks = tuple(nqf_twin(b, x=None, method=method, seq_len=seq_len) for b in network.blocks)
         return DeepNQF(blocks=blocks, chain=network.chain, dphi0=network.link_slope)
@@ -174,7 +174,7 @@ def nqf_twin(network, *, x=None, method: Literal["jvp", "structure"] = "jvp", se
             f"network: expected a sum-form module (lvflow.architectures.AbstractSumForm, with a neuron array W "
             f"and unit(w, x)) or a deep model (lvflow.AbstractDeepModel), got a {type(network).__name__}"
         )
-    if method is _Method.STRUCTURE and not isinstance(network, AbstractArchitecture):
+    if kind is _Method.STRUCTURE and not isinstance(network, AbstractArchitecture):
         raise LvflowError(f"method: a {type(network).__name__} has no closed-form structure(x); use method='jvp'")
     if x is None:
         if not isinstance(network, AbstractArchitecture):
@@ -184,4 +184,4 @@ def nqf_twin(network, *, x=None, method: Literal["jvp", "structure"] = "jvp", se
         x = jnp.asarray(as_array("x", x))
     p = int(np.shape(network.W)[0])
     structure_matrix(network.unit, x, p)  # raises ZGZError
-    return NQFModel(network=network, method=method)
+    return NQFModel(network=network, method=kind)
