@@ -12,7 +12,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from .._core.errors import LvflowError
-from .._core.validate import as_array
+from .._core.validate import as_array, to_jax
 
 #: the highest order `taylor_term` probes when it looks for the first term beyond the NQF
 MAX_ORDER = 6
@@ -213,12 +213,12 @@ def horizon_ratio(network, X, M: Float[ArrayLike, "T p p"], *, width: int, seed:
     a batch; `M` symmetric PSD `(T, p, p)`. Returns `ρ`, shape `(T,)`.
     """
     network, X = _base_network(network), _batch(X)
-    order = network.next_order(jax.tree_util.tree_map(lambda a: a[0], X))
+    order = network.next_order(jax.tree_util.tree_map(lambda a: np.asarray(a)[0], X))  # numpy: no compiled slice
     M = np.asarray(M, dtype=float)
     lam, V = np.linalg.eigh((M + np.swapaxes(M, 1, 2)) / 2)
     roots = (V * np.sqrt(np.clip(lam, 0.0, None))[:, None, :]) @ np.swapaxes(V, 1, 2)
     G = _gaussian_factor(M.shape[1], int(width), seed)
-    num, den = _ratio_terms(network, X, jnp.asarray(roots @ G), jnp.asarray(roots), order)
+    num, den = _ratio_terms(network, X, to_jax(roots @ G), to_jax(roots), order)
     num, den = np.asarray(num), np.asarray(den)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num == 0, 0.0, np.inf))

@@ -13,6 +13,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._core.errors import LvflowError
+from .._core.validate import to_jax
 from .._form.expansion import _base_network, _batch, _first_crossing, horizon_ratio
 from .._form.nqf import NQF
 
@@ -75,13 +76,14 @@ def check_network(system, network, inputs):
         raise LvflowError(f"inputs: {m} samples, but the NQF has {system.m}")
     if network.p != system.p:
         raise LvflowError(f"network: neuron size p = {network.p}, but the NQF's M is {system.p}×{system.p}")
-    G = jnp.asarray(np.random.default_rng(0).standard_normal((system.p, system.p)) / math.sqrt(system.p))
-    net, few = eqx.tree_at(lambda n: n.W, network, G), min(m, _CHECKED)
-    try:  # on the first samples, not compiled: a check, not worth a compilation
-        mine = np.asarray(jax.vmap(lambda x: net.expansion_term(x, 2))(jax.tree_util.tree_map(lambda a: a[:few], X)))
+    G = np.random.default_rng(0).standard_normal((system.p, system.p)) / math.sqrt(system.p)
+    net, few = eqx.tree_at(lambda n: n.W, network, to_jax(G)), min(m, _CHECKED)
+    first = jax.tree_util.tree_map(lambda a: to_jax(np.asarray(a)[:few]), X)  # sliced in numpy: nothing compiled
+    try:  # one compiled program (eager, its ~20 primitives would each compile one)
+        mine = np.asarray(_quadratic_outputs(net, first))
     except (TypeError, ValueError) as e:
         raise LvflowError(f"inputs: the network cannot evaluate them ({e})") from None
-    theirs = np.asarray(system.predict(G @ G.T) - system.f0)[:few]
+    theirs = np.asarray(_nqf_outputs(system, to_jax(G @ G.T)))[:few]
     if mine.shape != theirs.shape:
         raise LvflowError(f"network: output shape {mine.shape[1:]} per sample, the NQF's is {theirs.shape[1:]}")
     err = float(np.max(np.abs(mine - theirs), initial=0.0))
@@ -91,6 +93,18 @@ def check_network(system, network, inputs):
             "network and the inputs the NQF was built from"
         )
     return network, X
+
+
+@eqx.filter_jit
+def _quadratic_outputs(network, X):
+    """The network's NQF output `Tr[W Wᵀ A(x_μ)]` (Thm 13's order-2 term) for each sample of `X`."""
+    return jax.vmap(lambda x: network.expansion_term(x, 2))(X)
+
+
+@eqx.filter_jit
+def _nqf_outputs(system, M):
+    """The NQF's quadratic output `Tr[M A_μ]` (Eq. 2) for every sample, in one compiled program."""
+    return system.predict(M) - system.f0
 
 
 def probe_indices(ts, loss) -> np.ndarray:
@@ -119,7 +133,7 @@ def floor_time(ts, excess, known: bool) -> float:
 def prediction_horizon(network, X, ts, Ms, *, width: int, fraction: float, floor_t: float) -> PredictionHorizon | None:
     """The horizon along the predicted `M` at times `ts` (`PredictionHorizon`), `None` for a network
     that is exactly its NQF (no next term in Thm 13's expansion)."""
-    order = network.next_order(jax.tree_util.tree_map(lambda a: a[0], X))
+    order = network.next_order(jax.tree_util.tree_map(lambda a: np.asarray(a)[0], X))
     if order is None:
         return None
     ts = np.asarray(ts, dtype=float)
