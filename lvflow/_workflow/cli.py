@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib
 import importlib.util
 import os
@@ -71,16 +72,25 @@ def main(argv: list[str] | None = None) -> int:
     As the `lvflow` command (`argv` None), an interrupted run leaves at once after its one line
     (`os._exit(130)`, stdout and stderr flushed): the interpreter's teardown would race XLA's
     compilation threads (a segmentation fault) or wait for them (a hang). Files are written
-    atomically, so nothing half-written is left behind either way."""
+    atomically, so nothing half-written is left behind either way.
+
+    As the command, the garbage collector is off while JAX, equinox and the command's modules load,
+    and their objects are then left out of its collections (`gc.freeze`, `_run_reporting`): they live
+    as long as the process, and each full collection of them took ~0.1 s, twice per `lvflow
+    predict` (`docs/devdocs/cold_start.md`). Not for `bench`, which times in its own process."""
     if argv is not None:
         return _main(list(argv))
     name = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in _COMMANDS else ""
     prog = f"lvflow {name}" if name else "lvflow"
     _guard_interrupts(prog)
+    if name != "bench":
+        gc.disable()  # until the command's modules are loaded (`_run_reporting`)
     try:
         code = _main(sys.argv[1:])
     except KeyboardInterrupt:  # before the command ran (`_run_reporting` reports one while it runs)
         code = 130
+    finally:
+        gc.enable()  # (where the command did not get to load)
     _FINISHED.set()  # the watcher leaves the exit to this thread now
     with contextlib.suppress(ValueError, OSError):
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # no KeyboardInterrupt in the teardown (death by SIGINT)
@@ -273,7 +283,11 @@ def _run_reporting(prog: str, runner: str, flags: dict[str, str], args: argparse
     stderr: exit 2 for bad input (`LvflowError`, its API names swapped for the user's `flags`) or a
     missing dependency, 1 for a solver failure or an internal error (`--debug`: the traceback)."""
     try:
-        return int(importlib.import_module(runner).run(args) or 0)
+        module = importlib.import_module(runner)
+        if not gc.isenabled():  # the `lvflow` command (`main`): its modules stay loaded to the end
+            gc.freeze()
+            gc.enable()
+        return int(module.run(args) or 0)
     except SystemExit:
         raise
     except KeyboardInterrupt:  # a sweep resumes from its finished chunks when rerun
