@@ -29,6 +29,7 @@ import numpy as np
 from .._core.errors import DivergenceError, LvflowError, NotCommutingError, SolverError
 from .._core.validate import as_array, to_jax
 from .._curve.drops import loss_drops
+from .._form.drops import matrix_drops_path
 from .._form.nqf import NQF
 from .._glv.lv import AbstractLotkaVolterra, LotkaVolterra, LowRankLotkaVolterra
 from .._glv.reduce import reduce_to_lv
@@ -471,8 +472,6 @@ def _predict_matrix_flow(
     (`matrix_drops`)."""
     if z0 is not None or (c is not None and np.ndim(c) > 0):
         raise LvflowError("z0/c: per-mode initial values need commuting structure matrices; give eps or init_std")
-    from .._form.drops import matrix_drops_path  # diffrax's import is paid only on this path
-
     eps, cvec = initial_scale(1, eps=eps, c=c, init_std=init_std, width=width)
     M0 = eps * float(cvec[0]) * np.eye(nqf.p)
     notes = []
