@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import gc
 import importlib
@@ -77,7 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     As the command, the garbage collector is off while JAX, equinox and the command's modules load,
     and their objects are then left out of its collections (`gc.freeze`, `_run_reporting`): they live
     as long as the process, and each full collection of them took ~0.1 s, twice per `lvflow
-    predict` (`docs/devdocs/cold_start.md`). Not for `bench`, which times in its own process."""
+    predict` (`docs/devdocs/cold_start.md`). Once it has returned and Python has run the usual
+    exit functions (JAX's among them) and joined its threads, the process ends without the
+    interpreter's teardown (`_exit_without_teardown`): freeing JAX's and XLA's objects one by one
+    took 0.35–0.6 s. Neither for `bench`, which times in its own process."""
     if argv is not None:
         return _main(list(argv))
     name = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in _COMMANDS else ""
@@ -85,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     _guard_interrupts(prog)
     if name != "bench":
         gc.disable()  # until the command's modules are loaded (`_run_reporting`)
+        atexit.register(_exit_without_teardown)  # before JAX is imported: runs after JAX's exit functions
     try:
         code = _main(sys.argv[1:])
     except KeyboardInterrupt:  # before the command ran (`_run_reporting` reports one while it runs)
@@ -98,7 +103,22 @@ def main(argv: list[str] | None = None) -> int:
         _leave_now(prog, 130)
     if _INTERRUPTED.is_set():  # Ctrl-C as the command finished: its outputs are complete
         _leave_now(prog, code, say=False)
+    _RETURNED.append(code)
     return code
+
+
+#: The `lvflow` command's exit status, once `main` has returned it.
+_RETURNED: list[int] = []
+
+
+def _exit_without_teardown() -> None:
+    """The last exit function of the `lvflow` command (registered first): after the others ran and
+    Python joined its threads, end the process with the status `main` returned, without the
+    interpreter's teardown. Nothing is left to do there (every file is written and closed, the plot
+    process waited for), and it would free JAX's and XLA's million objects one by one. Where `main`
+    did not return (an exception, e.g. with `--debug`), Python ends the process as usual."""
+    if _RETURNED:
+        _leave_now("lvflow", _RETURNED[-1], say=False)
 
 
 #: Set once SIGINT arrived (the `lvflow` command only).
