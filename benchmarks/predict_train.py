@@ -4,12 +4,14 @@ A prediction is worth running only if it is faster than training the network it 
 each case, both in a fresh process, as a user pays them:
 
 - **lvflow**: `lvflow predict --architecture mlp --data D --init-std 1e-3 --width 64 --lr 0.01`
-  with JAX's persistent compilation cache warm (one run first), best of `repeats`;
+  with JAX's persistent compilation cache warm (one run first);
 - **training**: a script that imports JAX, builds the same tanh MLP (`f(x) = Σ_i v_i tanh(u_iᵀx)`,
   W ~ N(0, 10⁻⁶)) and runs full-batch gradient descent (one jitted `lax.scan`) for as many steps as
-  the prediction's horizon `t1/η`, with its own persistent cache warm too, best of `repeats`.
+  the prediction's horizon `t1/η`, with its own persistent cache warm too.
 
-Both run with Python's bytecode cached (as on a user's machine).
+Both run with Python's bytecode cached (as on a user's machine), alternated (predict, training,
+predict, …: a change in the machine's load hits both alike), `max(repeats, 5)` times each; a row
+reports the medians and keeps every time in its data.
 
 Cases: the README's digits parity MLP (1797 × 64) and a tabular MLP on scikit-learn's wine data
 (178 × 13, standardised, class 0 against the rest). `ratio` = training / predict (> 1: predicting
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -98,20 +101,23 @@ def run(cfg: Config) -> list[Row]:
             steps = int(np.ceil(rec["t1"] / 0.01))
             train = [sys.executable, str(script), str(data), str(steps), str(tmp / "train-cache")]
             _wall(train, env)  # fills its cache
-            repeats = 1 if cfg.smoke else cfg.repeats
-            t_pred = min(_wall(predict, env) for _ in range(repeats))
-            t_train = min(_wall(train, env) for _ in range(repeats))
+            t_preds, t_trains = [], []
+            for _ in range(1 if cfg.smoke else max(cfg.repeats, 5)):
+                t_preds.append(_wall(predict, env))
+                t_trains.append(_wall(train, env))
+            t_pred, t_train = statistics.median(t_preds), statistics.median(t_trains)
             rows.append(
                 Row(
                     "predict_train",
                     case,
                     t_pred,
-                    f"training to the horizon ({steps} GD steps), fresh process",
+                    f"training to the horizon ({steps} GD steps), fresh process (medians)",
                     t_train,
                     t_train / t_pred,
                     1.0,
-                    note=f"method {rec['method']}, {len(rec['drops'])} drops",
-                    data={"steps": steps, "t1": rec["t1"]},
+                    note=f"method {rec['method']}, {len(rec['drops'])} drops; "
+                    f"best {min(t_preds):.2f} s vs {min(t_trains):.2f} s",
+                    data={"steps": steps, "t1": rec["t1"], "predict_s": t_preds, "training_s": t_trains},
                 )
             )
     return rows
