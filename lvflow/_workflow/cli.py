@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     as long as the process, and each full collection of them took ~0.1 s, twice per `lvflow
     predict` (`docs/devdocs/cold_start.md`). Once it has returned and Python has run the usual
     exit functions (JAX's among them) and joined its threads, the process ends without the
-    interpreter's teardown (`_exit_without_teardown`): freeing JAX's and XLA's objects one by one
-    took 0.35–0.6 s. Neither for `bench`, which times in its own process."""
+    interpreter's teardown (`_exit_without_teardown`), which took 0.35–0.6 s after a `predict`.
+    Neither for `bench`, which times in its own process."""
     if argv is not None:
         return _main(list(argv))
     name = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in _COMMANDS else ""
@@ -115,8 +115,8 @@ def _exit_without_teardown() -> None:
     """The last exit function of the `lvflow` command (registered first): after the others ran and
     Python joined its threads, end the process with the status `main` returned, without the
     interpreter's teardown. Nothing is left to do there (every file is written and closed, the plot
-    process waited for), and it would free JAX's and XLA's million objects one by one. Where `main`
-    did not return (an exception, e.g. with `--debug`), Python ends the process as usual."""
+    process waited for), and it took 0.35–0.6 s (the modules' objects freed, XLA's destructors).
+    Where `main` did not return (an exception, e.g. with `--debug`), Python ends the process as usual."""
     if _RETURNED:
         _leave_now("lvflow", _RETURNED[-1], say=False)
 
