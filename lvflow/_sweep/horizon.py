@@ -11,6 +11,8 @@ import jax
 import numpy as np
 
 from .._core.errors import LvflowError, SolverError
+from .._workflow.predict import predict
+from .._workflow.predict_data import architecture_network
 from .base import Init
 from .families import Resolved, TableFamily, _load_vector
 
@@ -59,9 +61,6 @@ def horizon_columns(res: Resolved, g: int, rows: np.ndarray) -> dict[str, np.nda
     `success`). The network and its inputs are built once per system and width
     (`SystemInfo.networks`).
     """
-    from .._workflow.predict import predict  # here: `summary` imports this module for its names
-    from .._workflow.predict_data import architecture_network
-
     out = {k: np.full(rows.size, np.nan) for k in HORIZON_COLUMNS}
     fam = res.groups[g].family
     if not isinstance(fam, TableFamily):
