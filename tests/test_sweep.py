@@ -269,6 +269,7 @@ def test_attention_value_size_as_predict(tmp_path):
     res = lvflow.sweep(
         {"architecture": "attention", "data": str(tmp_path / "seq.npz"), "value_size": [1, 2], "eps": 1e-6},
         progress=False,
+        horizon=False,  # predict's validity horizon: tests/test_sweep_horizon.py
     )
     for i, dv in enumerate((1, 2)):
         pred = lvflow.predict(lvflow.nqf_from_data("attention", {"x": x, "y": y}, value_size=dv), eps=1e-6)

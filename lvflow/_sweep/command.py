@@ -64,6 +64,7 @@ def _sweep(args: argparse.Namespace, grid: dict, spec: dict | None, out):
         spec=spec,
         out=out,
         curve=True if args.curve else None,
+        horizon=False if args.no_horizon else None,
         schedule=args.schedule,
         chunk_size=args.chunk_size,
         batch_size=args.batch_size,

@@ -103,6 +103,11 @@ class SystemInfo:
     z_inf: np.ndarray
     unique: bool
     y2: float
+    #: for an architecture on data: `(architecture, arrays, kernel, value_size, nqf)`, from which
+    #: `horizon.horizon_columns` builds the network for `predict`'s validity horizon; else `None`
+    source: tuple | None = None
+    #: the network and its inputs per width (`horizon.horizon_columns`), built on first use
+    networks: dict = dataclasses.field(default_factory=dict)
     _z_on: np.ndarray | None = None
 
     @property
@@ -205,15 +210,16 @@ def _system_from_value(v: Any, label: str) -> System:
     return LotkaVolterra(lv.r, lv.C, y2=y2, check=False) if y2 else lv
 
 
-def _system_from_data(architecture: str, data: Any, kernel: str, value_size: int, label: str) -> System:
-
+def _system_from_data(architecture: str, data: Any, kernel: str, value_size: int, label: str) -> tuple[System, tuple]:
+    """The gLV of `architecture` on `data`, and its source `(architecture, arrays, kernel, value_size,
+    nqf)` (`SystemInfo.source`)."""
     arrays = load_arrays(data, name=label) if isinstance(data, str) else data
     if not isinstance(arrays, Mapping):
         raise LvflowError(f"{label}: expected a file name or a mapping with arrays x and y, got {type(data).__name__}")
     k = tuple(int(x) for x in kernel.split("x")) if kernel else None
     nqf = nqf_from_data(architecture, arrays, kernel=k, value_size=value_size, name=label)
     try:
-        return reduce_to_lv(nqf)
+        return reduce_to_lv(nqf), (architecture, arrays, k, value_size, nqf)
     except NotCommutingError as e:
         raise LvflowError(
             f"{label}: {architecture} on this data does not reduce to a gLV ({e}); a sweep needs commuting "
@@ -317,9 +323,9 @@ def resolve(plan: Plan, *, curve: bool) -> Resolved:
         for u, (name, j, kernel, value_size) in enumerate(uniq):
             v = plan.objects["data"][int(j)]
             label = f"{name} on {v if isinstance(v, str) else f'data[{int(j)}]'}"
-            lv = _system_from_data(str(name), v, str(kernel), int(value_size), f"data {label}")
+            lv, source = _system_from_data(str(name), v, str(kernel), int(value_size), f"data {label}")
             sys_of[rows[inv == u]] = len(infos)
-            infos.append(system_info(lv, label))
+            infos.append(dataclasses.replace(system_info(lv, label), source=source))
     K = np.where(power, plan.column("modes"), 0)
     K[~power] = np.array([info.K for info in infos], dtype=np.int64)[sys_of[~power]] if infos else 0
 

@@ -38,7 +38,10 @@ class SweepResult(eqx.Module):
       or False, where it has fewer), `drop{j}_t` (when the loss crosses the midpoint between the
       plateaus on either side), `drop{j}_step` (`drop{j}_t/η`), `drop{j}_excess_loss_before`,
       `drop{j}_excess_loss_after` (the excess loss on those plateaus) and `drop{j}_complete`
-      (False: still falling at `t1`): the numbers `drops(i)` gives.
+      (False: still falling at `t1`): the numbers `drops(i)` gives;
+    - for a sweep with an architecture on data: `horizon_t`, `horizon_step`, `horizon_floor_t`,
+      `predict`'s validity horizon for the configuration (`lvflow._sweep.horizon.horizon_columns`;
+      NaN for the other systems).
 
     **Fields:** `columns`, `out` (the directory, or `None` for an in-memory sweep), `complete`
     (every chunk present), `stats` (chunks and configurations evaluated and skipped by this call,

@@ -55,6 +55,7 @@ from .base import Init, Schedule
 from .evaluate import batched, derived, drop_columns, make_member
 from .families import Group, PowerLawFamily, Resolved, c_matrix
 from .grid import ROW_BYTES, Chunk
+from .horizon import horizon_columns
 
 MANIFEST = "manifest.json"
 _FUNCTIONS: dict[tuple, Callable] = {}
@@ -345,9 +346,11 @@ def _refusal(res: Resolved, g: int, row: int, count: int) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def chunk_columns(res: Resolved, g: int, rows: np.ndarray, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def chunk_columns(
+    res: Resolved, g: int, rows: np.ndarray, out: dict[str, np.ndarray], *, horizon: bool = False
+) -> dict[str, np.ndarray]:
     """A chunk's table: the configuration (`index`, every parameter; files and Python values by
-    name) beside its results."""
+    name) beside its results; with `horizon`, `predict`'s validity horizon (`horizon.horizon_columns`)."""
     plan = res.plan
     cols: dict[str, np.ndarray] = {"index": rows.astype(np.int64)}
     for name in plan.columns:
@@ -367,6 +370,8 @@ def chunk_columns(res: Resolved, g: int, rows: np.ndarray, out: dict[str, np.nda
     excess = out.get("excess_loss")  # with curves
     if excess is not None:
         cols.update(drop_columns(out["ts"], excess, lr))
+    if horizon:  # predict's validity horizon (every chunk of a sweep with architectures on data)
+        cols.update(horizon_columns(res, g, rows))
     cols.update({k: v for k, v in out.items() if v.ndim == 2})
     return cols
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from .._workflow.io import PLOT_SUFFIXES, atomic_write_bytes, check_suffix
 from .evaluate import DROP_COLUMNS
+from .horizon import HORIZON_COLUMNS
 
 _ROWS_IN_JSON = 10_000  # per-configuration rows in summary.json up to this many configurations
 _FAILED_IN_JSON = 1000  # numbers of failed configurations listed in summary.json
@@ -127,6 +128,7 @@ def summarize(res) -> dict[str, Any]:
         keys = [p for p in res.parameters if p in c] + ["eps", "modes"]
         keys += [q for q in ("t1", "success", "n_on", "t_first", "tau_first", "exponent", "exponent_fit") if q in c]
         keys += [q for q in DROP_COLUMNS if q in c]  # with curves
+        keys += [q for q in HORIZON_COLUMNS if q in c]  # architectures on data
         keys = list(dict.fromkeys(["index"] + keys))
         out["rows"] = [{k: c[k][i].item() for k in keys} for i in range(n)]
     return out

@@ -18,6 +18,7 @@ from .._workflow.io import save_json
 from .base import Schedule
 from .families import resolve
 from .grid import PARAMETERS, Object, expand, make_chunks, spec_hash
+from .horizon import has_architectures
 from .result import Assembler, SweepResult, load_sweep
 from .run import (
     CURVE,
@@ -40,13 +41,13 @@ from .run import (
 from .summary import plot_summary, summarize
 
 DEFAULT_CHUNK_SIZE = 4096
-_OPTIONS = ("curve", "schedule", "chunk_size", "batch_size", "max_steps")
+_OPTIONS = ("curve", "schedule", "chunk_size", "batch_size", "max_steps", "horizon")
 
 
 def load_spec(spec) -> dict[str, Any]:
     """A spec from a TOML or JSON file (or a mapping): `grid` (a table, or an array of tables: each
     a grid), `configs` (an array of tables: one configuration each) and `options` (`curve`,
-    `schedule`, `chunk_size`, `batch_size`, `max_steps`)."""
+    `schedule`, `chunk_size`, `batch_size`, `max_steps`, `horizon`)."""
     data = dict(spec) if isinstance(spec, Mapping) else read_spec(spec)
     unknown = set(data) - {"grid", "configs", "options"}
     if unknown:
@@ -266,6 +267,7 @@ def sweep(
     out=None,
     curve: bool | None = None,
     schedule: str | None = None,
+    horizon: bool | None = None,
     chunk_size: int | None = None,
     batch_size: int | None = None,
     max_steps: int | None = None,
@@ -308,7 +310,10 @@ def sweep(
     shows); with `curve=True` also the curve and its drops as `predict`'s drops table reads them
     (`loss_drops`): `n_drops`, and for the first three drops `drop{j}_t`, `drop{j}_step`,
     `drop{j}_excess_loss_before`, `drop{j}_excess_loss_after`, `drop{j}_complete` (see
-    `SweepResult`). They are `predict`'s numbers for the same inputs, its time grid included: both evaluate
+    `SweepResult`); for an architecture on data, `predict`'s validity horizon `horizon_t`,
+    `horizon_step` and `horizon_floor_t` (from a `predict` call with the configuration's inputs, the
+    network and its inputs, on the host: one per configuration; NaN for the other systems). They
+    are `predict`'s numbers for the same inputs, its time grid included: both evaluate
     one function (`lvflow._sweep.evaluate.configuration`), `predict` once and the sweep vmapped (a
     mode switched on and later off by a competitor gets its switch-on time in both; the excess
     loss is measured from the loss's true minimum, also for a singular `C`); a failed ODE solve is
@@ -334,7 +339,10 @@ def sweep(
 
     - `curve`: also the excess-loss curve at `predict`'s `2·num_points − 1` times, and its drops
       (default False).
-    - `schedule`: `"limit"` (the ε → 0 schedule, as `predict`; default), `"corrected"` (the
+    - `horizon`: for the configurations of an architecture on data, `predict`'s validity horizon
+      (`horizon_t`, `horizon_step`, `horizon_floor_t`; default True; one host `predict` per such
+      configuration whose network is not exactly its NQF).
+    - `schedule`: `"limit" (the ε → 0 schedule, as `predict`; default), `"corrected"` (the
       finite-ε corrected schedule, one host `plateau_schedule` per configuration) or `"none"`.
     - `chunk_size`: configurations per chunk file (default 4096; a rerun takes the manifest's).
     - `batch_size`: configurations per device per call (default 4096 for the closed form; for the
@@ -374,6 +382,9 @@ def sweep(
         grids += [grid] if isinstance(grid, Mapping) else list(grid)
     all_configs = list(configs_spec) + list(configs or [])
     curve = bool(opts.get("curve", False) if curve is None else curve)
+    horizon = opts.get("horizon", True) if horizon is None else horizon
+    if not isinstance(horizon, (bool, np.bool_)):
+        raise LvflowError(f"horizon: must be True or False, got {horizon!r}")
     schedule = opts.get("schedule", "limit") if schedule is None else schedule
     names = [s.value for s in Schedule]
     if schedule not in names:
@@ -418,6 +429,9 @@ def sweep(
         "chunk_size": chunk_size,
         "parameters": list(plan.columns),
     }
+    with_horizon = bool(horizon) and has_architectures(res)
+    if has_architectures(res):  # (the hash of a sweep without architectures is as before)
+        options["horizon"] = bool(horizon)
     digest = spec_hash(plan.definition, options)
 
     mine = [c for c in chunks if c.id % p_count == p_index]
@@ -471,7 +485,7 @@ def sweep(
     table = Assembler(plan.n, widths)  # the results in memory, filled without `out`
     try:
         for c in todo:
-            cols = chunk_columns(res, c.group, c.rows, runner.evaluate(c.group, c.rows))
+            cols = chunk_columns(res, c.group, c.rows, runner.evaluate(c.group, c.rows), horizon=with_horizon)
             path = None
             if out_dir is None:
                 table.add(cols)
