@@ -380,6 +380,16 @@ def fit_one(log: Log) -> dict:
         "loss": score_interval(float(log.clean[-1]), m_L, m_lo_L, m_hi_L),
         "drop_preferred": score_interval(log.next_drop, step, lo, hi),
         "loss_preferred": score_interval(float(log.clean[-1]), pred_L, lo_L, hi_L),
+        # every scenario: its weight, floor, loss at N (band) and drop table (for the diagnosis)
+        "per_scenario": [
+            {
+                "weight": float(r.weight),
+                "asymptote": float(r.asymptote),
+                "loss": [float(r.predict(np.array([N]))[0])] + [float(a[0]) for a in r.band(np.array([N]))],
+                "drops": {k: np.asarray(v, dtype=float).tolist() for k, v in r.drops.items()},
+            }
+            for r in res.scenarios
+        ],
     }
     return out
 

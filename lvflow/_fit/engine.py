@@ -12,7 +12,7 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Float
 
-from .base import AbstractCurveModel
+from .base import AbstractCurveModel, Criterion
 
 _Model = TypeVar("_Model", bound=AbstractCurveModel)
 
@@ -285,13 +285,12 @@ def _jac(template, theta, data):
     return jax.jacfwd(residuals)(theta, (template, data))
 
 
-def information_criterion(chi2: float, n: int, p: float, kind: str) -> float:
+def information_criterion(chi2: float, n: int, p: float, kind: Criterion) -> float:
     """`n ln(max(χ², n)/n) + penalty` for the weighted residual sum `χ²` of `n` bins: `2p` (AIC)
     or `p ln n` (BIC). A fit closer than the bins' own scatter (`χ² < n`) earns nothing more."""
     if not math.isfinite(chi2) or n <= 0:
         return math.inf
-    base = n * math.log(max(chi2, n) / n)
-    return base + (2 * p if kind == "aic" else p * math.log(n))
+    return n * math.log(max(chi2, n) / n) + kind.penalty(p, n)
 
 
 # Compiled helpers: the fit's bookkeeping through these instead of eager JAX operations, each of

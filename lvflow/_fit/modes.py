@@ -39,7 +39,9 @@ class DecoupledModes(AbstractCurveModel):
     **Fields:** `log_rate` (`ln r_k`), `log_drop` (`ln V_k`), `log_tstar` (`ln t*_k`), shape
     `(K,)`; `log_eps` (`ln ε`); `active` `(K,)` (masked modes do not contribute: the fit keeps
     one array size for every `K`); `log_offset` (`ln L_∞`, `−inf` for `L_∞ = 0`);
-    `prior_width`; static `fit_offset` (whether `L_∞` is free).
+    `prior_width`; static `fit_offset` (whether `L_∞` is free); `offset_prior`: `(mean, width)`
+    of a Gaussian prior on a free `ln L_∞` (width `inf`: none; `fit`'s drop scenario puts the
+    next plateau there, `_next_plateau`).
 
     **Parameters** (`to_vector`): `ln r_k`, `ln V_k`, `ln(r_k t*_k − ln 9)` for every slot,
     `ln ε`, then `ln L_∞` if `fit_offset`. Masked slots keep their entries (zero derivative).
@@ -53,6 +55,7 @@ class DecoupledModes(AbstractCurveModel):
     log_offset: Float[Array, ""]
     prior_width: Float[Array, ""]
     fit_offset: bool = eqx.field(static=True)
+    offset_prior: Float[Array, " 2"] = eqx.field(default_factory=lambda: np.array([0.0, np.inf]), converter=jnp.asarray)
 
     def __check_init__(self):
         shapes = {np.shape(self.log_rate), np.shape(self.log_drop), np.shape(self.log_tstar), np.shape(self.active)}
@@ -119,7 +122,11 @@ class DecoupledModes(AbstractCurveModel):
         return jax.nn.logsumexp(terms, axis=-1)
 
     def penalty(self):
-        return jnp.where(self.active, (self.log_z0() - self.log_eps) / self.prior_width, 0.0)
+        starts = jnp.where(self.active, (self.log_z0() - self.log_eps) / self.prior_width, 0.0)
+        mean, width = self.offset_prior[0], self.offset_prior[1]
+        use = self.fit_offset & jnp.isfinite(width)
+        off = jnp.where(use, (self.log_offset - mean) / jnp.where(use, width, 1.0), 0.0)
+        return jnp.concatenate([starts, off[None]])
 
     def to_vector(self):
         u = jnp.log(jnp.maximum(jnp.exp(self.log_rate + self.log_tstar) - MIN_LAG, 1e-300))
