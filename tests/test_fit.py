@@ -242,13 +242,17 @@ def test_a_drop_to_come_chosen_when_the_clean_log_shows_its_rise(three_modes, th
     'equally well' and the parameter count chose the floor)."""
     steps, loss, _ = three_modes
     res = quiet_fit(steps, loss, learning_rate=0.01, until=2000, family="modes", horizon=5000)
-    assert res.alternative is None and res.weight == 1.0
+    # the drop to come, decided; where the loss rests after it is not: to nothing or to a next
+    # plateau, both kept, and no floor scenario
+    assert all(r.future_drops["step"].size == 1 for r in res.scenarios)
+    assert sum(r.weight for r in res.scenarios) == pytest.approx(1.0)
+    assert sorted(r.asymptote == 0.0 for r in res.scenarios) in ([True], [False, True])
     fut = res.future_drops
     assert fut["step"].size == 1
     assert fut["step"][0] == pytest.approx(three_mids[2], rel=0.05)
     assert fut["step_lo"][0] <= three_mids[2] <= fut["step_hi"][0]
     nd = res.next_drop(min_fall=3.0)
-    assert nd["probability"] == 1.0 and nd["lo"] <= three_mids[2] <= nd["hi"]
+    assert nd["probability"] == pytest.approx(1.0) and nd["lo"] <= three_mids[2] <= nd["hi"]
 
 
 def test_a_floor_or_a_drop_to_come_three_scenarios(three_modes, three_mids):

@@ -1085,7 +1085,10 @@ def _finish(
     off_val = float(parameters["offset"])
     off_se = float(stderr["offset"])
 
-    notes = _trust(lg, sigma, max(misfit, 1.0), drops, stderr, best)
+    # the scale a climb is measured against: robust (1.4826 × the median absolute bin residual),
+    # so that a spike the Cauchy loss leaves unfitted does not hide itself by inflating it
+    typical = 1.4826 * float(np.median(np.abs(raw[ok]))) if n else sigma
+    notes = _trust(lg, sigma, max(misfit, 1.0), drops, stderr, best, typical)
     return FitResult(
         family=(Family.MODES if is_modes else Family.POWER_LAW).value,
         model=model,
@@ -1177,10 +1180,11 @@ def _drop_table(out, sd, model, order, resolved, lg: TrainingLog, fit_until: flo
     }
 
 
-def _trust(lg, sigma, inflation, drops, stderr, best) -> list[str]:
-    """Sentences saying how far to trust the fit."""
+def _trust(lg, sigma, inflation, drops, stderr, best, typical) -> list[str]:
+    """Sentences saying how far to trust the fit (`typical`: the robust bin residual scale a
+    climb of the loss is measured against)."""
     notes = []
-    climb = rises(lg, sigma)
+    climb = rises(lg, typical)
     if climb:
         notes.append(climb)
     undetermined = [k for k, se in stderr.items() if not np.all(np.isfinite(np.asarray(se)))]

@@ -11,6 +11,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._core.errors import LvflowError
+from .._core.validate import to_jax
 from .base import AbstractCurveModel, sigmoid_log_sq
 
 #: `ℓ = r t* = ln(z(∞)/z(0) − 1) > ln 9`: every mode starts below a tenth of its plateau, the
@@ -55,7 +56,7 @@ class DecoupledModes(AbstractCurveModel):
     log_offset: Float[Array, ""]
     prior_width: Float[Array, ""]
     fit_offset: bool = eqx.field(static=True)
-    offset_prior: Float[Array, " 2"] = eqx.field(default_factory=lambda: np.array([0.0, np.inf]), converter=jnp.asarray)
+    offset_prior: Float[Array, " 2"] = eqx.field(default_factory=lambda: np.array([0.0, np.inf]), converter=to_jax)
 
     def __check_init__(self):
         shapes = {np.shape(self.log_rate), np.shape(self.log_drop), np.shape(self.log_tstar), np.shape(self.active)}
@@ -95,13 +96,13 @@ class DecoupledModes(AbstractCurveModel):
             raise LvflowError("offset: a fitted offset needs a positive starting value")
         log_z0 = np.log(8 * V / r) - np.logaddexp(0.0, r * ts)
         return cls(
-            log_rate=jnp.asarray(np.log(r)),
-            log_drop=jnp.asarray(np.log(V)),
-            log_tstar=jnp.asarray(np.log(ts)),
-            log_eps=jnp.asarray(np.mean(log_z0)),
-            active=jnp.asarray(np.ones(r.shape, bool)),
-            log_offset=jnp.asarray(np.float64(-np.inf if offset == 0 else math.log(offset))),
-            prior_width=jnp.asarray(np.float64(prior_width)),
+            log_rate=to_jax(np.log(r)),
+            log_drop=to_jax(np.log(V)),
+            log_tstar=to_jax(np.log(ts)),
+            log_eps=to_jax(np.mean(log_z0)),
+            active=to_jax(np.ones(r.shape, bool)),
+            log_offset=to_jax(np.float64(-np.inf if offset == 0 else math.log(offset))),
+            prior_width=to_jax(np.float64(prior_width)),
             fit_offset=fit_offset,
         )
 
@@ -191,7 +192,7 @@ class DecoupledModes(AbstractCurveModel):
     def compact(self) -> DecoupledModes:
         """The active modes only, in the order of `t*` (concrete values)."""
         idx = self._order()
-        pick = lambda a: jnp.asarray(np.asarray(a)[idx])
+        pick = lambda a: to_jax(np.asarray(a)[idx])
         return eqx.tree_at(
             lambda m: (m.log_rate, m.log_drop, m.log_tstar, m.active),
             self,

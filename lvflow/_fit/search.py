@@ -32,8 +32,8 @@ class Candidate:
 
     def __init__(self, label, template, theta, rss, n, p, criterion, batch, K=0):
         self.label, self.template, self.theta, self.batch, self.K = label, template, np.asarray(theta), batch, K
-        self.rss, self.n, self.p, self.criterion = float(rss), int(n), int(p), criterion
-        self.score = engine.information_criterion(self.rss, n, p, criterion)
+        self.rss, self.n, self.p, self.criterion = float(rss), int(n), int(p), Criterion(criterion)
+        self.score = engine.information_criterion(self.rss, n, p, self.criterion)
 
     @property
     def model(self):
