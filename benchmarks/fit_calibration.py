@@ -368,7 +368,7 @@ def fit_one(log: Log) -> dict:
         "seed": log.seed,
         "fit_seconds": sec,
         "model": res.describe(),
-        "scenarios": 1 if res.alternative is None else 2,
+        "scenarios": len(res.scenarios),
         "cut": log.cut,
         "N": N,
         "next_drop_true": log.next_drop,
@@ -380,6 +380,16 @@ def fit_one(log: Log) -> dict:
         "loss": score_interval(float(log.clean[-1]), m_L, m_lo_L, m_hi_L),
         "drop_preferred": score_interval(log.next_drop, step, lo, hi),
         "loss_preferred": score_interval(float(log.clean[-1]), pred_L, lo_L, hi_L),
+        # every scenario: its weight, floor, loss at N (band) and drop table (for the diagnosis)
+        "per_scenario": [
+            {
+                "weight": float(r.weight),
+                "asymptote": float(r.asymptote),
+                "loss": [float(r.predict(np.array([N]))[0])] + [float(a[0]) for a in r.band(np.array([N]))],
+                "drops": {k: np.asarray(v, dtype=float).tolist() for k, v in r.drops.items()},
+            }
+            for r in res.scenarios
+        ],
     }
     return out
 
@@ -536,7 +546,7 @@ def table(results: list[dict]) -> tuple[str, dict]:
     head = (
         "| family | logs | next drop: coverage | width (dec) | \\|ln err\\| | no drop predicted "
         "| last loss: coverage | width (dec) | \\|ln err\\| | ensemble \\|ln err\\| | last seen \\|ln err\\| "
-        "| two scenarios | fit s (median) |\n"
+        "| scenarios ≥ 2 | fit s (median) |\n"
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines, summary = [head], {}
@@ -546,7 +556,7 @@ def table(results: list[dict]) -> tuple[str, dict]:
         ens = float(np.median([r["baseline"]["error"]["ensemble"] for r in rs]))
         last = float(np.median([r["baseline"]["error"]["last seen"] for r in rs]))
         nodrop = sum(not math.isfinite(r["next_drop_pred"][0]) for r in rs)
-        two = sum(r["scenarios"] == 2 for r in rs)
+        two = sum(r["scenarios"] >= 2 for r in rs)
         sec = float(np.median([r["fit_seconds"] for r in rs]))
         summary[fam] = {"drop": drop, "loss": loss, "ensemble_error": ens, "last_seen_error": last, "no_drop": nodrop}
         lines.append(

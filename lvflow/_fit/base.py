@@ -9,12 +9,34 @@ drops of many decades).
 from __future__ import annotations
 
 import abc
+import enum
+import math
 from typing import Self
 
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
+
+
+class Family(str, enum.Enum):
+    """`fit`'s `family` option: decoupled modes, a power-law spectrum, or whichever the criterion
+    prefers. The public API takes the values as strings, converted once by `fit`."""
+
+    AUTO = "auto"
+    MODES = "modes"
+    POWER_LAW = "power_law"
+
+
+class Criterion(str, enum.Enum):
+    """`fit`'s information criterion; `penalty` is its charge for `p` parameters over `n` bins."""
+
+    AIC = "aic"
+    BIC = "bic"
+
+    def penalty(self, p: float, n: float) -> float:
+        """`2p` (AIC) or `p ln n` (BIC)."""
+        return 2 * p if self is Criterion.AIC else p * math.log(n)
 
 
 class AbstractCurveModel(eqx.Module):

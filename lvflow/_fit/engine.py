@@ -12,7 +12,8 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Float
 
-from .base import AbstractCurveModel
+from .._core.validate import to_jax
+from .base import AbstractCurveModel, Criterion
 
 _Model = TypeVar("_Model", bound=AbstractCurveModel)
 
@@ -113,13 +114,13 @@ def bin_log(
     floor = max(bin_scatter(xbar, yb, npos > 0, mean_var), ROUNDING)
     weight = np.where(ok, 1.0 / (mean_var + disc**2 + floor**2), 0.0)
     return Binned(
-        jnp.asarray(tb),
-        jnp.asarray(yb),
-        jnp.asarray(cnt),
-        jnp.asarray(weight),
-        jnp.asarray(np.float64(np.inf)),
-        jnp.asarray(np.float64(noise)),
-        jnp.asarray(np.float64(floor)),
+        to_jax(tb),
+        to_jax(yb),
+        to_jax(cnt),
+        to_jax(weight),
+        to_jax(np.float64(np.inf)),
+        to_jax(np.float64(noise)),
+        to_jax(np.float64(floor)),
     )
 
 
@@ -186,7 +187,7 @@ def _curvature(x: np.ndarray, y: np.ndarray, ok: np.ndarray) -> np.ndarray:
 
 def with_scale(data: Binned, scale: float) -> Binned:
     """`data` with the Cauchy loss at `scale` standard errors (`inf`: plain least squares)."""
-    return eqx.tree_at(lambda d: d.scale, data, jnp.asarray(np.float64(scale)))
+    return eqx.tree_at(lambda d: d.scale, data, to_jax(np.float64(scale)))
 
 
 def point_noise(t: np.ndarray, y: np.ndarray) -> float:
@@ -270,14 +271,14 @@ def solve_many(template: AbstractCurveModel, thetas, data: Binned, *, max_steps:
         chunk = thetas[i : i + batch]
         n = chunk.shape[0]
         pad = np.concatenate([chunk, np.repeat(chunk[-1:], batch - n, axis=0)])
-        res = _solve_many(template, jnp.asarray(pad), data, max_steps)
+        res = _solve_many(template, to_jax(pad), data, max_steps)
         out.append(tuple(np.asarray(a)[:n] for a in res))
     return tuple(np.concatenate(parts) for parts in zip(*out))
 
 
 def jacobian(template: AbstractCurveModel, theta, data: Binned):
     """`∂ residuals / ∂θ` at `theta` (forward mode, `jax.jacfwd`), shape `(B, p)`."""
-    return np.asarray(_jac(template, jnp.asarray(theta), data))
+    return np.asarray(_jac(template, to_jax(np.asarray(theta, dtype=float)), data))
 
 
 @eqx.filter_jit
@@ -285,13 +286,12 @@ def _jac(template, theta, data):
     return jax.jacfwd(residuals)(theta, (template, data))
 
 
-def information_criterion(chi2: float, n: int, p: float, kind: str) -> float:
+def information_criterion(chi2: float, n: int, p: float, kind: Criterion) -> float:
     """`n ln(max(χ², n)/n) + penalty` for the weighted residual sum `χ²` of `n` bins: `2p` (AIC)
     or `p ln n` (BIC). A fit closer than the bins' own scatter (`χ² < n`) earns nothing more."""
     if not math.isfinite(chi2) or n <= 0:
         return math.inf
-    base = n * math.log(max(chi2, n) / n)
-    return base + (2 * p if kind == "aic" else p * math.log(n))
+    return n * math.log(max(chi2, n) / n) + kind.penalty(p, n)
 
 
 # Compiled helpers: the fit's bookkeeping through these instead of eager JAX operations, each of

@@ -10,22 +10,23 @@ from typing import Any
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
 from .._core.errors import LvflowError
-from .._core.validate import check_memory
+from .._core.validate import check_memory, to_jax
 from .._workflow.io import atomic_write_text, save_npz, to_json
 from . import engine
-from .base import AbstractCurveModel
+from .base import AbstractCurveModel, Criterion, Family
 from .log import MIN_POINTS, TrainingLog, check_log, read_log, rises
 from .modes import DecoupledModes
 from .plot import plot_fit
 from .power import PowerLawModel
 from .search import SEARCH_STEPS, Candidate, search_modes, search_power_law
 
-FAMILIES = ("auto", "modes", "power_law")
+FAMILIES = tuple(f.value for f in Family)
+#: the families a result can have (`auto` chooses one of them)
+_RESULT_FAMILIES = (Family.MODES.value, Family.POWER_LAW.value)
 _WIDTH = math.log(81.0)  # 10–90 % rise time of a logistic mode, times its rate
 _REFINE_ROUNDS = 5  # rounds of SEARCH_STEPS Levenberg–Marquardt steps refining the chosen model
 _SPECTRUM_CHI2 = 2.0  # auto tries the power law when the modes leave χ² above this many times n
@@ -68,9 +69,10 @@ class FitResult(eqx.Module):
     - `level`: the coverage of every interval (0.95: `±1.96` standard errors, on the log scale
       for positive quantities).
     - `warnings`: how far to trust the fit, in sentences.
-    - `alternative`: `None`, or the other scenario when the log cannot decide between two (a
-      floor `L_∞` at the level the log ends on, or no floor and a drop still to come: see
-      `fit`), as a `FitResult` of its own; this one is the one the criterion prefers.
+    - `alternative`: `None`, or the next scenario when the log cannot decide between them (a
+      floor `L_∞` at the level the log ends on, or a drop still to come down to a next plateau
+      or to nothing: see `fit`), as a `FitResult` of its own, whose own `alternative` is the
+      one after (`scenarios` lists them); this one is the one the criterion prefers.
     - `weight`: this scenario's weight in the forecast, `e^{−S/2}` normalised over the
       scenarios, `S` the information criterion with the effective number of parameters
       (`effective_parameters`, `tr(H_d (H_d + H_p)⁻¹)`: the directions the log determines,
@@ -109,7 +111,7 @@ class FitResult(eqx.Module):
     effective_parameters: float = math.nan
 
     def __check_init__(self):
-        if self.family not in ("modes", "power_law"):
+        if self.family not in _RESULT_FAMILIES:
             raise LvflowError(f"FitResult: family must be 'modes' or 'power_law', got {self.family!r}")
         if not 0 < self.level < 1:
             raise LvflowError(f"FitResult: level must lie in (0, 1), got {self.level!r}")
@@ -122,13 +124,13 @@ class FitResult(eqx.Module):
     def predict(self, steps: Float[ArrayLike, " n"]) -> Float[np.ndarray, " n"]:
         """The fitted loss at `steps` (extrapolated past the log)."""
         t = self.log.t_of(np.atleast_1d(np.asarray(steps, dtype=float)))
-        return np.exp(np.asarray(engine.log_loss_of(self.model, jnp.asarray(t))))
+        return np.exp(np.asarray(engine.log_loss_of(self.model, to_jax(t))))
 
     def _ln_loss_sd(self, steps) -> tuple[np.ndarray, np.ndarray]:
         """`ln L̂` at `steps` and its delta-method standard error (`inf` along a direction the
         log does not determine)."""
-        t = jnp.asarray(self.log.t_of(np.atleast_1d(np.asarray(steps, dtype=float))))
-        mean, J = (np.asarray(a) for a in engine.log_loss_and_jac(self.model, jnp.asarray(self.theta), t))
+        t = to_jax(self.log.t_of(np.atleast_1d(np.asarray(steps, dtype=float))))
+        mean, J = (np.asarray(a) for a in engine.log_loss_and_jac(self.model, to_jax(self.theta), t))
         var = np.einsum("ip,pq,iq->i", J, np.where(np.isfinite(self.covariance), self.covariance, 0.0), J)
         touches = (np.abs(J) > 0) @ (~np.isfinite(self.covariance)).any(axis=0)
         return mean, np.where(touches, np.inf, np.sqrt(np.maximum(var, 0.0)))
@@ -143,15 +145,21 @@ class FitResult(eqx.Module):
 
     @property
     def scenarios(self) -> tuple[FitResult, ...]:
-        """This result and its alternative, if any (each with its `weight`)."""
-        return (self,) if self.alternative is None else (self, self.alternative)
+        """This result and its alternatives, if any (each with its `weight`): the chain
+        `self.alternative`, `self.alternative.alternative`, …"""
+        out, r = [self], self.alternative
+        while r is not None:
+            out.append(r)
+            r = r.alternative
+        return tuple(out)
 
     def forecast(self, steps: Float[ArrayLike, " n"]) -> dict[str, np.ndarray]:
         """The loss at `steps` forecast by the mixture of the scenarios: each a log-normal
         `ln L ~ N(ln L̂, sd²)` (the delta method) with its `weight`. The point forecast `loss` is
-        the most probable scenario's `L̂` (never a value between scenarios that none predicts);
-        the interval is the mixture's `(1 ∓ level)/2` quantiles (not the hull of the scenarios'
-        intervals).
+        the mixture's median (what minimises the expected `|ln(L/L̂)|` under it; with the
+        scenarios' own spreads small beside their distance, the value of the one that weighs
+        more than half); the interval is the mixture's `(1 ∓ level)/2` quantiles (not the
+        hull of the scenarios' intervals).
 
         Past `fit_until`, a scenario whose loss has an infinite standard error (the log does not
         constrain a parameter it depends on) still bounds it: its loss never rises (every mode
@@ -193,8 +201,10 @@ class FitResult(eqx.Module):
         lo = np.where(past, np.maximum(lo, np.min(low, axis=0)), lo)
         hi = np.where(past, np.minimum(hi, np.max(up, axis=0)), hi)
         determined = ~wide & (np.sum(np.where(undet, w[:, None], 0.0), axis=0) <= tail)
+        # the median: a scenario whose loss is not determined there counts at its own L̂
+        med = _mixture_quantiles(w, m, np.where(np.isfinite(sd), sd, tiny), np.zeros(len(w)), [0.5])[0]
         return {
-            "loss": np.exp(np.minimum(m[int(np.argmax(w))], 700.0)),
+            "loss": np.exp(np.clip(med, -_LN_ZERO, 700.0)),
             "lo": np.where(lo < -700.0, 0.0, np.exp(np.minimum(lo, 700.0))),
             "hi": np.where(hi > 700.0, np.inf, np.exp(np.minimum(hi, 700.0))),
             "determined": determined,
@@ -336,7 +346,7 @@ class FitResult(eqx.Module):
 
     def describe(self) -> str:
         """One line: the family and its size."""
-        if self.family == "modes":
+        if isinstance(self.model, DecoupledModes):
             K = int(np.size(self.parameters["r"]))
             name = f"{K} decoupled mode{'s' if K != 1 else ''}"
         else:
@@ -349,7 +359,7 @@ class FitResult(eqx.Module):
         pct = f"{100 * self.level:g}%"
         lines = []
         P, S = self.parameters, self.stderr
-        if self.family == "power_law":
+        if isinstance(self.model, PowerLawModel):
             lines.append("parameter        value        stderr")
             for k in ("alpha1", "alpha2", "kappa", "zeta1", "V1", "eps", "beta", "modes", "offset"):
                 lines.append(f"{k:<12} {float(P[k]):>12.6g}  {_fmt_se(S[k])}")
@@ -425,9 +435,8 @@ class FitResult(eqx.Module):
         ]
         warn = [f"warning: {w}" for w in self.warnings]
         alt = []
-        if self.alternative is not None:
-            a = self.alternative
-            alt = [
+        for a in self.scenarios[1:]:
+            alt += [
                 "",
                 f"alternative scenario: {a.describe()}; residual {a.sigma:.3g} in ln loss",
                 a.table(),
@@ -442,7 +451,7 @@ class FitResult(eqx.Module):
 
 def _without_log(d: dict[str, Any]) -> dict[str, Any]:
     """An alternative's `to_dict()` without what it shares with the main result (the log)."""
-    return {k: v for k, v in d.items() if k not in ("observed", "source", "learning_rate", "alternative", "forecast")}
+    return {k: v for k, v in d.items() if k not in ("observed", "source", "learning_rate", "forecast")}
 
 
 def _loss(v: float) -> str:
@@ -569,7 +578,7 @@ def _refine(template, theta, data, batch):
 
 
 def _reweight(data: engine.Binned, weight: np.ndarray) -> engine.Binned:
-    return eqx.tree_at(lambda d: d.weight, data, jnp.asarray(weight))
+    return eqx.tree_at(lambda d: d.weight, data, to_jax(weight))
 
 
 def fit(
@@ -616,15 +625,19 @@ def fit(
     outliers only logarithmically). The criterion (`"bic"`: `n ln(RSS/n) + p ln n`; `"aic"`: `+ 2p`)
     does not reward a fit closer than the bins' own errors (`χ² < n`).
 
-    **Two scenarios.** With `L_∞` free, a decoupled-modes fit whose floor is at least 1 % of the
-    fitted loss at the end of the log is also fitted without a floor (`L_∞ = 0`, one mode more,
-    started where the floor was: the plateau is a drop still to come). A floor and a mode that
-    has not yet begun to rise describe a plateau alike; when the data alone (`n ln χ²`, over
-    `_evidence_discount` for residuals correlated beyond the bins' errors) do not
-    separate them by 10 (a likelihood ratio `e⁵`), the result is the one the criterion prefers
-    with the other as `alternative`, each with its `weight` (`e^{−S/2}` normalised, `S` the
-    criterion with the effective number of parameters), and `FitResult.forecast` and
-    `FitResult.next_drop` give their mixture. When they do, the better one is the result.
+    **Scenarios.** With `L_∞` free, a decoupled-modes fit whose floor is at least 1 % of the
+    fitted loss at the end of the log is also fitted as a drop still to come (no floor, one
+    mode more, started where the floor was), in two endings the log cannot tell apart: the
+    loss then rests on nothing (`L_∞ = 0`, the floor all one mode) or on a next plateau
+    (`_with_plateau`: the same fit with part of the new mode's drop left as `L_∞`, under a
+    Gaussian prior on `ln L_∞` from the floor's staircase, `_next_plateau`). A floor and a mode
+    that has not yet begun to rise describe a plateau alike; when the data alone (`n ln χ²`,
+    over `_evidence_discount` for residuals correlated beyond the bins' errors) do not
+    separate the floor from the better drop by 10 (a likelihood ratio `e⁵`), the result is the
+    scenario the criterion prefers with the others as a chain of `alternative`s, each with its
+    `weight` (`e^{−S/2}` normalised, `S` the criterion with the effective number of
+    parameters), and `FitResult.forecast` and `FitResult.next_drop` give their mixture. When
+    they do, the floor alone, or the two drop endings, are kept.
 
     **Bins' errors** are measured on the log (`engine.bin_log`): the scatter of one point
     about its local trend, a share of one gradient-descent step's change of `ln L` (for a log
@@ -678,10 +691,14 @@ def fit(
     cannot pin down, gives warnings in the result (and a `UserWarning`).
     """
     lg = _load(log, loss, learning_rate)
-    if family not in FAMILIES:
-        raise LvflowError(f"family: must be one of {', '.join(FAMILIES)}, got {family!r}")
-    if criterion not in ("aic", "bic"):
-        raise LvflowError(f"criterion: must be 'aic' or 'bic', got {criterion!r}")
+    try:
+        fam = Family(family)
+    except ValueError:
+        raise LvflowError(f"family: must be one of {', '.join(FAMILIES)}, got {family!r}") from None
+    try:
+        crit = Criterion(criterion)
+    except ValueError:
+        raise LvflowError(f"criterion: must be 'aic' or 'bic', got {criterion!r}") from None
     for name, v, lo in (("bins", bins, 10), ("max_modes", max_modes, 1), ("max_spectrum_modes", max_spectrum_modes, 2)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
             raise LvflowError(f"{name}: must be an integer >= {lo}, got {v!r}")
@@ -694,8 +711,8 @@ def fit(
         bins=bins,
         slots=slots,
         spectrum_modes=modes if modes is not None else max_spectrum_modes,
-        power_law=family != "modes",
-        modes_family=family != "power_law",
+        power_law=fam is not Family.MODES,
+        modes_family=fam is not Family.POWER_LAW,
     )
     what = f"a fit of {slots} mode{'s' * (slots != 1)} over {bins} bins"
     check_memory("bins" if bins > 200 else ("modes" if modes is not None else "max_modes"), need, what)
@@ -733,13 +750,13 @@ def fit(
     cands: list[Candidate] = []
     scores: dict[str, float] = {}
     best_modes: Candidate | None = None
-    if family in ("auto", "modes"):
+    if fam is not Family.POWER_LAW:
         best_modes, sc = search_modes(
             data,
             max_modes=int(max_modes),
             modes=modes,
             offset=offset,
-            criterion=criterion,
+            criterion=crit,
             prior_width=1.0 if prior_width is None else prior_width,
             robust=bool(robust),
         )
@@ -747,8 +764,8 @@ def fit(
         scores.update(sc)
     # auto: the power law is tried when the decoupled modes need every mode allowed or leave
     # residuals beyond the log's own scatter (a few drops, well fitted, are not a spectrum)
-    need_spectrum = family == "power_law" or (
-        family == "auto"
+    need_spectrum = fam is Family.POWER_LAW or (
+        fam is Family.AUTO
         and best_modes is not None
         and (best_modes.K >= max_modes or best_modes.rss > _SPECTRUM_CHI2 * best_modes.n)
     )
@@ -758,14 +775,14 @@ def fit(
             max_modes=int(modes if modes is not None else max_spectrum_modes),
             modes=modes,
             offset=offset,
-            criterion=criterion,
+            criterion=crit,
             beta=0.0 if beta is None else float(beta),
             fit_beta=beta is None,
             robust=bool(robust),
         )
         cands.append(pl)
         scores["power law"] = pl.score
-    if family == "auto" and len(cands) == 2:
+    if fam is Family.AUTO and len(cands) == 2:
         # a power law of no more modes than the modes family tries is a few decoupled modes with
         # a constrained spectrum (and a fractional last mode): leave those to the modes family
         pl_model = cands[1].model
@@ -774,45 +791,55 @@ def fit(
             cands = cands[:1]
             scores.pop("power law")
     best = min(cands, key=lambda c: c.score)
-    opts: dict[str, Any] = dict(robust=bool(robust), prior_width=prior_width, level=float(level), criterion=criterion)
-    # scenarios: a floor L_∞ at the level the log ends on is also a plateau with a drop to come
-    other, k = None, 1.0  # k: the evidence discount, set with `other`
+    opts: dict[str, Any] = dict(robust=bool(robust), prior_width=prior_width, level=float(level), criterion=crit)
+    # scenarios: a floor L_∞ at the level the log ends on is also a plateau with a drop to come,
+    # after which the loss rests on a next plateau or on nothing: the log cannot tell which
+    kept, k = [best], 1.0  # k: the evidence discount, set with the drop scenarios
     # (it needs a slot for the extra mode: none when the number of modes is fixed)
     if isinstance(best.template, DecoupledModes) and best.template.fit_offset and best.K < best.template.K:
-        model = engine.model_of(best.template, jnp.asarray(best.theta))
-        end_loss = float(np.exp(np.asarray(engine.log_loss_of(model, jnp.asarray([float(t[-1])])))[0]))
+        model = engine.model_of(best.template, to_jax(best.theta))
+        end_loss = float(np.exp(np.asarray(engine.log_loss_of(model, to_jax(np.array([float(t[-1])]))))[0]))
         if float(model.offset) >= _FLOOR_SHARE * end_loss:
-            other, sc = search_modes(
+            zero, sc = search_modes(
                 data,
                 max_modes=int(max_modes),
                 modes=None,
                 offset=0.0,
-                criterion=criterion,
+                criterion=crit,
                 prior_width=1.0 if prior_width is None else prior_width,
                 robust=bool(robust),
                 floor=model,
             )
-            scores.update({f"no floor, {k}": v for k, v in sc.items()})
-            k = _evidence_discount(min((best, other), key=lambda c: c.rss), data)
-            if abs(_data_term(other) - _data_term(best)) / k >= _DECISIVE:
-                if other.score < best.score:
-                    best = other
-                other = None
-            elif other.score < best.score:
-                best, other = other, best
+            scores.update({f"drop to no floor, {k}": v for k, v in sc.items()})
+            k_new = int(np.sum(np.asarray(model.active)))
+            plateau = _with_plateau(zero, k_new, _next_plateau(model), data, robust=bool(robust))
+            drops_ = [zero] if plateau is None else [zero, plateau]
+            if plateau is not None:
+                scores[f"drop to a next plateau, modes K={plateau.K}"] = plateau.score
+            k = _evidence_discount(min([best, *drops_], key=lambda c: c.rss), data)
+            d_best = min(drops_, key=lambda c: c.score)
+            if abs(_data_term(d_best) - _data_term(best)) / k < _DECISIVE:
+                kept = [best, *drops_]
+            elif d_best.score < best.score:
+                kept = drops_  # a drop to come, decided; where the loss then rests is not
+    kept.sort(key=lambda c: c.score)
+    best = kept[0]
     h = None if horizon is None else float(horizon)
     if h is None:
-        h = max(_default_horizon(c, lg) for c in ([best] if other is None else [best, other]))
-    result = _finish(lg, t, sel, fit_until, data, best, scores, h, **opts)
-    if other is not None:
-        alt = _finish(lg, t, sel, fit_until, data, other, scores, h, **opts)
-        w_best, w_alt = _weights((best, other), (result.effective_parameters, alt.effective_parameters), k)
-        alt = eqx.tree_at(lambda r: r.weight, alt, w_alt)
-        note = _undecided(best, other, result, alt, k)
+        h = max(_default_horizon(c, lg) for c in kept)
+    results = [_finish(lg, t, sel, fit_until, data, c, scores, h, **opts) for c in kept]
+    result = results[0]
+    if len(results) > 1:
+        w = _weights(kept, [r.effective_parameters for r in results], k)
+        results = [eqx.tree_at(lambda r: r.weight, r, wi) for r, wi in zip(results, w)]
+        note = _undecided(kept, results, k)
+        alt = None
+        for r in results[:0:-1]:  # the chain of alternatives, from the last
+            alt = eqx.tree_at(lambda r: r.alternative, r, alt, is_leaf=lambda x: x is None)
         result = eqx.tree_at(
             lambda r: (r.alternative, r.warnings, r.weight),
-            result,
-            (alt, result.warnings + (note,), w_best),
+            results[0],
+            (alt, results[0].warnings + (note,), w[0]),
             is_leaf=lambda x: x is None,
         )
     if until is not None and float(until) >= lg.steps[-1]:
@@ -839,6 +866,28 @@ _FLOOR_SHARE = 0.01
 _DECISIVE = 10.0
 
 
+def _next_plateau(model: DecoupledModes) -> tuple[float, float]:
+    """The prior `(mean, width)` of `ln L_∞` for the drop scenario: the plateau after the drop
+    to come, from the staircase the floor's fit shows. Its plateaus `P_0 = L_∞ + Σ V_k`,
+    `P_j = L_∞ + Σ_{k>j} V_k` (modes in the order of `t*`) fall by `q_j = ln(P_j/P_{j−1})`
+    per mode; the drop to come falls as the largest of them, `q = min_j q_j` (a drop, not one
+    of the small modes a fit adds to a drop's shape): mean `ln L_∞ + q`, width the larger of
+    the predictive spread of one more fall, `s √(1 + 1/m)` (`s` the sample deviation of the
+    `m` falls; `m ≥ 2`), and `|q|` (the size of a fall the log has not shown is known to its
+    order only). With `L_∞ = 0` assumed instead, the loss after the drop is the seen modes'
+    tails alone, decades below any next plateau."""
+    ts, V, _ = (np.asarray(a) for a in engine.drops_of(model))
+    V = V[np.argsort(ts)]
+    V = V[V > 0]
+    f = float(model.offset)
+    P = f + np.concatenate([np.cumsum(V[::-1])[::-1], [0.0]])
+    q = np.diff(np.log(P))
+    m = q.size
+    spread = float(np.std(q, ddof=1) * math.sqrt(1 + 1 / m)) if m >= 2 else 0.0
+    fall = float(q.min())
+    return math.log(f) + fall, max(spread, abs(fall), 1e-3)
+
+
 def _effective_parameters(J_data: np.ndarray, inflation: float, cov) -> float:
     """`tr(H_d Σ)`, `H_d = J_dᵀJ_d/φ` the data's precision and `Σ` the covariance (`_precision_eig`'s
     `(V, 1/λ)`; a null direction counts 0): the number of parameters the log determines (each
@@ -849,18 +898,47 @@ def _effective_parameters(J_data: np.ndarray, inflation: float, cov) -> float:
     return float(np.sum(np.sum(proj**2, axis=0) / inflation * inv[finite]))
 
 
-def _weights(pair: tuple[Candidate, Candidate], p_eff: tuple[float, float], k: float = 1.0) -> tuple[float, float]:
+def _weights(cands, p_eff, k: float = 1.0) -> list[float]:
     """The scenarios' weights `e^{−S/2}`, normalised: `S` the data's term (`_data_term`) over the
     evidence's discount `k` (`_evidence_discount`: `n/k` independent residuals) plus
     the criterion's penalty for the effective number of parameters (`p_eff ln(n/k)` for BIC,
     `2 p_eff` for AIC)."""
-    S = []
-    for c, p in zip(pair, p_eff):
-        n_eff = max(c.n / k, 1.0)
-        penalty = 2 * p if c.criterion == "aic" else p * math.log(n_eff)
-        S.append(_data_term(c) / k + penalty)
-    w1 = 1.0 / (1.0 + math.exp(min(0.5 * (S[0] - S[1]), 700.0)))
-    return 1.0 - w1, w1
+    S = np.array([_data_term(c) / k + c.criterion.penalty(p, max(c.n / k, 1.0)) for c, p in zip(cands, p_eff)])
+    e = np.exp(-0.5 * (S - S.min()))
+    return [float(v) for v in e / e.sum()]
+
+
+def _with_plateau(
+    zero: Candidate, k_new: int, prior: tuple[float, float], data: engine.Binned, *, robust: bool
+) -> Candidate | None:
+    """The drop scenario whose loss rests on a next plateau after the drop: `zero`'s fit (no
+    floor, the new mode in slot `k_new` taking the whole floor over) with the plateau `e^mean`
+    of `prior` (`_next_plateau`) left as a free `L_∞` under that prior and the rest of the new
+    mode's drop kept, refined by Levenberg–Marquardt. `None` if the new mode's drop is not above
+    the plateau or the refinement fails."""
+    m = zero.model
+    mean, width = prior
+    log_drop = np.asarray(m.log_drop).copy()
+    if not bool(np.asarray(m.active)[k_new]) or log_drop[k_new] <= mean:
+        return None
+    log_drop[k_new] = math.log(math.exp(log_drop[k_new]) - math.exp(mean))
+    template = DecoupledModes(
+        log_rate=m.log_rate,
+        log_drop=to_jax(log_drop),
+        log_tstar=m.log_tstar,
+        log_eps=m.log_eps,
+        active=m.active,
+        log_offset=to_jax(np.float64(mean)),
+        prior_width=m.prior_width,
+        fit_offset=True,
+        offset_prior=to_jax(np.array([mean, width])),
+    )
+    theta0 = np.asarray(engine.vector_of(template))
+    values, rss, objective, _ = engine.solve_robust(template, theta0[None], data, robust=robust, max_steps=SEARCH_STEPS)
+    if not np.isfinite(rss[0]):
+        return None
+    K = int(np.sum(np.asarray(m.active)))
+    return Candidate(f"{K} modes", template, values[0], rss[0], data.n, 3 * K + 1, zero.criterion, engine.BATCH, K)
 
 
 def _evidence_discount(c: Candidate, data: engine.Binned) -> float:
@@ -875,7 +953,7 @@ def _evidence_discount(c: Candidate, data: engine.Binned) -> float:
 
 def _residuals_of(c: Candidate, data: engine.Binned) -> np.ndarray:
     """A candidate's weighted residuals over the non-empty bins, in the order of `ln t`."""
-    r = np.asarray(engine.data_residuals(c.template, jnp.asarray(c.theta), data))
+    r = np.asarray(engine.data_residuals(c.template, to_jax(c.theta), data))
     return r[np.asarray(data.count) > 0]
 
 
@@ -908,24 +986,28 @@ def _default_horizon(c: Candidate, lg: TrainingLog) -> float:
     return float(lg.step_of(h_t))
 
 
-def _undecided(best: Candidate, other: Candidate, result: FitResult, alt: FitResult, k: float) -> str:
-    """The sentence that says the log cannot decide between `result` and its alternative."""
+def _undecided(cands: list[Candidate], results: list[FitResult], k: float) -> str:
+    """The sentence that says the log cannot decide between the scenarios."""
 
     def says(r: FitResult) -> str:
         fut = r.future_drops
         if fut["step"].size:
+            rest = f"L_inf = {r.asymptote:.3g}" if r.asymptote > 0 else "nothing (L_inf = 0)"
             return (
                 f"a drop still to come at step {fut['step'][0]:.5g} "
-                f"[{fut['step_lo'][0]:.4g}, {fut['step_hi'][0]:.4g}], "
+                f"[{fut['step_lo'][0]:.4g}, {fut['step_hi'][0]:.4g}] down to {rest}, "
                 f"then {r.final_loss:.3g} at step {r.horizon:.6g}"
             )
         return f"the loss levels off at L_inf = {r.asymptote:.4g} (no drop to come)"
 
+    crit = cands[0].criterion.value.upper()
+    terms = [_data_term(c) for c in cands]
+    spread = max(terms) - min(terms)
+    each = "; or ".join(f"{says(r)} (weight {r.weight:.3g})" for r in results)
     return (
-        f"two scenarios fit the log equally well ({best.criterion.upper()} {best.score:.1f} vs {other.score:.1f}, "
-        f"the data alone differ by {abs(_data_term(best) - _data_term(other)):.1f}, "
-        f"{abs(_data_term(best) - _data_term(other)) / k:.1f} for correlated residuals < {_DECISIVE:g}): "
-        f"{says(result)} (weight {1 - alt.weight:.3g}); or {says(alt)} (weight {alt.weight:.3g}, see .alternative); "
+        f"{len(cands)} scenarios fit the log equally well ({crit} "
+        f"{' vs '.join(f'{c.score:.1f}' for c in cands)}, the data alone differ by up to {spread:.1f}, "
+        f"{spread / k:.1f} for correlated residuals < {_DECISIVE:g}): {each} (see .alternative); "
         "the forecast mixes them"
     )
 
@@ -943,7 +1025,7 @@ def _finish(
     robust: bool,
     prior_width: float | None,
     level: float,
-    criterion: str,
+    criterion: Criterion,
 ) -> FitResult:
     """The chosen candidate refined (with the empirical-Bayes prior), its covariance, drops,
     curve, band and warnings: the `FitResult`."""
@@ -955,11 +1037,11 @@ def _finish(
     is_modes = isinstance(template, DecoupledModes)
     if isinstance(template, DecoupledModes) and prior_width is None:
         # empirical Bayes: the prior's width is the spread of the starts of the modes seen
-        width = _empirical_width(engine.model_of(template, jnp.asarray(theta)), float(t[-1]))
-        template = eqx.tree_at(lambda m: m.prior_width, template, jnp.asarray(np.float64(width)))
+        width = _empirical_width(engine.model_of(template, to_jax(theta)), float(t[-1]))
+        template = eqx.tree_at(lambda m: m.prior_width, template, to_jax(np.float64(width)))
     theta = _refine(template, theta, data, best.batch)
 
-    res = np.asarray(engine.data_residuals(template, jnp.asarray(theta), data))
+    res = np.asarray(engine.data_residuals(template, to_jax(theta), data))
     n = int(ok.sum())
     p = best.p
     chi2 = float(np.sum(res[ok] ** 2))
@@ -967,15 +1049,15 @@ def _finish(
     # residuals correlated along the log (a systematic misfit is not n independent errors)
     misfit = chi2 / max(n - p, 1)
     inflation = max(misfit * _correlation_factor(res[ok]), 1.0)
-    raw = np.asarray(engine.log_loss_of(engine.model_of(template, jnp.asarray(theta)), data.t)) - np.asarray(data.y)
+    raw = np.asarray(engine.log_loss_of(engine.model_of(template, to_jax(theta)), data.t)) - np.asarray(data.y)
     sigma = math.sqrt(float(np.sum(raw[ok] ** 2)) / max(n - p, 1))  # RMS bin residual in ln loss
     J = engine.jacobian(template, theta, data)
     if isinstance(template, DecoupledModes):
-        slots = engine.model_of(template, jnp.asarray(theta))
+        slots = engine.model_of(template, to_jax(theta))
         live = slots.live()
         template = slots.compact()
         theta, J = np.asarray(theta)[live], J[:, live]
-    model = engine.model_of(template, jnp.asarray(theta))
+    model = engine.model_of(template, to_jax(theta))
     cov = _precision_eig(J[:B], J[B:], inflation)
     p_eff = _effective_parameters(J[:B], inflation, cov)
 
@@ -986,10 +1068,10 @@ def _finish(
     curve_steps = np.concatenate([[0.0], np.geomspace(min(first, horizon_step), horizon_step, _CURVE - 1)])
     out, jac = engine.summaries_and_jac(
         template,
-        jnp.asarray(theta),
-        jnp.asarray(lg.t_of(curve_steps)),
-        jnp.asarray(np.array([h_t])),
-        jnp.asarray(order.astype(np.int32)),
+        to_jax(theta),
+        to_jax(lg.t_of(curve_steps)),
+        to_jax(np.array([h_t])),
+        to_jax(order.astype(np.int32)),
     )
     sd = jax.tree_util.tree_map(lambda v, Jv: _sd(np.asarray(v), np.asarray(Jv), cov), out, jac)
     out = jax.tree_util.tree_map(np.asarray, out)
@@ -1003,9 +1085,12 @@ def _finish(
     off_val = float(parameters["offset"])
     off_se = float(stderr["offset"])
 
-    notes = _trust(lg, sigma, max(misfit, 1.0), drops, stderr, best)
+    # the scale a climb is measured against: robust (1.4826 × the median absolute bin residual),
+    # so that a spike the Cauchy loss leaves unfitted does not hide itself by inflating it
+    typical = 1.4826 * float(np.median(np.abs(raw[ok]))) if n else sigma
+    notes = _trust(lg, sigma, max(misfit, 1.0), drops, stderr, best, typical)
     return FitResult(
-        family="modes" if is_modes else "power_law",
+        family=(Family.MODES if is_modes else Family.POWER_LAW).value,
         model=model,
         parameters=parameters,
         stderr=stderr,
@@ -1016,7 +1101,7 @@ def _finish(
         noise=float(data.noise),
         n_bins=n,
         n_points=int(np.count_nonzero(sel)),
-        criterion=criterion,
+        criterion=criterion.value,
         scores=dict(scores),
         log=lg,
         fit_until=fit_until,
@@ -1095,10 +1180,11 @@ def _drop_table(out, sd, model, order, resolved, lg: TrainingLog, fit_until: flo
     }
 
 
-def _trust(lg, sigma, inflation, drops, stderr, best) -> list[str]:
-    """Sentences saying how far to trust the fit."""
+def _trust(lg, sigma, inflation, drops, stderr, best, typical) -> list[str]:
+    """Sentences saying how far to trust the fit (`typical`: the robust bin residual scale a
+    climb of the loss is measured against)."""
     notes = []
-    climb = rises(lg, sigma)
+    climb = rises(lg, typical)
     if climb:
         notes.append(climb)
     undetermined = [k for k, se in stderr.items() if not np.all(np.isfinite(np.asarray(se)))]

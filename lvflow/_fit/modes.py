@@ -11,6 +11,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._core.errors import LvflowError
+from .._core.validate import to_jax
 from .base import AbstractCurveModel, sigmoid_log_sq
 
 #: `ℓ = r t* = ln(z(∞)/z(0) − 1) > ln 9`: every mode starts below a tenth of its plateau, the
@@ -39,7 +40,9 @@ class DecoupledModes(AbstractCurveModel):
     **Fields:** `log_rate` (`ln r_k`), `log_drop` (`ln V_k`), `log_tstar` (`ln t*_k`), shape
     `(K,)`; `log_eps` (`ln ε`); `active` `(K,)` (masked modes do not contribute: the fit keeps
     one array size for every `K`); `log_offset` (`ln L_∞`, `−inf` for `L_∞ = 0`);
-    `prior_width`; static `fit_offset` (whether `L_∞` is free).
+    `prior_width`; static `fit_offset` (whether `L_∞` is free); `offset_prior`: `(mean, width)`
+    of a Gaussian prior on a free `ln L_∞` (width `inf`: none; `fit`'s drop scenario puts the
+    next plateau there, `_next_plateau`).
 
     **Parameters** (`to_vector`): `ln r_k`, `ln V_k`, `ln(r_k t*_k − ln 9)` for every slot,
     `ln ε`, then `ln L_∞` if `fit_offset`. Masked slots keep their entries (zero derivative).
@@ -53,6 +56,7 @@ class DecoupledModes(AbstractCurveModel):
     log_offset: Float[Array, ""]
     prior_width: Float[Array, ""]
     fit_offset: bool = eqx.field(static=True)
+    offset_prior: Float[Array, " 2"] = eqx.field(default_factory=lambda: np.array([0.0, np.inf]), converter=to_jax)
 
     def __check_init__(self):
         shapes = {np.shape(self.log_rate), np.shape(self.log_drop), np.shape(self.log_tstar), np.shape(self.active)}
@@ -92,13 +96,13 @@ class DecoupledModes(AbstractCurveModel):
             raise LvflowError("offset: a fitted offset needs a positive starting value")
         log_z0 = np.log(8 * V / r) - np.logaddexp(0.0, r * ts)
         return cls(
-            log_rate=jnp.asarray(np.log(r)),
-            log_drop=jnp.asarray(np.log(V)),
-            log_tstar=jnp.asarray(np.log(ts)),
-            log_eps=jnp.asarray(np.mean(log_z0)),
-            active=jnp.asarray(np.ones(r.shape, bool)),
-            log_offset=jnp.asarray(np.float64(-np.inf if offset == 0 else math.log(offset))),
-            prior_width=jnp.asarray(np.float64(prior_width)),
+            log_rate=to_jax(np.log(r)),
+            log_drop=to_jax(np.log(V)),
+            log_tstar=to_jax(np.log(ts)),
+            log_eps=to_jax(np.mean(log_z0)),
+            active=to_jax(np.ones(r.shape, bool)),
+            log_offset=to_jax(np.float64(-np.inf if offset == 0 else math.log(offset))),
+            prior_width=to_jax(np.float64(prior_width)),
             fit_offset=fit_offset,
         )
 
@@ -119,7 +123,11 @@ class DecoupledModes(AbstractCurveModel):
         return jax.nn.logsumexp(terms, axis=-1)
 
     def penalty(self):
-        return jnp.where(self.active, (self.log_z0() - self.log_eps) / self.prior_width, 0.0)
+        starts = jnp.where(self.active, (self.log_z0() - self.log_eps) / self.prior_width, 0.0)
+        mean, width = self.offset_prior[0], self.offset_prior[1]
+        use = self.fit_offset & jnp.isfinite(width)
+        off = jnp.where(use, (self.log_offset - mean) / jnp.where(use, width, 1.0), 0.0)
+        return jnp.concatenate([starts, off[None]])
 
     def to_vector(self):
         u = jnp.log(jnp.maximum(jnp.exp(self.log_rate + self.log_tstar) - MIN_LAG, 1e-300))
@@ -184,7 +192,7 @@ class DecoupledModes(AbstractCurveModel):
     def compact(self) -> DecoupledModes:
         """The active modes only, in the order of `t*` (concrete values)."""
         idx = self._order()
-        pick = lambda a: jnp.asarray(np.asarray(a)[idx])
+        pick = lambda a: to_jax(np.asarray(a)[idx])
         return eqx.tree_at(
             lambda m: (m.log_rate, m.log_drop, m.log_tstar, m.active),
             self,

@@ -11,6 +11,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._core.errors import LvflowError
+from .._core.validate import to_jax
 from .base import AbstractCurveModel, sigmoid_log_sq
 
 #: Modes `k ≤ EXACT` are summed one by one; above, modes are grouped into bins of `ln k` no wider
@@ -116,7 +117,7 @@ class PowerLawModel(AbstractCurveModel):
         if offset < 0 or (fit_offset and offset == 0):
             raise LvflowError(f"offset: must be >= 0 (> 0 when fitted), got {offset!r}")
         max_modes = int(math.ceil(modes)) if max_modes is None else max_modes
-        f = lambda v: jnp.asarray(np.float64(v))
+        f = lambda v: to_jax(np.float64(v))
         return cls(
             log_zeta1=f(math.log(zeta1)),
             log_V1=f(math.log(V1)),

@@ -9,7 +9,9 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
+from .._core.validate import to_jax
 from . import engine
+from .base import Criterion
 from .engine import Binned
 from .modes import MIN_LAG, DecoupledModes
 from .power import PowerLawModel
@@ -21,7 +23,7 @@ SEARCH_STEPS = 40
 
 def _f64(x) -> jnp.ndarray:
     """A float64 scalar that is not weakly typed (a weak one would compile the solver again)."""
-    return jnp.asarray(np.float64(x))
+    return to_jax(np.float64(x))
 
 
 class Candidate:
@@ -30,12 +32,12 @@ class Candidate:
 
     def __init__(self, label, template, theta, rss, n, p, criterion, batch, K=0):
         self.label, self.template, self.theta, self.batch, self.K = label, template, np.asarray(theta), batch, K
-        self.rss, self.n, self.p, self.criterion = float(rss), int(n), int(p), criterion
-        self.score = engine.information_criterion(self.rss, n, p, criterion)
+        self.rss, self.n, self.p, self.criterion = float(rss), int(n), int(p), Criterion(criterion)
+        self.score = engine.information_criterion(self.rss, n, p, self.criterion)
 
     @property
     def model(self):
-        return engine.model_of(self.template, jnp.asarray(self.theta))
+        return engine.model_of(self.template, to_jax(self.theta))
 
 
 def _level(data: Binned, t: float) -> float:
@@ -108,7 +110,7 @@ def search_modes(
     max_modes: int,
     modes: int | None,
     offset: float | None,
-    criterion: str,
+    criterion: Criterion,
     prior_width: float,
     robust: bool,
     floor: DecoupledModes | None = None,
@@ -129,13 +131,13 @@ def search_modes(
     log_off = math.log(0.5 * lmin) if fit_offset else (-math.inf if offset == 0 else math.log(offset))
     tmin, tmax = _times(data)
     base = DecoupledModes(
-        log_rate=jnp.asarray(np.zeros(slots)),
-        log_drop=jnp.asarray(np.full(slots, math.log(lmin))),
-        log_tstar=jnp.asarray(np.full(slots, math.log(tmax))),
-        log_eps=jnp.asarray(np.float64(0.0)),
-        active=jnp.asarray(np.zeros(slots, bool)),
-        log_offset=jnp.asarray(np.float64(log_off)),
-        prior_width=jnp.asarray(np.float64(prior_width)),
+        log_rate=to_jax(np.zeros(slots)),
+        log_drop=to_jax(np.full(slots, math.log(lmin))),
+        log_tstar=to_jax(np.full(slots, math.log(tmax))),
+        log_eps=to_jax(np.float64(0.0)),
+        active=to_jax(np.zeros(slots, bool)),
+        log_offset=to_jax(np.float64(log_off)),
+        prior_width=to_jax(np.float64(prior_width)),
         fit_offset=fit_offset,
     )
     peaks = find_drops(data, slots)
@@ -197,7 +199,7 @@ def search_modes(
 def _with_active(model: DecoupledModes, K: int) -> DecoupledModes:
     import equinox as eqx
 
-    return eqx.tree_at(lambda m: m.active, model, jnp.asarray(np.arange(model.K) < K))
+    return eqx.tree_at(lambda m: m.active, model, to_jax(np.arange(model.K) < K))
 
 
 def _mode_starts(template, K, data, tmin, tmax, *, fit_offset):
@@ -274,7 +276,7 @@ def search_power_law(
     max_modes: int,
     modes: int | None,
     offset: float | None,
-    criterion: str,
+    criterion: Criterion,
     beta: float,
     fit_beta: bool,
     robust: bool,
