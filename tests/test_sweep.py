@@ -326,6 +326,7 @@ def _python(code: str, *args, env=None, timeout=240):
     )
 
 
+@pytest.mark.slow
 def test_four_devices_equal_serial_bit_for_bit(mixed, tmp_path):
     files, spec, serial = mixed
     p = _python(
@@ -440,6 +441,7 @@ print(json.dumps({k: res.stats[k] for k in ("process_index", "process_count", "c
 """
 
 
+@pytest.mark.slow
 def test_two_hosts_with_jax_distributed(tmp_path):
     """Two processes (two "hosts") joined by jax.distributed write disjoint shares of one sweep."""
     import socket
