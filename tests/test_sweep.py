@@ -260,6 +260,7 @@ def test_architecture_on_data_as_predict(tmp_path):
     assert list(res["data"]) == [str(tmp_path / "xy.npz")] * 2
 
 
+@pytest.mark.slow
 def test_attention_value_size_as_predict(tmp_path):
     """`value_size` reaches the architecture (one-token, one-feature sequences: the structure
     matrices commute), and the switch-on times are `predict`'s for the same NQF."""
