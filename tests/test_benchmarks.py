@@ -87,6 +87,7 @@ def test_gd_switch_on_times_within_euler_error_of_eq158():
     assert np.all(rel > 0.5 * bound) and np.all(rel < bound)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BENCHMARKS)
 def test_smoke_run_writes_its_rows(name, tmp_path):
     """Each benchmark runs at smoke size and writes its rows (one test per benchmark, so that the

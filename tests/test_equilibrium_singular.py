@@ -120,6 +120,7 @@ def _singular(seed, K, rank, duplicate):
     return rng, B
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),

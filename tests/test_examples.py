@@ -13,6 +13,7 @@ def test_examples_exist():
     assert len(EXAMPLES) >= 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_runs(path, capsys):
     runpy.run_path(str(path), run_name="__main__")

@@ -82,6 +82,7 @@ def quick(tmp_path_factory):
     return out, fig7.make(out, quick=True)
 
 
+@pytest.mark.slow
 def test_quick_files_and_claims(quick):
     out, S = quick
     for ext in ("png", "pdf", "json"):

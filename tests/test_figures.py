@@ -23,6 +23,7 @@ def quick(tmp_path_factory):
     return out, rc, summaries
 
 
+@pytest.mark.slow
 def test_quick_run_writes_every_file(quick):
     out, rc, summaries = quick
     assert rc == 0
@@ -40,6 +41,7 @@ def test_quick_run_writes_every_file(quick):
     assert all(f"## {n}:" in text for n in NAMES)
 
 
+@pytest.mark.slow
 def test_fig3_plateaus_at_switch_on_times_and_power_law(quick):
     s = quick[2]["fig3"]
     left, right = s["left"], s["right"]
@@ -69,6 +71,7 @@ def test_fig3_plateaus_at_switch_on_times_and_power_law(quick):
     assert right["exponent_fitted_gd"] == pytest.approx(right["exponent_fitted_closed_form_on_gd_times"], abs=0.01)
 
 
+@pytest.mark.slow
 def test_fig3_eq295_local_exponents(quick):
     # App. C's "κ_eff grows with t" (Eq. 295): the local exponents the summary reports against a least-squares
     # fit of ln E on ln t in each part, with E of Eq. 163 written out from Thm 6 in numpy here
@@ -119,6 +122,7 @@ def test_fig3_right_gd_is_plain_gradient_descent_on_app_c_construction():
     assert np.allclose(fig3.excess_loss(K, eps, t, chunk=4), np.sum(V * (1 - z * C / r) ** 2, axis=1), rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_fig4_sample_plateaus(quick):
     s = quick[2]["fig4"]
     assert max(s["rel_err_gd_vs_eq158"]) < 0.02
@@ -150,6 +154,7 @@ def _fig5_t_star(k, theta, *, P=64, beta=1.5, eps=1e-4):
     return np.log(z_inf / eps**2) / zeta
 
 
+@pytest.mark.slow
 def test_fig5_fourier_exponents(quick):
     s = quick[2]["fig5"]
     for key, th in s["max_abs_dev_fast_loss_vs_model_outputs"].items():
@@ -199,6 +204,7 @@ def test_fig5_fourier_exponents(quick):
     assert c["holds"] and c["measured"]["tested_per_eps"] == {"0.0001": True, "0.1": True}
 
 
+@pytest.mark.slow
 def test_fig5_eq295_and_bounded_verdicts(quick):
     s = quick[2]["fig5"]
     claims = {c["claim"]: c for c in s["claims"]}
@@ -259,6 +265,7 @@ def _limit_events(r, C):
     return [t1, t2, t3]
 
 
+@pytest.mark.slow
 def test_limit_converges_to_schedule(quick):
     s = quick[2]["limit"]
     r, C = np.array(s["r"]), np.array(s["C"])

@@ -84,6 +84,7 @@ def test_fig2_mlp_tracks_its_nqf_at_small_init_and_departs_at_large():
     assert np.allclose(R["s_hat_nqf"][-1, :, 0], 1.0, atol=0.12), R["s_hat_nqf"][-1, :, 0]  # m = 100: s_4 is slow
 
 
+@pytest.mark.slow
 def test_fig2_single_qk_head_stalls_outside_its_nqf():
     # App. C: a single query–key-only head (Prop 3), not four
     a = fig2._archs()["qk"]
@@ -99,6 +100,7 @@ def test_fig2_single_qk_head_stalls_outside_its_nqf():
     assert np.all(R["s_hat_net"][-1, :, 0, 0] < 0.95) and np.all(R["s_hat_nqf"][-1, :, 0, 0] > 0.97)
 
 
+@pytest.mark.slow
 def test_fig2_single_qk_head_under_the_other_reading_of_s():
     # The paper's teacher "singular values s" read two ways: the figure's (Θ*'s singular values, so
     # M* = Z Zᵀ has eigenvalues 2s) and the other (M*'s eigenvalues s, Θ*'s singular values s/2),
@@ -120,6 +122,7 @@ def test_fig2_single_qk_head_under_the_other_reading_of_s():
     assert v.startswith("holds only under the reading s = eigenvalues of M*") and "theta: 0.158, M: 0.048" in v
 
 
+@pytest.mark.slow
 def test_fig6_quick_summary(tmp_path):
     fig6 = importlib.import_module("lvflow._figures.fig6")
     # App. C: standard-Gaussian teachers, students from N(0, ε²), ε = 1e-3
@@ -220,6 +223,7 @@ def _rel(a, b):
     return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
 
 
+@pytest.mark.slow
 def test_fig8_quick_claims(tmp_path):
     fig8 = importlib.import_module("lvflow._figures.fig8")
     S = fig8.make(tmp_path, quick=True)

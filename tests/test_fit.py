@@ -159,6 +159,7 @@ def test_objective_derivative_matches_finite_differences(three_modes):
 # Fits
 
 
+@pytest.mark.slow
 def test_fit_predicts_the_next_drop_of_gradient_descent(three_modes, three_mids, fitted):
     steps, loss, half = three_modes
     res = fitted
@@ -456,6 +457,7 @@ def test_noisy_irregular_log(three_modes, three_mids):
     assert fut["step"].size == 1 and abs(fut["step"][0] / three_mids[2] - 1) < 0.1
 
 
+@pytest.mark.slow
 def test_power_law_exponents():
     # Fig 3 right at K = 200 modes: r_k = k^−0.8, V_k = k^−2, z_k(0) = 1e-6 k^−1.2 (Thm 6, exact)
     K, a1, a2, beta = 200, 2.0, 0.8, 1.2

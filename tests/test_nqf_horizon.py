@@ -181,6 +181,7 @@ def gd(f, W0, y, lr, steps):
     return np.asarray(L), np.asarray(Ws)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name,data,lr,steps,stride,gap_from_M",
     [("wine", wine, 0.05, 800, 20, True), ("digits-parity", digits, 0.01, STEPS_DIGITS, 200, False)],

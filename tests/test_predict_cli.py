@@ -383,6 +383,7 @@ print("ok")
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr
 
 
+@pytest.mark.slow
 def test_persistent_compilation_cache(tmp_path):
     # A command fills the cache directory it is given; LVFLOW_CACHE_DIR=off leaves it alone.
     system = tmp_path / "sys.csv"

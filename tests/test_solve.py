@@ -155,6 +155,7 @@ def test_singular_C_uses_the_end_state():
     assert np.isinf(given.switch_on_times[1])  # z_1 → 0.75 never reaches 1.0
 
 
+@pytest.mark.slow
 def test_vmap_over_z0_and_systems_equals_loop():
     system, z0 = _competitive()
     ts = np.linspace(0, 120.0, 41)

@@ -25,6 +25,7 @@ import diffrax as dfx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import lvflow
 
@@ -223,6 +224,7 @@ def test_closed_form_derivatives():
     _assert_small(*_derivative_errors("closed_form", p, DIAG_T1, DIAG_TS, directions))
 
 
+@pytest.mark.slow
 def test_diagonal_ode_derivatives_match_closed_form_and_differences():
     # The same diagonal system through the ODE (C traced, so a dense term): derivatives along C's
     # diagonal, and along off-diagonal pairs E_ij + E_ji (which couple the modes; the closed form

@@ -260,6 +260,7 @@ def test_architecture_on_data_as_predict(tmp_path):
     assert list(res["data"]) == [str(tmp_path / "xy.npz")] * 2
 
 
+@pytest.mark.slow
 def test_attention_value_size_as_predict(tmp_path):
     """`value_size` reaches the architecture (one-token, one-feature sequences: the structure
     matrices commute), and the switch-on times are `predict`'s for the same NQF."""
@@ -326,6 +327,7 @@ def _python(code: str, *args, env=None, timeout=240):
     )
 
 
+@pytest.mark.slow
 def test_four_devices_equal_serial_bit_for_bit(mixed, tmp_path):
     files, spec, serial = mixed
     p = _python(
@@ -440,6 +442,7 @@ print(json.dumps({k: res.stats[k] for k in ("process_index", "process_count", "c
 """
 
 
+@pytest.mark.slow
 def test_two_hosts_with_jax_distributed(tmp_path):
     """Two processes (two "hosts") joined by jax.distributed write disjoint shares of one sweep."""
     import socket
