@@ -77,11 +77,10 @@ def main(argv: list[str] | None = None) -> int:
 
     As the command, the garbage collector is off while JAX, equinox and the command's modules load,
     and their objects are then left out of its collections (`gc.freeze`, `_run_reporting`): they live
-    as long as the process, and each full collection of them took ~0.1 s, twice per `lvflow
-    predict` (`docs/devdocs/cold_start.md`). Once it has returned and Python has run the usual
-    exit functions (JAX's among them) and joined its threads, the process ends without the
-    interpreter's teardown (`_exit_without_teardown`), which took 0.35–0.6 s after a `predict`.
-    Neither for `bench`, which times in its own process."""
+    as long as the process. Once it has returned and Python has run the usual exit functions (JAX's
+    among them) and joined its threads, the process ends without the interpreter's teardown
+    (`_exit_without_teardown`). Neither for `bench`, which times in its own process; what each
+    saves is measured in `docs/devdocs/cold_start.md`."""
     if argv is not None:
         return _main(list(argv))
     name = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in _COMMANDS else ""
@@ -115,7 +114,7 @@ def _exit_without_teardown() -> None:
     """The last exit function of the `lvflow` command (registered first): after the others ran and
     Python joined its threads, end the process with the status `main` returned, without the
     interpreter's teardown. Nothing is left to do there (every file is written and closed, the plot
-    process waited for), and it took 0.35–0.6 s (the modules' objects freed, XLA's destructors).
+    process waited for) but free the modules' objects and run XLA's destructors.
     Where `main` did not return (an exception, e.g. with `--debug`), Python ends the process as usual."""
     if _RETURNED:
         _leave_now("lvflow", _RETURNED[-1], say=False)
