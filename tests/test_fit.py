@@ -236,6 +236,7 @@ def test_minibatch_noise_is_recovered_from_the_log(sigma):
     assert 0.5 < np.median(ratio) < 2.0
 
 
+@pytest.mark.slow
 def test_a_drop_to_come_chosen_when_the_clean_log_shows_its_rise(three_modes, three_mids):
     """Fitted to step 2000 with `L_∞` free, the third mode has begun its rise (the loss is 20 %
     below its plateau): a floor cannot follow that to the log's own resolution, a mode still
@@ -481,6 +482,7 @@ def power_law_log(K, a1, a2, beta, eps, zeta1, V1, t, noise, seed=0):
     return true * np.exp(noise * np.random.default_rng(seed).standard_normal(t.size)), true
 
 
+@pytest.mark.slow
 def test_power_law_with_free_beta_never_worse_than_beta_fixed():
     """`β` free contains `β = 0`: the search starts from that family's optimum too, so its fit
     is at least as close. From the grid alone it was not on this noisy log (χ² 129 vs 113)."""

@@ -86,6 +86,7 @@ def test_domhan_recovers_its_own_family():
     assert pred["ensemble"] > 0
 
 
+@pytest.mark.slow
 def test_tiny_run():
     logs = fc.make_logs(1, families=("modes",))
     assert len(logs) == 1

@@ -164,7 +164,9 @@ def test_rodas5p_matches_scipy_radau_through_convergence():
     assert int(sol.num_steps) < int(tsit.num_steps) / 3  # stiff near convergence: fewer steps
 
 
-@pytest.mark.parametrize("solver", [None, lvflow.Rodas5P()], ids=["tsit5", "rodas5p"])
+@pytest.mark.parametrize(
+    "solver", [pytest.param(None, id="tsit5", marks=pytest.mark.slow), pytest.param(lvflow.Rodas5P(), id="rodas5p")]
+)
 def test_derivatives_match_finite_differences(solver):
     # jax.grad (checkpointed adjoint) and jax.jvp (ForwardMode) of L(t) with respect to M0 and
     # the structure matrices A, against central differences of tight solves.

@@ -37,6 +37,7 @@ def _nnls_equilibrium(C, r):
     return nnls(L.T, np.linalg.solve(L, r))[0]
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), K=st.sampled_from([1, 6, 9]), q=st.sampled_from([0, 1, 3]))
 def test_equilibrium_vs_scipy_nnls(seed, K, q):

@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -12,6 +13,7 @@ def _python_blocks():
     return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
 
 
+@pytest.mark.slow
 def test_readme_python_examples_run(tmp_path, monkeypatch):
     import lvflow
 

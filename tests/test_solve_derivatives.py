@@ -276,6 +276,7 @@ def test_extinction_derivatives():
     _assert_small(*_derivative_errors("dense", p, EXT_T1, EXT_TS, directions))
 
 
+@pytest.mark.slow
 def test_low_rank_derivatives():
     p = _low_rank_system()
     t1, ts = 42.0, [0.0, 15.0, 30.0, 42.0]
