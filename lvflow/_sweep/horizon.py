@@ -13,6 +13,7 @@ import numpy as np
 from .._core.errors import LvflowError, SolverError
 from .._workflow.predict import predict
 from .._workflow.predict_data import architecture_network
+from .._workflow.predict_inputs import beta_init
 from .base import Init
 from .families import Resolved, TableFamily, _load_vector
 
@@ -46,8 +47,7 @@ def _predict_kwargs(res: Resolved, row: int) -> dict:
             v = plan.objects[name][j]
             kw[name] = _load_vector(name, v, f"{name} {v}" if isinstance(v, str) else f"{name}[{j}]")
     if res.groups[int(res.group_of[row])].init is Init.BETA:  # c_k = k^-β, as lvflow predict --beta
-        k = np.arange(1, int(res.K[row]) + 1, dtype=float)
-        kw["c"] = np.exp(-float(plan.column("beta")[row]) * np.log(k))
+        kw["c"] = beta_init(float(plan.column("beta")[row]), int(res.K[row]))
     return kw
 
 

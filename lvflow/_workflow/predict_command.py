@@ -22,7 +22,7 @@ from .outputs import check_output_names, write_outputs
 from .predict import predict
 from .predict_cli import FLAGS
 from .predict_data import architecture_inputs, architecture_network, input_side_shape, nqf_from_data
-from .predict_inputs import check_below_plateau, lv_from_arrays, power_law_lv
+from .predict_inputs import beta_init, check_below_plateau, lv_from_arrays, power_law_lv
 from .spec import Configurations, check_configurations
 
 #: The parameters of a configuration (`lvflow._workflow.spec`) that are flags of the same name.
@@ -88,8 +88,7 @@ def _build(args):
     if isinstance(system, AbstractLotkaVolterra):  # an NQF has no modes yet (with --beta it was reduced above)
         if args.beta is not None:
             beta = float(as_array("--beta", args.beta, ndim=0))
-            with np.errstate(over="ignore"):
-                kw["c"] = np.exp(-beta * np.log(np.arange(1, system.K + 1, dtype=float)))
+            kw["c"] = beta_init(beta, system.K)
             if not np.all((kw["c"] > 0) & np.isfinite(kw["c"])):
                 raise LvflowError(
                     f"--beta: c_k = k^-beta leaves float64's range for {system.K} modes (beta = {beta:g})"

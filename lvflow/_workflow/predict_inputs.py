@@ -264,3 +264,10 @@ def initial_scale(
     if np.any(c <= 0):
         raise LvflowError(f"c: every entry must be positive, got min {c.min():g}")
     return eps, np.asarray(c, dtype=np.float64)
+
+
+def beta_init(beta: float, K: int) -> np.ndarray:
+    """Thm 9's initialisation `c_k = k^{−β}`, `k = 1…K` (float64; `0` or `inf` where it leaves
+    float64's range, for the caller to refuse)."""
+    with np.errstate(over="ignore"):
+        return np.exp(-float(beta) * np.log(np.arange(1, int(K) + 1, dtype=float)))
