@@ -385,6 +385,12 @@ def test_a_loss_the_log_does_not_determine_is_bounded_by_the_log(fitted, three_m
     truth = loss[np.searchsorted(steps, [3000.0, 5000.0])]
     assert np.all((f["lo"] <= truth) & (truth <= f["hi"]))
     assert fitted.forecast(np.array([5000.0]))["determined"][0]
+    # a band wider than floats hold is (0, inf), without an overflow warning
+    wide = eqx.tree_at(lambda r: r.covariance, fitted, fitted.covariance * 1e12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lo, hi = wide.band(np.array([5000.0]))
+    assert lo[0] == 0.0 and hi[0] == np.inf
 
 
 def test_correlated_residuals_count_as_fewer():

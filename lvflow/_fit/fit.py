@@ -141,7 +141,8 @@ class FitResult(eqx.Module):
         noise, nor the other scenario (`forecast` mixes them)."""
         mean, sd = self._ln_loss_sd(steps)
         z = _z(self.level)
-        return np.exp(mean - z * sd), np.exp(mean + z * sd)
+        with np.errstate(over="ignore"):  # an undetermined direction: the bound is inf, as meant
+            return np.exp(mean - z * sd), np.exp(mean + z * sd)
 
     @property
     def scenarios(self) -> tuple[FitResult, ...]:
