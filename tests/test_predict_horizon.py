@@ -168,3 +168,31 @@ def test_horizon_on_commuting_data_follows_the_flow_of_M():
     ref = lvflow.nqf_horizon(net, X, M=sol.y.T.reshape(-1, p, p), times=h.times, width=WIDTH)
     np.testing.assert_allclose(h.ratio, ref.ratio, rtol=1e-5)
     assert math.isfinite(h.t) and h.t == pytest.approx(ref.time, rel=1e-5)
+
+
+def test_the_horizon_adds_two_compiled_programs():
+    """The horizon costs `lvflow predict` two programs (the network check, the ratio along the
+    trajectory), however many probe times: no program per eager slice or array conversion (each
+    one's tracing and lowering is paid in every fresh process)."""
+    lowered = []
+
+    def listen(event, duration, **kwargs):
+        if event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+            lowered.append(duration)
+
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((29, 5))  # shapes no other test uses
+    y = np.tanh(X @ rng.standard_normal(5))
+    net = MLP(5, WIDTH, key=jax.random.PRNGKey(0))
+    nqf = lvflow.nqf_from_data("mlp", {"x": X, "y": y})
+    counts = []
+    for kw in ({}, {"network": net, "inputs": X}):
+        jax.monitoring.register_event_duration_secs_listener(listen)
+        try:
+            pred = lvflow.predict(nqf, init_std=STD, width=WIDTH, learning_rate=LR, **kw)
+            pred.summary()
+        finally:
+            jax.monitoring.unregister_event_duration_listener(listen)
+        counts.append(len(lowered))
+    assert pred.horizon is not None and pred.horizon.ratio.shape[0] > 1
+    assert counts[1] - counts[0] <= 2, counts

@@ -82,7 +82,7 @@ def _batch(X):
     leaves = jax.tree_util.tree_leaves(X)
     if not leaves or any(np.ndim(leaf) < 1 or np.shape(leaf)[0] < 1 for leaf in leaves):
         raise LvflowError("X: expected a batch of inputs stacked on axis 0 (at least one sample)")
-    return jax.tree_util.tree_map(jnp.asarray, X)
+    return jax.tree_util.tree_map(to_jax, X)
 
 
 class NextOrder(eqx.Module):
@@ -149,6 +149,7 @@ def _next_terms(network, X, order):
 
 @eqx.filter_jit
 def _quadratic_terms(network, X):
+    """The network's NQF output `Tr[W Wᵀ A(x_μ)]` (Thm 13's order-2 term) for each sample of `X`."""
     return jax.vmap(lambda x: network.expansion_term(x, 2))(X)
 
 

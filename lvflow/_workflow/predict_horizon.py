@@ -8,13 +8,12 @@ import math
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
 from .._core.errors import LvflowError
 from .._core.validate import to_jax
-from .._form.expansion import _base_network, _batch, _first_crossing, horizon_ratio
+from .._form.expansion import _base_network, _batch, _first_crossing, _quadratic_terms, horizon_ratio
 from .._form.nqf import NQF
 
 #: at most this many times of the predicted curve are probed (each costs an eigendecomposition of
@@ -80,10 +79,10 @@ def check_network(system, network, inputs):
     net, few = eqx.tree_at(lambda n: n.W, network, to_jax(G)), min(m, _CHECKED)
     first = jax.tree_util.tree_map(lambda a: to_jax(np.asarray(a)[:few]), X)  # sliced in numpy: nothing compiled
     try:  # one compiled program (eager, its ~20 primitives would each compile one)
-        mine = np.asarray(_quadratic_outputs(net, first))
+        mine, theirs = (np.asarray(a) for a in _both_outputs(net, first, system, to_jax(G @ G.T)))
     except (TypeError, ValueError) as e:
         raise LvflowError(f"inputs: the network cannot evaluate them ({e})") from None
-    theirs = np.asarray(_nqf_outputs(system, to_jax(G @ G.T)))[:few]
+    theirs = theirs[:few]
     if mine.shape != theirs.shape:
         raise LvflowError(f"network: output shape {mine.shape[1:]} per sample, the NQF's is {theirs.shape[1:]}")
     err = float(np.max(np.abs(mine - theirs), initial=0.0))
@@ -96,15 +95,10 @@ def check_network(system, network, inputs):
 
 
 @eqx.filter_jit
-def _quadratic_outputs(network, X):
-    """The network's NQF output `Tr[W Wᵀ A(x_μ)]` (Thm 13's order-2 term) for each sample of `X`."""
-    return jax.vmap(lambda x: network.expansion_term(x, 2))(X)
-
-
-@eqx.filter_jit
-def _nqf_outputs(system, M):
-    """The NQF's quadratic output `Tr[M A_μ]` (Eq. 2) for every sample, in one compiled program."""
-    return system.predict(M) - system.f0
+def _both_outputs(network, X, system, M):
+    """The network's NQF output for each sample of `X` (`_quadratic_terms`), and the NQF's quadratic
+    output `Tr[M A_μ]` (Eq. 2) for every sample of the system's data: one compiled program."""
+    return _quadratic_terms(network, X), system.predict(M) - system.f0
 
 
 def probe_indices(ts, loss) -> np.ndarray:
@@ -149,8 +143,8 @@ def prediction_horizon(network, X, ts, Ms, *, width: int, fraction: float, floor
         width=int(width),
         t=float(t),
         floor_t=float(floor_t),
-        times=jnp.asarray(ts),
-        ratio=jnp.asarray(ratio),
+        times=to_jax(ts),  # copies, no conversion program compiled
+        ratio=to_jax(ratio),
     )
 
 
@@ -164,7 +158,7 @@ def horizon_line(h: PredictionHorizon, learning_rate: float | None) -> str:
     if math.isfinite(h.t):
         line = f"the NQF describes this network up to about {unit(h.t)} ({why})"
     else:
-        end = unit(float(h.times[-1])) if h.times.shape[0] else "the end"
+        end = unit(float(np.asarray(h.times)[-1])) if h.times.shape[0] else "the end"
         line = (
             f"no validity horizon within the prediction: Thm 13's next term, of order {h.order} in the weights, stays "
             f"below {100 * h.fraction:g} % of the NQF's output up to its end ({end}) at width {h.width}"
