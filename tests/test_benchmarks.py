@@ -100,3 +100,21 @@ def test_smoke_run_writes_its_rows(name, tmp_path):
         assert r["lvflow_s"] > 0
     if name == "glv":
         assert all(r["data"]["LSODA"]["switch_on_max_rel_diff_vs_lvflow"] < 1e-5 for r in rec["rows"] if r["data"])
+
+
+@pytest.mark.slow
+def test_trust_figure_tiny(tmp_path):
+    """`python -m benchmarks.horizon --figure` (docs/howto/trust.md's figure) on a tiny size: both
+    curves start at L(0) (network and NQF twin from the same small weights), predict's horizon is
+    finite, and the PNG is written."""
+    import jax
+
+    from benchmarks import horizon
+
+    jax.config.update("jax_enable_x64", True)
+    d = horizon.figure_data(steps=30, eval_size=32, runs=1)
+    assert d["steps"][0] == 0 and d["steps"][-1] == 30
+    np.testing.assert_allclose([d["net"][0], d["nqf"][0]], 1.0, rtol=1e-6)  # f = O(ε²) at ε = 1e-3
+    assert d["order"] == 4 and np.all(np.isfinite(d["horizons"])) and np.all(d["horizons"] > 0)
+    horizon.draw_figure(d, tmp_path / "fig.png")
+    assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

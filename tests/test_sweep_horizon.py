@@ -1,5 +1,6 @@
 """`lvflow sweep`'s validity horizon (issue 31): per configuration of an architecture on data, the
-horizon `predict` reports for the same configuration; NaN for other systems."""
+horizon `predict` reports for the same configuration (the sweep reads it off its own batched
+solve; the reference here is one `predict` call per configuration); NaN for other systems."""
 
 import json
 
@@ -35,5 +36,9 @@ def test_sweep_horizon_is_predicts(tmp_path):
         np.testing.assert_allclose(res["horizon_floor_t"][i], h.floor_t, rtol=1e-12)
         assert rows[i]["horizon_t"] == res["horizon_t"][i]  # the JSON key
     assert np.isnan(res["horizon_t"][2]) and np.isnan(res["horizon_step"][2])  # a power law has no network
-    again = lvflow.sweep({"architecture": "mlp", "data": str(tmp_path / "xy.npz"), "eps": 1e-4}, horizon=False)
-    assert "horizon_t" not in again.columns
+    # the curve the horizon is read from stays out of a sweep without curves
+    assert not {"ts", "excess_loss", "loss", "zs", "n_drops"} & set(res.columns)
+    again = lvflow.sweep(
+        {"architecture": "mlp", "data": str(tmp_path / "xy.npz"), "eps": 1e-4}, horizon=False, curve=True
+    )
+    assert "horizon_t" not in again.columns and "ts" in again.columns

@@ -205,16 +205,16 @@ def _gaussian_factor(p: int, d: int, seed: int) -> np.ndarray:
     return G / math.sqrt(d)
 
 
-def horizon_ratio(network, X, M: Float[ArrayLike, "T p p"], *, width: int, seed: int = 0) -> np.ndarray:
+def horizon_ratio(network, X, M: Float[ArrayLike, "T p p"], *, order: int, width: int, seed: int = 0) -> np.ndarray:
     """`nqf_horizon`'s output ratio `ρ` at each `M` of a trajectory, all times in one compiled map
     (no targets, no loss gap): the next term from `width` representative neurons
     (`representative_neurons`, same `seed` at every time), the NQF's output `Tr[M A]` exactly.
 
-    `network` must be a sum form that is not exactly quadratic (`next_order` not `None`) and `X`
-    a batch; `M` symmetric PSD `(T, p, p)`. Returns `ρ`, shape `(T,)`.
+    `network` must be a sum form that is not exactly quadratic and `order` its next order (the
+    caller's `network.next_order(x_0)`, not `None`); `X` a batch; `M` symmetric PSD `(T, p, p)`.
+    Returns `ρ`, shape `(T,)`.
     """
     network, X = _base_network(network), _batch(X)
-    order = network.next_order(jax.tree_util.tree_map(lambda a: np.asarray(a)[0], X))  # numpy: no compiled slice
     M = np.asarray(M, dtype=float)
     lam, V = np.linalg.eigh((M + np.swapaxes(M, 1, 2)) / 2)
     roots = (V * np.sqrt(np.clip(lam, 0.0, None))[:, None, :]) @ np.swapaxes(V, 1, 2)

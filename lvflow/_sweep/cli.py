@@ -53,11 +53,11 @@ results (columns of lvflow.load_sweep(DIR) and of DIR/chunk-*.npz; one row per c
               on either side; t/lr), drop{j}_excess_loss_before/_after (those plateaus' excess
               loss), drop{j}_complete (false: still falling at t1)
   with --architecture/--data: horizon_t, horizon_step, horizon_floor_t (lvflow predict's validity
-              horizon for the configuration, from the same predict call: when Thm 13's next term
+              horizon for the configuration, from the sweep's own solve: when Thm 13's next term
               reaches 10 % of the NQF's output, inf: not within the prediction; t/lr; when the
               predicted loss reaches the NQF's floor; NaN for other systems or a network that
-              is exactly its NQF; costs one predict per configuration on the host; --no-horizon
-              skips them)
+              is exactly its NQF; costs the curve with z(t) and the next term's ratio on the
+              host per configuration; --no-horizon skips them)
   summary.json holds the scalars per configuration (up to 10^4), the plateau law and exponents.
 
 examples:
@@ -89,7 +89,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--no-horizon",
         action="store_true",
-        help="skip predict's validity horizon for --architecture/--data (one host predict per configuration)",
+        help="skip predict's validity horizon for --architecture/--data (the curve with z(t) and the next term's ratio "
+        "on the host per configuration)",
     )
     run.add_argument(
         "--schedule",

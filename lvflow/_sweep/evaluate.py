@@ -284,7 +284,8 @@ def _staircase(tau, V):
 def make_member(group: Group, *, schedule: Schedule, host_schedule: bool, max_steps: int):
     """The evaluation of one configuration of `group` (a dict of arrays, one row of the batch):
     `configuration` plus the ε → 0 schedule's `tau_star` and `plateau_loss` (Eq. 168) and `r`,
-    `V = r²/(8 C_kk)`."""
+    `V = r²/(8 C_kk)`; with the group's `horizon_points`, the curve at those points with its `loss`
+    and `zs` (`configuration`'s `keep_zs`: the validity horizon's trajectory, `horizon.horizon_columns`)."""
     fam = group.family
     K = fam.K
 
@@ -318,19 +319,22 @@ def make_member(group: Group, *, schedule: Schedule, host_schedule: bool, max_st
             tau=tau,
             z_on=x["z_on"] if "z_on" in x else jnp.zeros(K),
             z_floor=x.get("z_floor"),
-            points=group.points,
+            points=group.points or group.horizon_points,
             rtol=group.rtol,
             atol=group.atol,
             max_steps=max_steps,
             z_inf_known=fam.z_inf_known,
             check_curve=check_curve,
+            keep_zs=bool(group.horizon_points),
         )
         out = {k: res[k] for k in ("valid", "success", "t1", "num_steps", "t_star", "z_inf", "bounded") if k in res}
         out.update(r=r, V=V)
         if schedule is not Schedule.NONE:
             out["tau_star"], out["plateau_loss"] = tau, plateau
-        if group.points:
+        if group.points or group.horizon_points:
             out["ts"], out["excess_loss"] = res["ts"], res["excess_loss"]
+        if group.horizon_points:
+            out["loss"], out["zs"] = res["loss"], res["zs"]
         return out
 
     return member

@@ -11,17 +11,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .._core.errors import LvflowError, NotCommutingError
 from .._core.validate import as_array
+from .._form.expansion import _base_network, _batch
 from .._glv.interaction import AbstractInteraction, DenseInteraction, DiagonalInteraction, LowRankInteraction
 from .._glv.lv import LotkaVolterra, LowRankLotkaVolterra
 from .._glv.reduce import reduce_to_lv
 from .._schedule.schedule import plateau_schedule
 from .._workflow.io import load_array, load_arrays
-from .._workflow.predict_data import nqf_from_data
+from .._workflow.predict_data import architecture_network, nqf_from_data
 from .._workflow.predict_inputs import lv_from_arrays, power_law_lv
 from .._workflow.spec import Configurations, check_initial_scale, check_ranges, check_source
 from .base import AbstractFamily, Init, System
@@ -104,11 +106,30 @@ class SystemInfo:
     unique: bool
     y2: float
     #: for an architecture on data: `(architecture, arrays, kernel, value_size, nqf)`, from which
-    #: `horizon.horizon_columns` builds the network for `predict`'s validity horizon; else `None`
+    #: `network` builds the network for `predict`'s validity horizon; else `None`
     source: tuple | None = None
-    #: the network and its inputs per width (`horizon.horizon_columns`), built on first use
+    #: the network and its inputs per width (`network`), built on first use
     networks: dict = dataclasses.field(default_factory=dict)
     _z_on: np.ndarray | None = None
+
+    def network(self, width: int | None) -> tuple:
+        """For an architecture on data, the sum-form module with `width` neurons (default `p`) and
+        its batch of inputs, as `predict` takes them (`network=`, `inputs=`), built once per width."""
+        if width not in self.networks:
+            assert self.source is not None
+            architecture, arrays, kernel, value_size, _ = self.source
+            net, inputs = architecture_network(architecture, arrays, kernel=kernel, value_size=value_size, width=width)
+            self.networks[width] = (_base_network(net), _batch(inputs))
+        return self.networks[width]
+
+    @property
+    def has_horizon(self) -> bool:
+        """An architecture on data that is not exactly its NQF (Thm 13 has a next term,
+        `next_order`): `predict` reports a validity horizon for it."""
+        if self.source is None:
+            return False
+        net, X = self.network(None)
+        return net.next_order(jax.tree_util.tree_map(lambda a: np.asarray(a)[0], X)) is not None
 
     @property
     def z_on(self) -> np.ndarray:
@@ -252,17 +273,20 @@ def system_info(lv: System, label: str) -> SystemInfo:
 class Group:
     """Configurations evaluated by one compiled function: a family, how `c` is given (`Init`), the
     curve's length (0: none)
-    and the solver tolerances."""
+    and the solver tolerances; `horizon_points`: for an architecture on data with `predict`'s
+    validity horizon, the curve's `num_points` the horizon is read from (the evaluation then also
+    returns the loss and `z` on the curve; without a curve in the results, `points` stays 0), else 0."""
 
     family: AbstractFamily
     init: Init
     points: int
     rtol: float
     atol: float
+    horizon_points: int = 0
 
     @property
     def key(self) -> tuple:
-        return (self.family.key, self.init, self.points, self.rtol, self.atol)
+        return (self.family.key, self.init, self.points, self.rtol, self.atol, self.horizon_points)
 
 
 @dataclasses.dataclass
@@ -287,8 +311,9 @@ def _load_vector(name: str, v: Any, label: str) -> np.ndarray:
     return np.asarray(a, dtype=float)
 
 
-def resolve(plan: Plan, *, curve: bool) -> Resolved:
-    """Check every configuration and assign it a group.
+def resolve(plan: Plan, *, curve: bool, horizon: bool = False) -> Resolved:
+    """Check every configuration and assign it a group (with `horizon`, an architecture on data's
+    group has `horizon_points`).
 
     **Raises:** `LvflowError` naming the parameter, the problem and the (first) configuration.
     """
@@ -332,6 +357,11 @@ def resolve(plan: Plan, *, curve: bool) -> Resolved:
     eps, c_arrays, init = _initial_scales(plan, K)
 
     points = np.where(has("num_points"), plan.column("num_points"), DEFAULTS["num_points"])
+    horizon_points = np.zeros(n, dtype=np.int64)
+    if horizon and infos:  # an architecture on data with a next term: its curve and z(t) for the horizon
+        nonlinear = np.array([info.has_horizon for info in infos])
+        with_next = arch & nonlinear[np.maximum(sys_of, 0)]
+        horizon_points[with_next] = points[with_next]
     points = points if curve else np.zeros(n, dtype=np.int64)
     rtol = np.where(has("rtol"), plan.column("rtol"), DEFAULTS["rtol"])
     atol = np.where(has("atol"), plan.column("atol"), DEFAULTS["atol"])
@@ -357,9 +387,11 @@ def resolve(plan: Plan, *, curve: bool) -> Resolved:
     fam_code[rows_t] = sys_fam[sys_of[rows_t]]
     local[rows_t] = sys_local[sys_of[rows_t]]
 
-    # One group per distinct (family, init, points, rtol, atol), numbered by first appearance.
+    # One group per distinct (family, init, points, rtol, atol, horizon points), numbered by first appearance.
     init_code = init.astype(np.float64)
-    combo = np.stack([fam_code.astype(np.float64), init_code, points.astype(np.float64), rtol, atol], axis=1)
+    combo = np.stack(
+        [fam_code.astype(np.float64), init_code, points.astype(np.float64), rtol, atol, horizon_points], axis=1
+    )
     _, first, inverse = np.unique(combo, axis=0, return_index=True, return_inverse=True)
     order = np.argsort(first)
     rank = np.empty_like(order)
@@ -372,6 +404,7 @@ def resolve(plan: Plan, *, curve: bool) -> Resolved:
             int(points[i]),
             float(rtol[i]),
             float(atol[i]),
+            int(horizon_points[i]),
         )
         for i in first[order]
     ]

@@ -1,28 +1,26 @@
 """`predict`'s validity horizon per configuration of a sweep (issue 31): for a configuration whose
-system is an architecture on data, `predict` itself is called on the host with the configuration's
-inputs, the network and its inputs (`Prediction.horizon`, `PredictionHorizon`), so the sweep's
-horizon is `predict`'s by construction; every other configuration has NaN."""
+system is an architecture on data, the horizon is read off the sweep's own evaluation of the
+configuration (its curve and `z(t)`, `Group.horizon_points`) by `predict`'s own function for a
+gLV reduced from an NQF (`predict._lv_horizon`: the probed times, `M(t) = P diag(z(t)) Pᵀ`, the
+next term's ratio); every other configuration has NaN."""
 
 from __future__ import annotations
 
 import math
 
-import jax
 import numpy as np
 
-from .._core.errors import LvflowError, SolverError
-from .._workflow.predict import predict
-from .._workflow.predict_data import architecture_network
+from .._workflow.predict import _lv_horizon
 from .._workflow.predict_inputs import beta_init
 from .base import Init
-from .families import Resolved, TableFamily, _load_vector
+from .families import Resolved, TableFamily, c_matrix
 
 #: the horizon's columns (one scalar per configuration)
 HORIZON_COLUMNS = ("horizon_t", "horizon_step", "horizon_floor_t")
 
-#: the configuration's parameters passed to `predict` as they are (the initial scale apart)
-_AS_GIVEN = ("learning_rate", "rho", "t1", "num_points", "rtol", "atol", "init_std", "width", "eps")
-_INTS = ("num_points", "width")
+#: the fraction of the NQF's output the next term reaches at the horizon (`predict`'s default
+#: `horizon_fraction`)
+FRACTION = 0.1
 
 
 def has_architectures(res: Resolved) -> bool:
@@ -33,59 +31,53 @@ def has_architectures(res: Resolved) -> bool:
     )
 
 
-def _predict_kwargs(res: Resolved, row: int) -> dict:
-    """`predict`'s keyword arguments for configuration `row`, as the configuration gives them."""
-    plan = res.plan
-    kw = {}
-    for name in _AS_GIVEN:
-        if plan.has(name)[row]:
-            v = plan.column(name)[row]
-            kw[name] = int(v) if name in _INTS else float(v)
-    for name in ("c", "z0"):
-        if plan.has(name)[row]:
-            j = int(plan.column(name)[row])
-            v = plan.objects[name][j]
-            kw[name] = _load_vector(name, v, f"{name} {v}" if isinstance(v, str) else f"{name}[{j}]")
-    if res.groups[int(res.group_of[row])].init is Init.BETA:  # c_k = k^-β, as lvflow predict --beta
-        kw["c"] = beta_init(float(plan.column("beta")[row]), int(res.K[row]))
-    return kw
+def _z0(res: Resolved, g: int, rows: np.ndarray) -> np.ndarray:
+    """`z_k0 = ε c_k` for configurations `rows` of group `g`, shape `(B, K)`, as the evaluation's."""
+    K = res.groups[g].family.K
+    init = res.groups[g].init
+    if init is Init.ARRAY:
+        c = c_matrix(res, rows, K)
+    elif init is Init.BETA:  # c_k = k^-β, as lvflow predict --beta
+        c = np.stack([beta_init(float(b), K) for b in res.plan.column("beta")[rows]])
+    else:
+        c = np.ones((rows.size, K))
+    return res.eps[rows, None] * c
 
 
-def horizon_columns(res: Resolved, g: int, rows: np.ndarray) -> dict[str, np.ndarray]:
+def horizon_columns(
+    res: Resolved, g: int, rows: np.ndarray, success: np.ndarray, path: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
     """Per configuration `rows` of group `g`: `horizon_t` (`Prediction.horizon.t`: the first time
     Thm 13's next term reaches 10 % of the NQF's output along the predicted `M(t)`; inf: not within
     the prediction), `horizon_step` (`horizon_t/η`, NaN without a learning rate) and
     `horizon_floor_t` (the time the predicted loss reaches the NQF's floor, `PredictionHorizon.floor_t`).
+
+    **Arguments:** `success` (the evaluation's, per configuration) and `path`, the evaluation's
+    `ts`, `loss`, `excess_loss` (shape `(B, T)`) and `zs` (`(B, T, K)`), present for a group with
+    `horizon_points`.
+
     NaN for a configuration that is not an architecture on data, for a network that is exactly its
-    NQF (no horizon), and where `predict` refuses the configuration (the sweep's row says why: its
-    `success`). The network and its inputs are built once per system and width
-    (`SystemInfo.networks`).
+    NQF (no horizon: its group has no `horizon_points`), and where the solve failed (`success`
+    False). The network and its inputs are built once per system and width (`SystemInfo.network`).
     """
     out = {k: np.full(rows.size, np.nan) for k in HORIZON_COLUMNS}
     fam = res.groups[g].family
-    if not isinstance(fam, TableFamily):
+    if not isinstance(fam, TableFamily) or "zs" not in path:
         return out
+    plan = res.plan
+    z0 = _z0(res, g, rows)
     for j, row in enumerate(rows):
         info = fam.systems[int(res.local_system[row])]
-        if info.source is None:
+        if info.source is None or not bool(success[j]):
             continue
-        architecture, arrays, kernel, value_size, nqf = info.source
-        kw = _predict_kwargs(res, int(row))
-        width = kw.get("width")
-        if width not in info.networks:
-            info.networks[width] = architecture_network(
-                architecture, arrays, kernel=kernel, value_size=value_size, width=width
-            )
-        network, inputs = info.networks[width]
-        if network.next_order(jax.tree_util.tree_map(lambda a: np.asarray(a)[0], inputs)) is None:
-            continue  # exactly its NQF: predict reports no horizon (and is not called)
-        try:
-            h = predict(nqf, network=network, inputs=inputs, **kw).horizon
-        except (LvflowError, SolverError):
-            continue
+        width = int(plan.column("width")[row]) if plan.has("width")[row] else None
+        network, inputs = info.network(width)
+        probe = (network, inputs, network.d, FRACTION)  # `predict`'s: the network's width is `width`
+        ts, loss, excess, zs = (path[k][j] for k in ("ts", "loss", "excess_loss", "zs"))
+        h = _lv_horizon(info.lv, probe, z0[j], ts, loss, excess, zs)
         if h is None:
             continue
-        lr = kw.get("learning_rate")
+        lr = float(plan.column("learning_rate")[row]) if plan.has("learning_rate")[row] else None
         out["horizon_t"][j] = h.t
         out["horizon_step"][j] = h.t / lr if lr else math.nan
         out["horizon_floor_t"][j] = h.floor_t

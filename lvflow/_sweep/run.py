@@ -111,7 +111,8 @@ class Runner:
         """Refuse, before anything is evaluated or written, a sweep whose results (every
         configuration's columns: `grid.ROW_BYTES`, and per mode and curve sample 8 bytes in each
         of the `PER_MODE` and `CURVE` columns, read back and concatenated: twice) and largest
-        device call (`curve_bytes` of the group's modes and samples per configuration) need more
+        device call (`curve_bytes` of the group's modes and samples per configuration; with the
+        validity horizon, also a chunk's curves and `z` read back and concatenated: twice) need more
         memory than this machine has available (`lvflow._core.memory.check_memory`).
 
         **Raises:** `LvflowError` naming `num_points` or `modes` when the curve or the modes are
@@ -124,7 +125,8 @@ class Runner:
         modes_part = float(np.sum(2 * 8 * len(PER_MODE) * K))
         curve_part = float(np.sum(2 * 8 * len(CURVE) * samples))
         calls = [
-            self.slice_rows(g) * self.n_dev * curve_bytes(group.family.K, max(group.points, 2))
+            self.slice_rows(g) * self.n_dev * curve_bytes(group.family.K, max(group.points, group.horizon_points, 2))
+            + 2 * 8 * (group.family.K + 3) * max(2.0 * group.horizon_points - 1, 0.0) * self.chunk_rows(g)
             for g, group in enumerate(res.groups)
         ]
         call = max(calls, default=0.0)
@@ -176,8 +178,12 @@ class Runner:
             base = 4096
         else:
             base = 32 if self.on_cpu else 1024
-        largest = min(self.chunk_size, int(np.count_nonzero(self.res.group_of == g)))
+        largest = self.chunk_rows(g)
         return int(min(base, 1 << max(0, math.ceil(math.log2(max(largest, 1))))))
+
+    def chunk_rows(self, g: int) -> int:
+        """The most configurations of group `g` in one chunk."""
+        return min(self.chunk_size, int(np.count_nonzero(self.res.group_of == g)))
 
     def concurrent_calls(self, g: int) -> int:
         """Device calls in flight at once for group `g`: on a CPU, for a vmapped ODE group, one per
@@ -350,12 +356,20 @@ def chunk_columns(
     res: Resolved, g: int, rows: np.ndarray, out: dict[str, np.ndarray], *, horizon: bool = False
 ) -> dict[str, np.ndarray]:
     """A chunk's table: the configuration (`index`, every parameter; files and Python values by
-    name) beside its results; with `horizon`, `predict`'s validity horizon (`horizon.horizon_columns`)."""
+    name) beside its results; with `horizon`, `predict`'s validity horizon (`horizon.horizon_columns`)
+    from the evaluation's own curve and `z` (kept out of the table, as is the curve of a group
+    evaluated with one only for the horizon)."""
     plan = res.plan
+    group = res.groups[g]
+    out = dict(out)
+    path = {k: out.pop(k) for k in ("loss", "zs") if k in out}  # the horizon's trajectory
+    if path:
+        path.update(ts=out["ts"], excess_loss=out["excess_loss"])
+        if not group.points:  # the curve was evaluated for the horizon only
+            del out["ts"], out["excess_loss"]
     cols: dict[str, np.ndarray] = {"index": rows.astype(np.int64)}
     for name in plan.columns:
         cols[name] = plan.shown(name)[rows]
-    group = res.groups[g]
     cols["eps"] = res.eps[rows]
     cols["modes"] = res.K[rows]
     cols["rho"] = np.where(plan.has("rho")[rows], plan.column("rho")[rows], 0.5)
@@ -371,7 +385,7 @@ def chunk_columns(
     if excess is not None:
         cols.update(drop_columns(out["ts"], excess, lr))
     if horizon:  # predict's validity horizon (every chunk of a sweep with architectures on data)
-        cols.update(horizon_columns(res, g, rows))
+        cols.update(horizon_columns(res, g, rows, out["success"], path))
     cols.update({k: v for k, v in out.items() if v.ndim == 2})
     return cols
 

@@ -311,8 +311,8 @@ def sweep(
     (`loss_drops`): `n_drops`, and for the first three drops `drop{j}_t`, `drop{j}_step`,
     `drop{j}_excess_loss_before`, `drop{j}_excess_loss_after`, `drop{j}_complete` (see
     `SweepResult`); for an architecture on data, `predict`'s validity horizon `horizon_t`,
-    `horizon_step` and `horizon_floor_t` (from a `predict` call with the configuration's inputs, the
-    network and its inputs, on the host: one per configuration; NaN for the other systems). They
+    `horizon_step` and `horizon_floor_t` (`predict`'s, read off the sweep's own curve and `z(t)` on
+    the host, one ratio evaluation per configuration; NaN for the other systems). They
     are `predict`'s numbers for the same inputs, its time grid included: both evaluate
     one function (`lvflow._sweep.evaluate.configuration`), `predict` once and the sweep vmapped (a
     mode switched on and later off by a competitor gets its switch-on time in both; the excess
@@ -340,8 +340,9 @@ def sweep(
     - `curve`: also the excess-loss curve at `predict`'s `2·num_points − 1` times, and its drops
       (default False).
     - `horizon`: for the configurations of an architecture on data, `predict`'s validity horizon
-      (`horizon_t`, `horizon_step`, `horizon_floor_t`; default True; one host `predict` per such
-      configuration whose network is not exactly its NQF).
+      (`horizon_t`, `horizon_step`, `horizon_floor_t`; default True; for a network that is not
+      exactly its NQF, the curve is evaluated with `z(t)` and the next term's ratio at up to 16 of
+      its times on the host, per configuration).
     - `schedule`: `"limit" (the ε → 0 schedule, as `predict`; default), `"corrected"` (the
       finite-ε corrected schedule, one host `plateau_schedule` per configuration) or `"none"`.
     - `chunk_size`: configurations per chunk file (default 4096; a rerun takes the manifest's).
@@ -420,7 +421,7 @@ def sweep(
         raise LvflowError("out: a sweep over several processes needs a shared output directory")
 
     plan = expand(grids, all_configs)
-    res = resolve(plan, curve=curve)
+    res = resolve(plan, curve=curve, horizon=bool(horizon))
     chunks = make_chunks(res.group_of, chunk_size)
     options = {
         "curve": curve,

@@ -135,7 +135,7 @@ def prediction_horizon(network, X, ts, Ms, *, width: int, fraction: float, floor
     if ts.size:  # padded to GRID_POINTS times (the last repeated): one compilation per network and data
         Ms = np.asarray(Ms)
         pad = np.concatenate([Ms, np.repeat(Ms[-1:], max(GRID_POINTS - ts.size, 0), axis=0)])
-        ratio = horizon_ratio(network, X, pad, width=width)[: ts.size]
+        ratio = horizon_ratio(network, X, pad, order=order, width=width)[: ts.size]
     t = _first_crossing(ts, ratio, fraction, log=True)[1] if ts.size else math.inf
     return PredictionHorizon(
         fraction=float(fraction),
