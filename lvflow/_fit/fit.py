@@ -147,7 +147,8 @@ class FitResult(eqx.Module):
     def scenarios(self) -> tuple[FitResult, ...]:
         """This result and its alternatives, if any (each with its `weight`): the chain
         `self.alternative`, `self.alternative.alternative`, …"""
-        out, r = [self], self.alternative
+        out: list[FitResult] = [self]
+        r = self.alternative
         while r is not None:
             out.append(r)
             r = r.alternative
@@ -325,24 +326,25 @@ class FitResult(eqx.Module):
 
         **Raises:** `LvflowError` for another suffix or a missing directory."""
         p = Path(os.fspath(path))
-        suffix = p.suffix.lower()
-        if suffix == ".json":
-            return atomic_write_text(p, self.to_json())
-        if suffix == ".npz":
-            flat: dict[str, Any] = {}
+        write = {".json": lambda p: atomic_write_text(p, self.to_json()), ".npz": self._save_npz}.get(p.suffix.lower())
+        if write is None:
+            raise LvflowError(f"save: unsupported file type {p.suffix or '(none)'!r} for {p}; use .json or .npz")
+        return write(p)
 
-            def put(prefix, v):
-                if isinstance(v, dict):
-                    for k, w in v.items():
-                        put(f"{prefix}/{k}" if prefix else str(k), w)
-                elif isinstance(v, (list, tuple)) and v and isinstance(v[0], str):
-                    flat[prefix] = np.asarray(v, dtype=str)
-                elif v is not None:
-                    flat[prefix] = np.asarray(v)
+    def _save_npz(self, p: Path) -> Path:
+        flat: dict[str, Any] = {}
 
-            put("", self.to_dict())
-            return save_npz(p, flat)
-        raise LvflowError(f"save: unsupported file type {p.suffix or '(none)'!r} for {p}; use .json or .npz")
+        def put(prefix, v):
+            if isinstance(v, dict):
+                for k, w in v.items():
+                    put(f"{prefix}/{k}" if prefix else str(k), w)
+            elif isinstance(v, (list, tuple)) and v and isinstance(v[0], str):
+                flat[prefix] = np.asarray(v, dtype=str)
+            elif v is not None:
+                flat[prefix] = np.asarray(v)
+
+        put("", self.to_dict())
+        return save_npz(p, flat)
 
     def describe(self) -> str:
         """One line: the family and its size."""
