@@ -692,7 +692,7 @@ def fit(
     memory than this machine has available. A log that climbs back up part way, or a fit the log
     cannot pin down, gives warnings in the result (and a `UserWarning`).
     """
-    lg = _load(log, loss, learning_rate)
+    lg = training_log(log, loss, learning_rate=learning_rate)
     try:
         fam = Family(family)
     except ValueError:
@@ -1214,7 +1214,19 @@ def _trust(lg, sigma, inflation, drops, stderr, best, typical) -> list[str]:
     return notes
 
 
-def _load(log, loss, learning_rate) -> TrainingLog:
+def training_log(
+    log, loss: Float[ArrayLike, " n"] | None = None, *, learning_rate: float | Float[ArrayLike, " n"] | None = None
+) -> TrainingLog:
+    """A training log as `fit` reads it, checked, with the gradient-flow time of each row
+    (`TrainingLog.t`: `t = η · step`, or `t_i = Σ_{j ≤ i} η_j (step_j − step_{j−1})` for a schedule).
+
+    **Arguments:** `log`: a `.csv`/`.json` file (the columns `lvflow fit` reads, a learning-rate
+    column included) with `loss` `None`, or the logged steps with `loss` beside them;
+    `learning_rate`: a constant `η`, one rate per row (a schedule), or `None` (the file's
+    learning-rate column if it has one, else `t = step`).
+
+    **Raises:** `LvflowError` naming the problem: a missing `loss` for arrays, an unreadable or
+    unsupported file, and the checks of a log (`TrainingLog`)."""
     if loss is None:
         if isinstance(log, (str, os.PathLike)):
             steps, values, lr_col = read_log(log, source=str(log))
