@@ -183,11 +183,11 @@ def _initial_scale(K, **kw):
 
 
 def test_initial_scale_rules():
-    assert _initial_scale(3, eps=1e-3)[0] == 1e-3
+    assert _initial_scale(2, eps=1e-3)[0] == 1e-3
     e, c = _initial_scale(2, z0=np.array([1e-4, 4e-4]))
     assert e == 4e-4 and np.allclose(c, [0.25, 1.0])
     # init_std σ, width d: E[W Wᵀ] = d σ² I, so every mode starts near d σ² ...
-    e, c = _initial_scale(4, init_std=1e-3, width=200)
+    e, c = _initial_scale(2, init_std=1e-3, width=200)
     assert e == pytest.approx(200 * 1e-6) and np.all(c == 1)
     # ... which a sampled W confirms for a random mode basis P (relative spread √(2/d) = 0.1).
     rng = np.random.default_rng(0)
