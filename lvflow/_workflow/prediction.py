@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 class DropsOf(enum.StrEnum):
     """The curve `Prediction.drops` is read off: the loss, or the excess loss where the final loss
-    (`y2`) is unknown. A member equals its string (`pred.drops_of == "loss"`); any other string is
+    (`y2`) is unknown. A member equals its string (`"loss"`, `"excess_loss"`); any other string is
     refused with an `LvflowError` naming `drops_of`."""
 
     LOSS = "loss"
