@@ -161,6 +161,8 @@ _EXPORTS = {
     "PowerLawModel": "._fit.power",
     "FitResult": "._fit.fit",
     "fit": "._fit.fit",
+    "TrainingLog": "._fit.log",
+    "training_log": "._fit.fit",
     # Sweeps over many configurations, sharded over devices and hosts.
     "SweepResult": "._sweep.result",
     "load_sweep": "._sweep.result",
@@ -183,7 +185,8 @@ if _TYPE_CHECKING:  # the same names, statically, for editors and type checkers 
     )
     from ._curve.drops import LossDrops as LossDrops, loss_drops as loss_drops
     from ._fit.base import AbstractCurveModel as AbstractCurveModel
-    from ._fit.fit import FitResult as FitResult, fit as fit
+    from ._fit.fit import FitResult as FitResult, fit as fit, training_log as training_log
+    from ._fit.log import TrainingLog as TrainingLog
     from ._fit.modes import DecoupledModes as DecoupledModes
     from ._fit.power import PowerLawModel as PowerLawModel
     from ._form.compress import (

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from ._core.errors import LvflowError
 from ._figures import FIGURES, load
+from ._figures.reproduction import write
 
-__all__ = ["fig2", "fig3", "fig4", "fig5", "fig6", "fig7", "fig8", "limit", "make_all", "FIGURES"]
+__all__ = ["fig2", "fig3", "fig4", "fig5", "fig6", "fig7", "fig8", "limit", "make_all", "reproduction", "FIGURES"]
 
 
 def _make(name: str, out, quick: bool) -> dict:
@@ -78,6 +79,13 @@ def make_all(out="figures", *, quick: bool = False, only=None) -> dict[str, dict
     if unknown:
         raise LvflowError(f"only: unknown figure(s) {', '.join(sorted(unknown))}; choose from {', '.join(FIGURES)}")
     return {n: _make(n, out, quick) for n in names}
+
+
+def reproduction(out="figures") -> Path:
+    """Write `REPRODUCTION.md` into `out` from the figures' JSON summaries there (each figure's
+    claims with the criterion, the measured values and whether they hold, and how many hold), as
+    `lvflow figures` does after making them; atomically. Returns its path."""
+    return write(Path(out))
 
 
 def __getattr__(name: str):

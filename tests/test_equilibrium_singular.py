@@ -11,7 +11,6 @@ import lvflow
 from lvflow import DenseInteraction, LowRankInteraction, LvflowError, saturated_equilibrium
 
 # internal on purpose: the uniqueness flag and the low-rank face with d = 0 are not public
-from lvflow._sweep.evaluate import loss_floor
 
 R3 = np.array([1.0, 0.5, 0.25])
 ONES3 = np.ones((3, 3))
@@ -63,7 +62,7 @@ def test_all_ones_matrix():
         z, unique = face(R3, ONES3)
         np.testing.assert_allclose(np.asarray(z), [1.0, 0.0, 0.0], atol=1e-14)
         assert bool(unique)  # loss ½s² − rᵀz at fixed s = Σz is least with all of s on mode 0
-    z, unique = loss_floor(lvflow.LotkaVolterra(R3, ONES3))
+    z, unique = _system_floor(lvflow.LotkaVolterra(R3, ONES3))
     np.testing.assert_allclose(z, [1.0, 0.0, 0.0], atol=1e-14)
     assert unique
 
@@ -78,7 +77,7 @@ def test_all_ones_matrix_low_rank():
     z = np.asarray(sys.equilibrium())
     assert _kkt_residual(z, R3, np.asarray(sys.C)) < 1e-9
     assert _loss(z, R3, np.asarray(sys.C)) == pytest.approx(-1 / (8 * (1 + eta)), abs=1e-12)
-    zf, _ = loss_floor(sys)
+    zf, _ = _system_floor(sys)
     np.testing.assert_allclose(zf, z, atol=1e-12)
     zt = jax.jit(lambda r, d, U: lvflow.LowRankLotkaVolterra(r, d, U).equilibrium())(R3, np.full(3, eta), U)
     np.testing.assert_allclose(np.asarray(zt), z, atol=1e-9)
@@ -92,7 +91,7 @@ def test_duplicate_features_not_unique():
         assert _kkt_residual(z, r, C) < 1e-12
         assert z[0] + z[1] == pytest.approx(1.0, abs=1e-12)
         assert not bool(unique)  # any split of z0 + z1 = 1 is a minimiser
-    assert loss_floor(lvflow.LotkaVolterra(r, C))[1] is False
+    assert _system_floor(lvflow.LotkaVolterra(r, C))[1] is False
 
 
 def test_plateau_schedule_ends_at_the_minimum():
@@ -174,3 +173,9 @@ def test_random_singular_general_r(seed, K, data, duplicate):
         z = np.asarray((_eager(r, C) if face == "numpy" else _traced(r, C))[0])
         assert _kkt_residual(z, r, C) < 1e-9, face  # KKT: the minimum, C being PSD
         assert _loss(z, r, C) <= bound.fun + 1e-9 * max(1.0, abs(bound.fun)), face
+
+
+def _system_floor(system):
+    """The saturated equilibrium of a built system, in the structure it declares (`interaction()`)."""
+    z, unique = saturated_equilibrium(system.r, system.interaction())
+    return np.asarray(z), bool(unique)

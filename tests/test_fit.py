@@ -507,17 +507,15 @@ def test_power_law_with_free_beta_never_worse_than_beta_fixed():
 
 
 def test_learning_rate_column_and_schedule(tmp_path, three_modes):
-    from lvflow._fit.fit import _load
-
     steps, loss, _ = three_modes
-    lg = _load(steps, loss, np.where(steps <= 1000, 0.01, 0.02))
+    lg = lvflow.training_log(steps, loss, learning_rate=np.where(steps <= 1000, 0.01, 0.02))
     # t_i = Σ η_j (step_j − step_{j−1}): 0.01 per step to 1000, then 0.02
     np.testing.assert_allclose(lg.t[steps == 3000], 0.01 * 1000 + 0.02 * 2000)
     assert lg.learning_rate is None
     np.testing.assert_allclose(lg.step_of(lg.t), steps)
     f = tmp_path / "log.json"
     f.write_text(json.dumps({"iteration": steps.tolist(), "train_loss": loss.tolist(), "lr": [0.01] * steps.size}))
-    lg = _load(str(f), None, None)
+    lg = lvflow.training_log(str(f))
     assert lg.learning_rate == 0.01 and lg.source == str(f)
     np.testing.assert_allclose(lg.t, 0.01 * steps)
 

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from _cli import main
 from hypothesis import given, settings, strategies as st
 from scipy.integrate import solve_ivp
 
@@ -13,7 +14,6 @@ import lvflow
 from lvflow import NQF, LotkaVolterra, LvflowError, predict
 
 # internal on purpose: predict's helpers (initial scale, ε_merge) and the CLI's system builders, tested directly
-from lvflow._workflow.predict_inputs import initial_scale, lv_from_arrays  # the CLI's input rules
 
 
 def t_star_158(r, Ckk, c, eps, rho):
@@ -176,12 +176,18 @@ def test_save_roundtrip(three, tmp_path):
     assert (tmp_path / "o.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def _initial_scale(K, **kw):
+    """`predict`'s `ε` and `c` (`z_k0 = ε c_k`) for a `K`-mode system and the initial-scale arguments `kw`."""
+    p = predict(LotkaVolterra(np.linspace(1.0, 0.5, K), np.eye(K)), t1=1.0, num_points=8, **kw)
+    return p.eps, np.asarray(p.c)
+
+
 def test_initial_scale_rules():
-    assert initial_scale(3, eps=1e-3)[0] == 1e-3
-    e, c = initial_scale(2, z0=np.array([1e-4, 4e-4]))
+    assert _initial_scale(2, eps=1e-3)[0] == 1e-3
+    e, c = _initial_scale(2, z0=np.array([1e-4, 4e-4]))
     assert e == 4e-4 and np.allclose(c, [0.25, 1.0])
     # init_std σ, width d: E[W Wᵀ] = d σ² I, so every mode starts near d σ² ...
-    e, c = initial_scale(4, init_std=1e-3, width=200)
+    e, c = _initial_scale(2, init_std=1e-3, width=200)
     assert e == pytest.approx(200 * 1e-6) and np.all(c == 1)
     # ... which a sampled W confirms for a random mode basis P (relative spread √(2/d) = 0.1).
     rng = np.random.default_rng(0)
@@ -198,17 +204,31 @@ def test_initial_scale_rules():
         (dict(z0=np.array([0.5, 2.0])), "z0: max entry"),
     ]:
         with pytest.raises(LvflowError, match=msg):
-            initial_scale(2, **kw)
+            _initial_scale(2, **kw)
 
 
-def test_lv_from_arrays_forms():
-    lv = lv_from_arrays({"zeta": np.array([1.0, 0.5]), "V": np.array([0.25, 0.125])})
-    np.testing.assert_allclose(np.diag(lv.C), [1 / 2, 0.25 / 1.0])  # ζ²/(8V)
-    np.testing.assert_allclose(lv.V, [0.25, 0.125])
-    lv = lv_from_arrays({"": np.array([[1.0, 2.0, 0.5], [0.5, 0.5, 1.0]])})
-    np.testing.assert_allclose(lv.r, [1.0, 0.5]) and np.testing.assert_allclose(lv.C, [[2, 0.5], [0.5, 1]])
-    with pytest.raises(lvflow.NotPSDError, match="^sys: C: not positive"):
-        lv_from_arrays({"r": np.ones(2), "C": np.array([[1.0, 2.0], [2.0, 1.0]])}, name="sys")
+def test_system_file_forms(tmp_path, capsys):
+    """`lvflow predict --system` reads `zeta`/`V` (`C_kk = ζ²/(8V)`), a header-less table `[r | C]`
+    and refuses a `C` that is not PSD, naming the flag."""
+
+    def directions(path):
+        assert main(["predict", "--system", str(path), "--eps", "1e-8", "--json", "--quiet"]) == 0
+        return json.loads(capsys.readouterr().out)["directions"]
+
+    np.savez(tmp_path / "zv.npz", zeta=np.array([1.0, 0.5]), V=np.array([0.25, 0.125]))
+    rows = directions(tmp_path / "zv.npz")
+    np.testing.assert_allclose([d["C_kk"] for d in rows], [1 / 2, 0.25 / 1.0], rtol=1e-15)  # ζ²/(8V)
+    np.testing.assert_allclose([d["V"] for d in rows], [0.25, 0.125], rtol=1e-15)
+    r, C = np.array([1.0, 0.5]), np.array([[2.0, 0.5], [0.5, 1.0]])
+    np.save(tmp_path / "table.npy", np.column_stack([r, C]))
+    rows = sorted(directions(tmp_path / "table.npy"), key=lambda d: d["mode"])
+    np.testing.assert_allclose([d["r"] for d in rows], r)
+    np.testing.assert_allclose([d["C_kk"] for d in rows], [2, 1])
+    # the coupling is read too: the drops add up to the minimum loss's depth r·C⁻¹r/8 (not Σ r²/(8 C_kk))
+    assert sum(d["drop"] for d in rows) == pytest.approx(r @ np.linalg.solve(C, r) / 8, rel=1e-6)
+    np.save(tmp_path / "bad.npy", np.column_stack([np.ones(2), [[1.0, 2.0], [2.0, 1.0]]]))
+    assert main(["predict", "--system", str(tmp_path / "bad.npy"), "--eps", "1e-3"]) == 2
+    assert "--system: C: not positive" in capsys.readouterr().err
 
 
 def test_matrix_flow_fallback():
@@ -263,15 +283,20 @@ def test_predict_with_subnormal_eps_and_huge_C():
     np.testing.assert_allclose(sol.switch_on_times, [23.0258509, 44.6654075], rtol=1e-6)
 
 
-def test_power_law_and_zeta_V_systems_are_diagonal():
+def test_power_law_and_zeta_V_systems_are_diagonal(tmp_path, capsys):
     lv = lvflow.power_law_lv(alpha1=2.0, alpha2=0.8, modes=5)
     assert isinstance(lv, lvflow.LowRankLotkaVolterra) and lv.is_diagonal and lv.U.shape == (5, 0)
     k = np.arange(1, 6.0)
     np.testing.assert_allclose(lv.r, k**-0.8, rtol=1e-14)
     np.testing.assert_allclose(lv.V, k**-2.0, rtol=1e-13)
-    zv = lv_from_arrays({"zeta": k**-0.8, "V": k**-2.0, "y2": np.array(3.0)})
-    assert zv.is_diagonal and float(zv.y2) == 3.0
-    np.testing.assert_allclose(zv.C_diagonal, lv.C_diagonal, rtol=1e-13)
+    # the same spectrum as a system file (ζ, V, y2): lvflow predict reads the same diagonal, and y2
+    np.savez(tmp_path / "zv.npz", zeta=k**-0.8, V=k**-2.0, y2=np.array(3.0))
+    assert main(["predict", "--system", str(tmp_path / "zv.npz"), "--eps", "1e-6", "--json", "--quiet"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    rows = sorted(d["directions"], key=lambda row: row["mode"])
+    np.testing.assert_allclose([row["C_kk"] for row in rows], lv.C_diagonal, rtol=1e-13)
+    loss, excess = np.array(d["curve"]["loss"]), np.array(d["curve"]["excess_loss"])
+    np.testing.assert_allclose(loss - excess, 3.0 - np.sum(k**-2.0), rtol=1e-12)  # the final loss y2 − Σ V_k
 
 
 @pytest.mark.bad_input

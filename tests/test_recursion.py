@@ -12,7 +12,6 @@ import lvflow
 from lvflow import NQF, gd_recursion
 
 # internal on purpose: one GD step and one momentum step must agree at zero momentum
-from lvflow._form.recursion import _gd_step, _momentum_step
 
 M_SAMPLES, P, D, STEPS, LR = 6, 4, 3, 1000, 0.01
 
@@ -100,15 +99,16 @@ def test_matches_gradient_descent_on_W(case):
 
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), lr=st.floats(1e-3, 0.5), d=st.integers(1, 5))
-def test_momentum_state_at_beta_zero_is_thm2(seed, lr, d):
-    """The Gram-of-[W, V] update (Cor. 2) with β = 0 reduces to the Thm 2 polynomial, written out."""
+def test_first_step_is_thm2(seed, lr, d):
+    """One step of `gd_recursion` is the Thm 2 polynomial, written out: plain GD, and Polyak's
+    momentum through the Gram-of-[W, V] update (Cor. 2), whose first step is GD's
+    (`V_0 = W_0 − W_{−1} = 0`)."""
     nqf = _nqf(True, seed=seed % 7)
     rng = np.random.default_rng(seed)
-    W, V = rng.normal(size=(2, P, d))
+    W = rng.normal(size=(P, d))
     M, mu = W @ W.T, W.sum(1)
-    state = (M, W @ V.T, V @ V.T, mu, V.sum(1))
-    M1, _, _, mu1, _ = _momentum_step(nqf, state, d, lr, 0.0, 0.0)
-    M2, mu2 = _gd_step(nqf, M, mu, d, lr, 0.0)
+    steps = [lvflow.gd_recursion(nqf, M, steps=1, lr=lr, mu0=mu, d=d, momentum=beta) for beta in (0.0, 0.5)]
+    (M1, mu1), (M2, mu2) = ((np.asarray(r.M[-1]), np.asarray(r.mu[-1])) for r in steps)
     H, v = np.asarray(nqf.H(M, mu)), np.asarray(nqf.v(M, mu))
     want_M = (
         M

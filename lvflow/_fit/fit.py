@@ -148,7 +148,8 @@ class FitResult(eqx.Module):
     def scenarios(self) -> tuple[FitResult, ...]:
         """This result and its alternatives, if any (each with its `weight`): the chain
         `self.alternative`, `self.alternative.alternative`, …"""
-        out, r = [self], self.alternative
+        out: list[FitResult] = [self]
+        r = self.alternative
         while r is not None:
             out.append(r)
             r = r.alternative
@@ -326,24 +327,25 @@ class FitResult(eqx.Module):
 
         **Raises:** `LvflowError` for another suffix or a missing directory."""
         p = Path(os.fspath(path))
-        suffix = p.suffix.lower()
-        if suffix == ".json":
-            return atomic_write_text(p, self.to_json())
-        if suffix == ".npz":
-            flat: dict[str, Any] = {}
+        write = {".json": lambda p: atomic_write_text(p, self.to_json()), ".npz": self._save_npz}.get(p.suffix.lower())
+        if write is None:
+            raise LvflowError(f"save: unsupported file type {p.suffix or '(none)'!r} for {p}; use .json or .npz")
+        return write(p)
 
-            def put(prefix, v):
-                if isinstance(v, dict):
-                    for k, w in v.items():
-                        put(f"{prefix}/{k}" if prefix else str(k), w)
-                elif isinstance(v, (list, tuple)) and v and isinstance(v[0], str):
-                    flat[prefix] = np.asarray(v, dtype=str)
-                elif v is not None:
-                    flat[prefix] = np.asarray(v)
+    def _save_npz(self, p: Path) -> Path:
+        flat: dict[str, Any] = {}
 
-            put("", self.to_dict())
-            return save_npz(p, flat)
-        raise LvflowError(f"save: unsupported file type {p.suffix or '(none)'!r} for {p}; use .json or .npz")
+        def put(prefix, v):
+            if isinstance(v, dict):
+                for k, w in v.items():
+                    put(f"{prefix}/{k}" if prefix else str(k), w)
+            elif isinstance(v, (list, tuple)) and v and isinstance(v[0], str):
+                flat[prefix] = np.asarray(v, dtype=str)
+            elif v is not None:
+                flat[prefix] = np.asarray(v)
+
+        put("", self.to_dict())
+        return save_npz(p, flat)
 
     def describe(self) -> str:
         """One line: the family and its size."""
@@ -691,7 +693,7 @@ def fit(
     memory than this machine has available. A log that climbs back up part way, or a fit the log
     cannot pin down, gives warnings in the result (and a `UserWarning`).
     """
-    lg = _load(log, loss, learning_rate)
+    lg = training_log(log, loss, learning_rate=learning_rate)
     try:
         fam = Family(family)
     except ValueError:
@@ -1213,7 +1215,19 @@ def _trust(lg, sigma, inflation, drops, stderr, best, typical) -> list[str]:
     return notes
 
 
-def _load(log, loss, learning_rate) -> TrainingLog:
+def training_log(
+    log, loss: Float[ArrayLike, " n"] | None = None, *, learning_rate: float | Float[ArrayLike, " n"] | None = None
+) -> TrainingLog:
+    """A training log as `fit` reads it, checked, with the gradient-flow time of each row
+    (`TrainingLog.t`: `t = η · step`, or `t_i = Σ_{j ≤ i} η_j (step_j − step_{j−1})` for a schedule).
+
+    **Arguments:** `log`: a `.csv`/`.json` file (the columns `lvflow fit` reads, a learning-rate
+    column included) with `loss` `None`, or the logged steps with `loss` beside them;
+    `learning_rate`: a constant `η`, one rate per row (a schedule), or `None` (the file's
+    learning-rate column if it has one, else `t = step`).
+
+    **Raises:** `LvflowError` naming the problem: a missing `loss` for arrays, an unreadable or
+    unsupported file, and the checks of a log (`TrainingLog`)."""
     if loss is None:
         if isinstance(log, (str, os.PathLike)):
             steps, values, lr_col = read_log(log, source=str(log))

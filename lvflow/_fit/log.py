@@ -130,6 +130,10 @@ def _read_json(p: Path, source: str) -> dict:
     raise LvflowError(f"{source}: {p} must hold a list of records or an object of columns (step, loss)")
 
 
+#: the log files `read_log` reads, by suffix
+_READERS = {".csv": _read_csv, ".tsv": _read_csv, ".txt": _read_csv, ".json": _read_json}
+
+
 def read_log(path, *, source: str = "log") -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """`(steps, loss, lr)` from a `.csv` (header row naming the columns; comma or tab separated;
     `#` comments) or `.json` file (a list of records `{"step": …, "loss": …}` or an object of
@@ -145,13 +149,10 @@ def read_log(path, *, source: str = "log") -> tuple[np.ndarray, np.ndarray, np.n
         raise LvflowError(f"{_named(source, p)}file not found")
     if p.is_dir():
         raise LvflowError(f"{source}: is a directory, expected a file: {p}")
-    suffix = p.suffix.lower()
-    if suffix in (".csv", ".tsv", ".txt"):
-        cols = _read_csv(p, source)
-    elif suffix == ".json":
-        cols = _read_json(p, source)
-    else:
+    read = _READERS.get(p.suffix.lower())
+    if read is None:
         raise LvflowError(f"{source}: unsupported file type {p.suffix or '(none)'!r} for {p}; use .csv or .json")
+    cols = read(p, source)
     steps = _column("step", _pick(cols, STEP_NAMES, "step", source, True), source)
     loss = _column("loss", _pick(cols, LOSS_NAMES, "loss", source, True), source)
     lr = _pick(cols, LR_NAMES, "learning-rate", source, False)

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._core.errors import LvflowError
-from .._workflow.io import atomic_write_bytes
+from .._workflow.io import PLOT_SUFFIXES, atomic_write_bytes, check_suffix
 
 _MAX_MARKS = 12
 
@@ -28,9 +27,7 @@ def plot_fit(result, path, *, title: str | None = None) -> Path:
     import matplotlib.pyplot as plt
 
     p = Path(os.fspath(path))
-    fmt = p.suffix.lower().lstrip(".")
-    if fmt not in ("png", "pdf", "svg"):
-        raise LvflowError(f"plot: unsupported file type {p.suffix or '(none)'!r} for {p}; use .png, .pdf or .svg")
+    fmt = check_suffix("plot", p, PLOT_SUFFIXES).lstrip(".")
     lg = result.log
     seen = lg.steps <= result.fit_until
     c = result.curve

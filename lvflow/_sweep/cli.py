@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from .grid import PARAMETERS
+from .grid import ALIASES, PARAMETERS
 
 # API names as the flags the user typed (`lvflow` reports errors with them).
 FLAGS = {name: p.flag for name, p in PARAMETERS.items()} | {
@@ -76,7 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EXAMPLES
     grid = parser.add_argument_group("the configurations (lvflow predict's inputs; each V or V1,V2,… or a range)")
     for name, p in PARAMETERS.items():
-        flags = [p.flag] + (["--learning-rate"] if name == "learning_rate" else [])
+        # the spec's other spellings (`lvflow predict`'s flags) as flags too
+        flags = dict.fromkeys([p.flag] + [f"--{alias}" for alias, to in ALIASES.items() if to == name])
         grid.add_argument(*flags, dest=name, metavar="V", help=p.help)
     grid.add_argument("--spec", metavar="FILE", help="TOML/JSON spec: [grid] tables, [[configs]] lists, [options]")
     run = parser.add_argument_group("the sweep")

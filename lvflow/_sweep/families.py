@@ -414,6 +414,11 @@ def resolve(plan: Plan, *, curve: bool, horizon: bool = False) -> Resolved:
 #: the `Init` of each code `_initial_scales` returns
 _INITS = (Init.ONES, Init.BETA, Init.ARRAY)
 
+#: The per-mode arrays that set the initial scale, and whether each gives `z_k(0)` itself (`z0`:
+#: `ε` is its largest entry and `c = z0/ε`) or relative to `ε` (`c`: `z_k(0) = ε c_k`, where one
+#: entry stands for every mode).
+_PER_MODE = {"c": False, "z0": True}
+
 
 def _initial_scales(plan: Plan, K: np.ndarray):
     """`ε` per configuration and, where `c` is given per mode (`c` or `z0` arrays), the arrays;
@@ -425,7 +430,7 @@ def _initial_scales(plan: Plan, K: np.ndarray):
     eps[std] = plan.column("width")[std] * plan.column("init_std")[std] ** 2
     init = np.where(has("c") | has("z0"), _INITS.index(Init.ARRAY), np.where(has("beta"), _INITS.index(Init.BETA), 0))
     c_arrays: dict[tuple[str, int], np.ndarray] = {}
-    for name in ("c", "z0"):
+    for name, absolute in _PER_MODE.items():
         col = plan.column(name)
         for j, v in enumerate(plan.objects.get(name, [])):
             rows = col == j
@@ -434,12 +439,12 @@ def _initial_scales(plan: Plan, K: np.ndarray):
             label = f"{name} {v}" if isinstance(v, str) else f"{name}[{j}]"
             a = _load_vector(name, v, label)
             for Kr in np.unique(K[rows]):
-                if not (a.shape == (Kr,) or (name == "c" and a.size == 1)):
+                if not (a.shape == (Kr,) or (not absolute and a.size == 1)):
                     where = _where(rows & (K == Kr))
                     raise LvflowError(f"{label}: shape {a.shape}, expected ({Kr},) (one entry per mode) {where}")
             if np.any(a <= 0):
                 raise LvflowError(f"{label}: every entry must be positive, got min {a.min():g} {_where(rows)}")
-            if name == "z0":
+            if absolute:
                 e = float(np.max(a))
                 eps[rows] = e
                 c_arrays[(name, j)] = a / e
@@ -457,7 +462,7 @@ def c_matrix(res: Resolved, rows: np.ndarray, K: int) -> np.ndarray:
     """`c` per mode for configurations `rows` of an `Init.ARRAY` group, shape `(B, K)`."""
     plan = res.plan
     out = np.empty((rows.size, K))
-    for name in ("c", "z0"):
+    for name in _PER_MODE:
         col = plan.column(name)[rows]
         for j in np.unique(col[col >= 0]):
             out[col == j] = np.broadcast_to(res.c_arrays[(name, int(j))], (K,))

@@ -27,9 +27,9 @@ _NOT_SERIES = ("eps", "init_std", "width", "z0")  # what sets ε: the x axis, no
 
 
 def _distinct(col: np.ndarray) -> np.ndarray:
-    if col.dtype.kind == "f":
+    if np.issubdtype(col.dtype, np.floating):
         col = col[~np.isnan(col)]
-    elif col.dtype.kind in "iu":
+    elif np.issubdtype(col.dtype, np.integer):
         col = col[col >= 0]
     else:
         col = col[col != ""]

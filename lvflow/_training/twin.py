@@ -14,6 +14,7 @@ from .._core.validate import as_array
 from .._form.nqf import NQF
 from .._form.structure import structure_matrix
 from ..architectures import AbstractArchitecture, AbstractLearnedMap, AbstractSumForm
+from ..architectures._base import AbstractTwin
 from .data import gaussian_inputs
 from .deep import AbstractDeepModel, DeepNQF
 
@@ -45,42 +46,6 @@ def quadratic_part(unit, w: Float[ArrayLike, " p"], x) -> Float[Array, "*k"]:
     df = lambda s: jax.jvp(f, (s,), (jnp.ones_like(s),))[1]
     zero = jnp.zeros((), dtype=w.dtype)
     return 0.5 * jax.jvp(df, (zero,), (jnp.ones_like(zero),))[1]
-
-
-class AbstractTwin(AbstractArchitecture):
-    """The NQF of a sum-form `network`, on the network's own neurons: `f(x) = Tr[Wᵀ A(x) W]` (Thm 1, Eq. 2).
-
-    A twin holds the network itself and its neuron array is the network's (`twin.W` is
-    `twin.network.W`), so `lvflow.train` treats a network and its twin alike and both record the
-    same `M = W Wᵀ`. It is itself a sum-form module with the network's structure matrix `A(x)`,
-    input shape and number of outputs; those three need the network to be an
-    `lvflow.architectures.AbstractArchitecture` (a bare `AbstractSumForm` has none of them).
-    """
-
-    network: eqx.AbstractVar[AbstractSumForm]
-
-    @property
-    def W(self) -> Float[Array, "p d"]:
-        return self.network.W
-
-    def _architecture(self, what: str) -> AbstractArchitecture:
-        if not isinstance(self.network, AbstractArchitecture):
-            raise LvflowError(
-                f"network: a {type(self.network).__name__} has no {what} "
-                "(not an lvflow.architectures.AbstractArchitecture)"
-            )
-        return self.network
-
-    @property
-    def out_size(self) -> int | None:
-        return self._architecture("out_size").out_size
-
-    def sample_shape(self, *, seq_len: int | None = None) -> tuple[int, ...]:
-        return self._architecture("input shape").sample_shape(seq_len=seq_len)
-
-    def structure(self, x) -> Float[Array, "*k p p"]:
-        """The network's structure matrix `A(x)`."""
-        return self._architecture("closed-form structure(x)").structure(x)
 
 
 class NQFModel(AbstractTwin):

@@ -26,11 +26,19 @@ class Command(NamedTuple):
     """A subcommand: `options`, a module with `add_arguments(parser)` and `FLAGS` (the API names its
     errors may start with → the flags the user typed) that imports nothing heavy, so that `--help`
     is fast; `runner`, a module with `run(args) -> int`, imported once the flags are parsed (and the
-    plot process started, before JAX); `help`, its line in `lvflow --help`."""
+    plot process started, before JAX); `help`, its line in `lvflow --help`; `plots`: it has `--plot`
+    (drawn by the plot process); `resumable`: rerun, an interrupted run resumes; `times_itself`: it
+    times cold starts in its own processes, so the garbage collector, the teardown, equinox's error
+    mode and JAX's persistent cache are left as they are; `in_checkout`: its modules live in the
+    repository's checkout, not in the installed package."""
 
     options: str
     runner: str
     help: str
+    plots: bool = False
+    resumable: bool = False
+    times_itself: bool = False
+    in_checkout: bool = False
 
 
 # Modules are imported only when their command is named. Errors are reported here, one line each.
@@ -39,11 +47,13 @@ _COMMANDS = {
         "lvflow._workflow.demo",
         "lvflow._workflow.demo",
         "Predict the plateaus of the paper's Fig 3 system (a two-minute tour).",
+        plots=True,
     ),
     "predict": Command(
         "lvflow._workflow.predict_cli",
         "lvflow._workflow.predict_command",
         "Predict the plateaus and switch-on times of a training run.",
+        plots=True,
     ),
     "fit": Command(
         "lvflow._fit.cli",
@@ -54,6 +64,7 @@ _COMMANDS = {
         "lvflow._sweep.cli",
         "lvflow._sweep.command",
         "Predict over a grid of configurations, sharded over devices and hosts, resumable.",
+        resumable=True,
     ),
     "figures": Command(
         "lvflow._figures.cli",
@@ -61,7 +72,11 @@ _COMMANDS = {
         "Regenerate the paper's figures (PNG, PDF and JSON summaries).",
     ),
     "bench": Command(
-        "benchmarks.__main__", "benchmarks.__main__", "Run the benchmarks against scipy and gradient descent."
+        "benchmarks.__main__",
+        "benchmarks.__main__",
+        "Run the benchmarks against scipy and gradient descent.",
+        times_itself=True,
+        in_checkout=True,
     ),
 }
 
@@ -86,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     name = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in _COMMANDS else ""
     prog = f"lvflow {name}" if name else "lvflow"
     _guard_interrupts(prog)
-    if name != "bench":
+    if not (name and _COMMANDS[name].times_itself):
         gc.disable()  # until the command's modules are loaded (`_run_reporting`)
         atexit.register(_exit_without_teardown)  # before JAX is imported: runs after JAX's exit functions
     try:
@@ -206,12 +221,13 @@ def _leave_now(prog: str, code: int, *, say: bool = True) -> None:
 
 
 def _say_interrupted(prog: str) -> None:
-    """The one line of an interrupted command (a sweep resumes from its finished chunks)."""
+    """The one line of an interrupted command `prog` (`lvflow NAME`; a sweep resumes from its
+    finished chunks)."""
     _REPORTED.set()
+    command = _COMMANDS.get(prog.partition(" ")[2])
+    resumes = command is not None and command.resumable
     try:
-        sys.stderr.write(
-            f"{prog}: interrupted" + (" (rerun the same command to resume)" if prog == "lvflow sweep" else "") + "\n"
-        )
+        sys.stderr.write(f"{prog}: interrupted" + (" (rerun the same command to resume)" if resumes else "") + "\n")
     except (OSError, ValueError):
         pass
 
@@ -234,14 +250,14 @@ def _main(argv: list[str]) -> int:
             f" ({', '.join(_COMMANDS)}; `lvflow --help` says what each does)\n"
         )
         return 2
-    if argv[0] == "bench" and not _benchmarks_importable():
+    command = _COMMANDS[argv[0]]
+    if command.in_checkout and not _benchmarks_importable():
         print(
-            "lvflow bench: error: the benchmarks are not installed with the package; run this from a "
+            f"lvflow {argv[0]}: error: the benchmarks are not installed with the package; run this from a "
             "checkout of the lvflow repository (or `python -m benchmarks` there)",
             file=sys.stderr,
         )
         return 2
-    command = _COMMANDS[argv[0]]
     try:
         options = importlib.import_module(command.options)
     except Exception as e:
@@ -258,7 +274,7 @@ def _main(argv: list[str]) -> int:
     if beyond is not None:
         sys.stderr.write(f"{sp.prog}: error: {beyond}\n")
         return 2
-    if argv[0] != "bench" and not getattr(args, "debug", False) and "equinox" not in sys.modules:
+    if not command.times_itself and not getattr(args, "debug", False) and "equinox" not in sys.modules:
         # equinox's runtime checks inside compiled programs (diffrax's checks of its own save
         # times, lineax's of its outputs) give NaN, which lvflow reports as a failed solve, instead
         # of a host callback: a program with a callback is never kept in the persistent cache. (The
@@ -269,14 +285,14 @@ def _main(argv: list[str]) -> int:
         # the commands only write files (no window): any other backend, or a misspelt one that
         # would stop matplotlib's import, is irrelevant to them
         os.environ["MPLBACKEND"] = "agg"
-    if argv[0] in ("predict", "demo") and args.plot:
+    if command.plots and args.plot:
         # matplotlib's import and first drawing overlap JAX's import and the solve
         plot_worker.start()
     try:
         bad = _bad_environment(f"lvflow {argv[0]}")
         if bad is not None:
             return bad
-        if argv[0] != "bench":  # benchmarks time cold starts themselves
+        if not command.times_itself:
             _persistent_cache()
         return _run_reporting(f"lvflow {argv[0]}", command.runner, options.FLAGS, args)
     finally:

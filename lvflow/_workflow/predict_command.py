@@ -21,7 +21,13 @@ from .io import load_array, load_arrays
 from .outputs import check_output_names, write_outputs
 from .predict import predict
 from .predict_cli import FLAGS
-from .predict_data import architecture_inputs, architecture_network, input_side_shape, nqf_from_data
+from .predict_data import (
+    architecture_inputs,
+    architecture_network,
+    input_side_shape,
+    kernel_architectures,
+    nqf_from_data,
+)
 from .predict_inputs import beta_init, check_below_plateau, lv_from_arrays, power_law_lv
 from .spec import Configurations, check_configurations
 
@@ -47,8 +53,9 @@ def _build(args):
         # A bar redraws in place: on a terminal, or when asked; never flooding a redirected log.
         progress=not args.quiet and (args.progress or sys.stderr.isatty()),
     )
-    if args.kernel is not None and args.architecture != "cnn":
-        raise LvflowError(f"--kernel: only used with --architecture cnn (got {args.architecture})")
+    kernels = kernel_architectures()
+    if args.kernel is not None and args.architecture not in kernels:
+        raise LvflowError(f"--kernel: only used with --architecture {' or '.join(kernels)} (got {args.architecture})")
     arrays = None
     if args.system is not None:
         system = lv_from_arrays(load_arrays(args.system, name="--system"), name="--system")

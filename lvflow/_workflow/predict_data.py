@@ -73,13 +73,15 @@ def _attention(x, k, kernel, value_size):
 class _Builtin(NamedTuple):
     """A built-in architecture of `nqf_from_data`: the data shapes it expects (in words), its
     `builder(x, k, kernel, value_size)` of a module in `lvflow.architectures` (`k`: the output
-    dimension, `None` for scalar `y`), whether the module reads each sample `flat`, and the shape
-    of a neuron's input side, `input_side(x_shape, kernel)` (`None` where it has none)."""
+    dimension, `None` for scalar `y`), whether the module reads each sample `flat`, the shape
+    of a neuron's input side, `input_side(x_shape, kernel)` (`None` where it has none), and
+    whether it takes a `kernel` shape."""
 
     inputs: str
     build: Callable[..., Any]
     flat: bool = False
     input_side: Callable[[tuple[int, ...], Any], tuple[int, ...] | None] = lambda x_shape, kernel: None
+    kernel: bool = False
 
 
 # The width is irrelevant: `A(x)` is the same for every neuron (Thm 1), so a one-neuron module is built.
@@ -94,6 +96,7 @@ _ARCHITECTURES = {
         "x (m, H, W) single-channel images, with --kernel KH KW; y (m,) or (m, k)",
         _cnn,
         input_side=lambda x_shape, kernel: None if kernel is None else tuple(int(v) for v in kernel),  # the kernel
+        kernel=True,
     ),
     "diagonal": _Builtin("x (m, n); y (m,)", _scalar_vectors(architectures.DiagonalLinear)),
     "signed-diagonal": _Builtin("x (m, n); y (m,)", _scalar_vectors(architectures.SignedDiagonal)),
@@ -115,6 +118,11 @@ def architecture_names() -> list[str]:
 def architecture_inputs() -> dict[str, str]:
     """Each built-in architecture's expected data shapes, for `lvflow predict --list-architectures`."""
     return {name: a.inputs for name, a in _ARCHITECTURES.items()}
+
+
+def kernel_architectures() -> list[str]:
+    """The built-in architectures that take a kernel shape (`--kernel`)."""
+    return [name for name, b in _ARCHITECTURES.items() if b.kernel]
 
 
 def input_side_shape(architecture: str, x_shape: tuple[int, ...], kernel=None) -> tuple[int, ...] | None:

@@ -4,6 +4,7 @@ text, JSON and `.npz` forms."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,28 @@ from .prediction_plot import plot_prediction
 
 if TYPE_CHECKING:
     from .._form.drops import MatrixDrops  # imports diffrax: only the matrix flow builds one
+
+
+class DropsOf(enum.StrEnum):
+    """The curve `Prediction.drops` is read off: the loss, or the excess loss where the final loss
+    (`y2`) is unknown. A member equals its string (`"loss"`, `"excess_loss"`); any other string is
+    refused with an `LvflowError` naming `drops_of`."""
+
+    LOSS = "loss"
+    EXCESS_LOSS = "excess_loss"
+
+    @property
+    def label(self) -> str:
+        """The curve in words: `"loss"` or `"excess loss"`."""
+        return self.value.replace("_", " ")
+
+    def curve(self, pred: Prediction) -> Float[Array, " T"]:
+        """This curve of `pred`: `pred.loss` or `pred.excess_loss`."""
+        return pred.loss if self is DropsOf.LOSS else pred.excess_loss
+
+    @classmethod
+    def _missing_(cls, value):
+        raise LvflowError(f"drops_of: 'loss' or 'excess_loss', got {value!r}")
 
 
 class Prediction(eqx.Module):
@@ -71,7 +94,7 @@ class Prediction(eqx.Module):
       and the excess loss before the first event and after each (`n + 1` levels).
     - `notes`: human-readable remarks (fallbacks taken, modes that do not switch on, warnings).
     - `drops`: the drops of the predicted curve (`LossDrops`, read off `loss`, or `excess_loss`
-      when `y2` is unknown: `drops_of` says which).
+      when `y2` is unknown: `drops_of`, a `DropsOf`, says which).
     - `matrix`: for the matrix flow, its directions (`MatrixDrops`: the directions of `M` that
       switch on, when, and how strong); `None` for the gLV.
     - `input_shape`: the shape of the input side of a direction (its first entries; the rest is
@@ -103,17 +126,13 @@ class Prediction(eqx.Module):
     loss: Float[Array, " T"]
     excess_loss: Float[Array, " T"]
     drops: LossDrops
-    drops_of: str = eqx.field(static=True)
+    drops_of: DropsOf = eqx.field(static=True, converter=DropsOf)
     drop: Float[Array, " K"] | None = None
     limit_tau: Float[Array, " n"] | None = None
     limit_excess: Float[Array, " n+1"] | None = None
     matrix: MatrixDrops | None = None
     input_shape: tuple[int, ...] | None = eqx.field(static=True, default=None)
     horizon: PredictionHorizon | None = None
-
-    def __check_init__(self):
-        if self.drops_of not in ("loss", "excess_loss"):
-            raise LvflowError(f"drops_of: 'loss' or 'excess_loss', got {self.drops_of!r}")
 
     @property
     def steps_star(self) -> Float[Array, " K"]:
@@ -187,13 +206,14 @@ class Prediction(eqx.Module):
         the directions that switch on in it; with `max_rows`, only the first rows."""
         matrix = self.matrix is not None
         lr = bool(self.learning_rate)
-        what = "excess loss" if self.drops_of == "excess_loss" else "loss"
+        what = self.drops_of.label
         head = ["#", "t"] + (["step"] if lr else []) + [f"{what} before", f"{what} after"]
         head.append("directions" if matrix else "modes")
         fmt = lambda v: "-" if not np.isfinite(v) else f"{v:.{digits}g}"  # noqa: E731
         # a level below the first one by more than float64 can resolve reads as the floor: 0
         tiny = 1e-9 * (abs(float(self.drops.loss_before[0])) if len(self.drops) else 0.0)
-        level = lambda v: "0" if self.drops_of == "excess_loss" and abs(v) < tiny else fmt(v)  # noqa: E731
+        floor = self.drops_of is DropsOf.EXCESS_LOSS
+        level = lambda v: "0" if floor and abs(v) < tiny else fmt(v)  # noqa: E731
         body = []
         for d in self.drop_rows():
             members = d["directions" if matrix else "modes"]
@@ -311,7 +331,7 @@ class Prediction(eqx.Module):
             t1=self.t1,
             exponent=self.exponent,
             notes=list(self.notes),
-            drops_of=self.drops_of,
+            drops_of=self.drops_of.value,
             drops=self.drop_rows(),
             directions=self.direction_rows(),
             curve=dict(
@@ -353,25 +373,27 @@ class Prediction(eqx.Module):
         """Write atomically as `.json` (the `to_dict` tree) or `.npz` (flat arrays + metadata; the
         curve's drops as `drops_*`, the matrix flow's directions as `matrix_*`)."""
         p = Path(path)
-        if p.suffix.lower() == ".json":
-            return save_json(p, self.to_dict())
-        if p.suffix.lower() == ".npz":
-            skip = ("drops", "matrix", "input_shape", "horizon")
-            fields = [f.name for f in dataclasses.fields(self) if f.name not in skip]
-            arrays = {n: getattr(self, n) for n in fields if getattr(self, n) is not None}
-            arrays.update({f"drops_{f.name}": getattr(self.drops, f.name) for f in dataclasses.fields(self.drops)})
-            if self.matrix is not None:
-                names = [f.name for f in dataclasses.fields(self.matrix) if f.name not in ("learning_rate", "drops")]
-                arrays.update({f"matrix_{n}": getattr(self.matrix, n) for n in names})
-            arrays["notes"] = np.asarray(list(self.notes) or [""])
-            arrays["learning_rate"] = np.nan if self.learning_rate is None else self.learning_rate
-            arrays["steps_star"] = self.steps_star
-            if self.horizon is not None:
-                h = self.horizon
-                arrays.update(horizon_t=h.t, horizon_fraction=h.fraction, horizon_order=h.order, horizon_width=h.width)
-                arrays.update(horizon_floor_t=h.floor_t, horizon_times=h.times, horizon_ratio=h.ratio)
-            return save_npz(p, {k: np.asarray(v) for k, v in arrays.items()})
-        raise LvflowError(f"save: unsupported file type {p.suffix or '(none)'!r} for {p}; use .json or .npz")
+        write = {".json": lambda p: save_json(p, self.to_dict()), ".npz": self._save_npz}.get(p.suffix.lower())
+        if write is None:
+            raise LvflowError(f"save: unsupported file type {p.suffix or '(none)'!r} for {p}; use .json or .npz")
+        return write(p)
+
+    def _save_npz(self, p: Path) -> Path:
+        skip = ("drops", "matrix", "input_shape", "horizon")
+        fields = [f.name for f in dataclasses.fields(self) if f.name not in skip]
+        arrays = {n: getattr(self, n) for n in fields if getattr(self, n) is not None}
+        arrays.update({f"drops_{f.name}": getattr(self.drops, f.name) for f in dataclasses.fields(self.drops)})
+        if self.matrix is not None:
+            names = [f.name for f in dataclasses.fields(self.matrix) if f.name not in ("learning_rate", "drops")]
+            arrays.update({f"matrix_{n}": getattr(self.matrix, n) for n in names})
+        arrays["notes"] = np.asarray(list(self.notes) or [""])
+        arrays["learning_rate"] = np.nan if self.learning_rate is None else self.learning_rate
+        arrays["steps_star"] = self.steps_star
+        if self.horizon is not None:
+            h = self.horizon
+            arrays.update(horizon_t=h.t, horizon_fraction=h.fraction, horizon_order=h.order, horizon_width=h.width)
+            arrays.update(horizon_floor_t=h.floor_t, horizon_times=h.times, horizon_ratio=h.ratio)
+        return save_npz(p, {k: np.asarray(v) for k, v in arrays.items()})
 
     def _split(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """A direction's input side (reshaped to `input_shape`) and output side, when known."""

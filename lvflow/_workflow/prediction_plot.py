@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._core.errors import LvflowError
 from . import plot_worker
-from .io import atomic_write_bytes
+from .io import PLOT_SUFFIXES, atomic_write_bytes, check_suffix
 
 if TYPE_CHECKING:
     from .prediction import Prediction
@@ -41,20 +40,16 @@ def check_plot_path(path) -> str:
 
     **Raises:** `LvflowError` for any other.
     """
-    p = Path(path)
-    fmt = p.suffix.lower().lstrip(".")
-    if fmt not in ("png", "pdf", "svg"):
-        raise LvflowError(f"plot: unsupported file type {p.suffix or '(none)'!r} for {p}; use .png, .pdf or .svg")
-    return fmt
+    return check_suffix("plot", path, PLOT_SUFFIXES).lstrip(".")
 
 
 def plot_data(pred: Prediction, *, title: str | None = None) -> dict[str, Any]:
     """What `draw` needs from a `Prediction`, as numpy arrays and Python scalars (picklable without JAX)."""
     steps = pred.learning_rate is not None
-    flow = pred.method in ("matrix_flow", "matrix_gd")  # the loss of M, not the gLV's excess
+    flow = pred.matrix is not None  # the matrix flow: the loss of M, not the gLV's excess
     xs = np.asarray(pred.drops.t_mid) / (pred.learning_rate or 1.0)  # the drops, as the table gives them
     pictures, floor = [], math.nan
-    if flow and pred.matrix is not None:
+    if pred.matrix is not None:
         pictures = [
             np.asarray(r["input_direction"]) for r in pred.direction_rows() if np.ndim(r.get("input_direction", 0)) == 2
         ]
@@ -66,8 +61,8 @@ def plot_data(pred: Prediction, *, title: str | None = None) -> dict[str, Any]:
         x=np.asarray(pred.steps if steps else pred.ts),
         xs=xs,
         y=np.asarray(pred.loss if flow else pred.excess_loss),
-        y_drops=np.asarray(pred.loss if pred.drops_of == "loss" else pred.excess_loss),
-        drops_label="loss" if pred.drops_of == "loss" else "excess loss",
+        y_drops=np.asarray(pred.drops_of.curve(pred)),
+        drops_label=pred.drops_of.label,
         pictures=pictures[:_MAX_PICTURES],
         loss_floor=floor,
         exponent=float(pred.exponent),

@@ -20,7 +20,7 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._core.errors import LvflowError, ZGZError
 from .._core.validate import as_array, check_positive, check_positive_int, to_jax
-from .._form.expansion import probe_order, taylor_term
+from .._form.taylor import probe_order, taylor_term
 
 
 class AbstractSumForm(eqx.Module):
@@ -110,6 +110,42 @@ class AbstractArchitecture(AbstractSumForm):
 
         **Raises:** `LvflowError` when the shape needs `seq_len` and it is `None`.
         """
+
+
+class AbstractTwin(AbstractArchitecture):
+    """The NQF of a sum-form `network`, on the network's own neurons: `f(x) = Tr[Wᵀ A(x) W]` (Thm 1, Eq. 2).
+
+    A twin holds the network itself and its neuron array is the network's (`twin.W` is
+    `twin.network.W`), so `lvflow.train` treats a network and its twin alike and both record the
+    same `M = W Wᵀ`. It is itself a sum-form module with the network's structure matrix `A(x)`,
+    input shape and number of outputs; those three need the network to be an
+    `lvflow.architectures.AbstractArchitecture` (a bare `AbstractSumForm` has none of them).
+    """
+
+    network: eqx.AbstractVar[AbstractSumForm]
+
+    @property
+    def W(self) -> Float[Array, "p d"]:
+        return self.network.W
+
+    def _architecture(self, what: str) -> AbstractArchitecture:
+        if not isinstance(self.network, AbstractArchitecture):
+            raise LvflowError(
+                f"network: a {type(self.network).__name__} has no {what} "
+                "(not an lvflow.architectures.AbstractArchitecture)"
+            )
+        return self.network
+
+    @property
+    def out_size(self) -> int | None:
+        return self._architecture("out_size").out_size
+
+    def sample_shape(self, *, seq_len: int | None = None) -> tuple[int, ...]:
+        return self._architecture("input shape").sample_shape(seq_len=seq_len)
+
+    def structure(self, x) -> Float[Array, "*k p p"]:
+        """The network's structure matrix `A(x)`."""
+        return self._architecture("closed-form structure(x)").structure(x)
 
 
 class AbstractLearnedMap(AbstractArchitecture):
