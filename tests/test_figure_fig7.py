@@ -33,6 +33,30 @@ def test_the_papers_architectures():
         assert abs(float(np.std(np.asarray(net.W))) / fig7.EPS - 1) < 0.05
 
 
+def test_cnn_on_originals_is_the_cnn_on_the_upsampled_images():
+    # the figure's CNN reads the 8×8 originals through its pulled-back kernels; against the CNN
+    # written out in numpy (correlation over every 15×15 patch of R X Rᵀ, tanh, sum pool, readout)
+    # at a generic W of scale 0.05 (tanh curved), and against the architecture itself
+    cnn = fig7._models()["cnn"]
+    W = 0.05 * np.random.default_rng(1).standard_normal(np.shape(cnn.W))
+    (X8, _), _ = fig7.digits_28(n_train=3, n_test=1, originals=True)
+    (X28, _), _ = fig7.digits_28(n_train=3, n_test=1)
+    R = fig7.upsample_matrix(8, 28)
+    assert np.allclose(np.einsum("ia,mab,jb->mij", R, X8, R), X28, rtol=0, atol=1e-14)
+    K, v = W[:225].T.reshape(50, 15, 15), W[225]
+    h = np.array(
+        [
+            [[[np.sum(K[c] * X[i : i + 15, j : j + 15]) for j in range(14)] for i in range(14)] for c in range(50)]
+            for X in X28
+        ]
+    )
+    want = np.tanh(h).sum(axis=(2, 3)) @ v
+    got = np.asarray(fig7.cnn_on_originals(cnn, W, X8, R))
+    assert np.max(np.abs(got - want)) < 1e-12 * np.max(np.abs(want))
+    arch_out = np.asarray([fig7.with_W(cnn, W)(X) for X in X28])
+    assert np.max(np.abs(got - arch_out)) < 1e-12 * np.max(np.abs(want))
+
+
 def test_mlp_nqf_is_a_linear_model_bounded_by_least_squares():
     (Xtr, ytr), _ = fig7.digits_28(n_train=120, n_test=40)
     R = fig7.run_model("mlp", fig7._models()["mlp"], n_train=120, n_test=40, steps=80, every=4)

@@ -7,7 +7,8 @@ defines
 - `make(out: pathlib.Path, *, quick: bool = False) -> dict`: computes, draws through
   `_style` (which writes `<name>.png` and `<name>.pdf`), writes `<name>.json` with
   `_style.write_summary`, and returns that summary. `quick=True` runs reduced sizes
-  (all quick figures together must stay under 5 minutes on 2 cores); the default runs the
+  (all quick figures together are meant to take minutes on 2 cores; measured in
+  `docs/howto/figures.md`); the default runs the
   paper's setup (App. C).
 
 A summary holds `claims`: each statement the paper makes about the figure as `_style.claim`

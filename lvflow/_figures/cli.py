@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="reduced sizes: all figures in under 5 minutes on 2 cores (default: the paper's sizes)",
+        help="reduced sizes: all figures in a few minutes (times: docs/howto/figures.md; default: the paper's sizes)",
     )
     parser.add_argument(
         "--only", default=None, metavar="NAMES", help=f"comma-separated subset of: {', '.join(FIGURES)} (default: all)"

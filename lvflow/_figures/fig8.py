@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Hashable
 
 import equinox as eqx
 import jax
@@ -41,7 +40,7 @@ from .._training.twin import nqf_twin
 from ..architectures import MLP
 from . import _style
 from ._bilinear import BilinearTwin
-from ._bundle import Bundle, bundle_loss, with_W
+from ._bundle import Bundle, bundle_loss, sliced, with_W
 
 TITLE = "deep networks (4-layer MLP, 2-layer attention) vs 2-layer and 1-layer NQFs × GD/momentum/Adam × 2 inits"
 
@@ -185,26 +184,41 @@ def initial_offset(deep, two, X) -> dict:
     return out
 
 
+class _Copies(eqx.Module):
+    """The bundle's copies, one per optimiser, stacked on axis 0 of every array and evaluated with
+    `jax.vmap`: the six models are traced once instead of eighteen times. Output: the tuple of
+    the models' outputs, each with the copies on axis 0."""
+
+    bundle: Bundle
+
+    def __call__(self, x):
+        arrays, static = eqx.partition(self.bundle, eqx.is_array)
+        return jax.vmap(lambda a: eqx.combine(a, static)(x))(arrays)
+
+
 class _Losses(eqx.Module):
-    """Each model's training and test loss (Eq. 26): `(2, models)`."""
+    """Each copy's models' training and test loss (Eq. 26): `(2, copies · models)`, copy-major."""
 
     Xtr: Array
     ytr: Array
     Xte: Array
     yte: Array
 
-    def __call__(self, bundle):
+    def __call__(self, copies):
         out = []
         for X, y in ((self.Xtr, self.ytr), (self.Xte, self.yte)):
-            preds = jax.vmap(bundle)(X)
-            out.append(jnp.stack([jnp.mean((p - y) ** 2) for p in preds]))
+            preds = jax.vmap(copies)(X)  # (m, copies, *k) each
+            yb = y.reshape(y.shape[:1] + (1,) + y.shape[1:])
+            per = [jnp.mean((p - yb) ** 2, axis=tuple(a for a in range(p.ndim) if a != 1)) for p in preds]
+            out.append(jnp.stack(per, axis=1).reshape(-1))  # (copies · models)
         return jnp.stack(out)
 
 
 def _optimiser(name: str) -> optax.GradientTransformation:
-    """One optimiser for the bundle of every run of a model: models `[6 j, 6 j + 6)` are
-    optimiser `j`'s, the first three of them at the small-init rate, the others at the
-    large-init rate (`optax.multi_transform`, exact: no parameter is shared)."""
+    """One optimiser for the stacked copies of every run of a model: copy `j` is optimiser `j`'s
+    (`_bundle.sliced`, exact for entrywise optimisers), and within a copy the first three models
+    run at the small-init rate, the others at the large-init rate (`optax.multi_transform`,
+    exact: no parameter is shared)."""
 
     one = {
         "GD": lambda lr_gd: optax.sgd(lr_gd),
@@ -212,15 +226,16 @@ def _optimiser(name: str) -> optax.GradientTransformation:
         "Adam": lambda lr_gd: optax.adam(LR_ADAM[name]),
     }
 
-    n = len(MODELS) * len(VARIANCES[name])
-    tag = lambda i: f"{OPTIMISERS[i // n]}/{(i % n) // len(MODELS)}"
-    labels = lambda params: type(params)(
-        models=tuple(jax.tree_util.tree_map(lambda _, i=i: tag(i), m) for i, m in enumerate(params.models))
-    )
-    transforms: dict[Hashable, optax.GradientTransformation] = {
-        f"{o}/{v}": one[o](LR_GD[name][v]) for o in OPTIMISERS for v in range(len(VARIANCES[name]))
-    }
-    return optax.multi_transform(transforms, labels)
+    def labels(params):
+        models = params.bundle.models
+        tagged = tuple(jax.tree_util.tree_map(lambda _, i=i: i // len(MODELS), m) for i, m in enumerate(models))
+        return _Copies(Bundle(tagged))
+
+    per_optimiser = [
+        optax.multi_transform({v: one[o](LR_GD[name][v]) for v in range(len(VARIANCES[name]))}, labels)
+        for o in OPTIMISERS
+    ]
+    return sliced(per_optimiser, reps=1)
 
 
 def run_model(name: str, *, steps: int, every: int, n_train: int = N_TRAIN, n_test: int = N_TEST) -> dict:
@@ -236,9 +251,12 @@ def run_model(name: str, *, steps: int, every: int, n_train: int = N_TRAIN, n_te
         one, checks[f"one_layer_match_at_step0 var={var:g}"] = matched_one_layer(name, deep, Xtr)
         offsets[f"variance={var:g}"] = initial_offset(deep, two, Xtr)
         models += [deep, two, one]
-    bundle = Bundle(tuple(models) * len(OPTIMISERS))  # optimiser j trains copies [6 j, 6 j + 6)
+    # copy j (optimiser j) of the six models: every array stacked on a leading axis
+    arrays, static = eqx.partition(Bundle(tuple(models)), eqx.is_array)
+    arrays = jax.tree_util.tree_map(lambda a: jnp.stack([a] * len(OPTIMISERS)), arrays)
+    copies = _Copies(eqx.combine(arrays, static))
     h = train(
-        bundle,
+        copies,
         (Xtr, ytr),
         _optimiser(name),
         steps,
