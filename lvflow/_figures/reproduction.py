@@ -44,7 +44,7 @@ def render(summaries: dict[str, dict[str, Any]]) -> str:
         "our choice, named in the criterion); the verdict says where it holds beyond that choice.",
         "",
         f"**{n['holds']} of the {total} claims hold**, {n['does not hold']} do not at our criterion, "
-        f"{n['not tested']} were not tested.",
+        f"{n['not tested']} {'was' if n['not tested'] == 1 else 'were'} not tested.",
     ]
     for name in FIGURES:
         s = summaries.get(name)
