@@ -242,35 +242,84 @@ def _solve_many(template: AbstractCurveModel, thetas, data: Binned, max_steps: i
     return jax.vmap(one)(thetas)
 
 
-#: Starts are solved in batches of this size (padded by repeating the last), so that one
-#: compiled solver serves every call of a fit: compiling it costs more than solving.
+#: The most starts solved at once; fewer live starts are padded (by repeating the last) to the
+#: next of `BATCHES`, so that a few compiled solvers serve every call of a fit (compiling one
+#: costs more than solving) while a call of one start (a refinement) does not pay for 32.
 BATCH = 32
+BATCHES = (1, 4, 8, 16, 24, BATCH)
+
+
+def batch_for(n: int) -> int:
+    """The size of the batch that `n` live starts are solved in: the least of `BATCHES` that
+    holds them (`BATCH` for more)."""
+    return next((b for b in BATCHES if b >= n), BATCH)
+
+
+#: The starts (best by the plain least-squares objective) that `solve_robust` refines again with
+#: the Cauchy loss; the rest keep their plain optimum with an infinite objective.
+ROBUST_KEEP = 8
+#: With `screen`, `solve_robust` first runs every start for this many steps and goes on only
+#: from the `SCREEN_KEEP` best.
+SCREEN_STEPS = 20
+SCREEN_KEEP = 8
+
+
+def _best(thetas: np.ndarray, out, keep: int | None, data: Binned, template, max_steps: int):
+    """`solve_many` from the `keep` rows of `thetas` whose `out` objective is least (all rows with
+    `keep=None` or at most `keep` rows; a row `out` left non-finite starts from `thetas`).
+    The other rows keep `out`'s values with `rss`, `objective` `inf` and 0 steps."""
+    v = np.where(np.isfinite(out[1])[:, None], out[0], thetas)
+    n = v.shape[0]
+    idx = np.arange(n) if keep is None or keep >= n else np.argsort(out[2], kind="stable")[:keep]
+    sub = solve_many(template, v[idx], data, max_steps=max_steps)
+    values, rss, objective, steps = v.copy(), np.full(n, np.inf), np.full(n, np.inf), np.zeros(n, out[3].dtype)
+    values[idx], rss[idx], objective[idx], steps[idx] = sub
+    return values, rss, objective, steps
 
 
 def solve_robust(
-    template: AbstractCurveModel, thetas, data: Binned, *, robust: bool, max_steps: int, batch: int = BATCH
+    template: AbstractCurveModel,
+    thetas,
+    data: Binned,
+    *,
+    robust: bool,
+    max_steps: int,
+    batch: int | None = None,
+    keep: int | None = ROBUST_KEEP,
+    screen: bool = False,
 ):
     """`solve_many` in plain least squares, then, with `robust`, again from there with the Cauchy
     loss at `CAUCHY_SCALE` (graduated: the Cauchy loss's flat tails would stall a start far from
-    any optimum). Returns what `solve_many` does, for the last stage."""
-    out = solve_many(template, thetas, with_scale(data, np.inf), max_steps=max_steps, batch=batch)
+    any optimum), for the `keep` starts best in plain least squares (`None`: every start).
+    With `screen`, every start first runs `SCREEN_STEPS` steps and only the `SCREEN_KEEP` best
+    go on to the full solve. Returns what `solve_many` does, for the last stage: a start not
+    solved in it has `rss` and `objective` `inf` and 0 steps."""
+    thetas = np.atleast_2d(np.asarray(thetas, dtype=float))
+    plain = with_scale(data, np.inf)
+    if screen and thetas.shape[0] > SCREEN_KEEP:
+        first = solve_many(template, thetas, plain, max_steps=SCREEN_STEPS, batch=batch)
+        out = _best(thetas, first, SCREEN_KEEP, plain, template, max_steps)
+    else:
+        out = solve_many(template, thetas, plain, max_steps=max_steps, batch=batch)
     if not robust:
         return out
-    v = np.where(np.isfinite(out[1])[:, None], out[0], np.atleast_2d(np.asarray(thetas, dtype=float)))
-    return solve_many(template, v, with_scale(data, CAUCHY_SCALE), max_steps=max_steps, batch=batch)
+    return _best(thetas, out, keep, with_scale(data, CAUCHY_SCALE), template, max_steps)
 
 
-def solve_many(template: AbstractCurveModel, thetas, data: Binned, *, max_steps: int = 100, batch: int = BATCH):
+def solve_many(template: AbstractCurveModel, thetas, data: Binned, *, max_steps: int = 100, batch: int | None = None):
     """Levenberg–Marquardt (`optimistix.least_squares`) from every row of `thetas` at once
-    (vmapped, in batches of `batch`). Returns `(values, rss, objective, steps)` as numpy
-    arrays: the data's weighted residual sum `χ²` and the objective minimised (with the prior's
-    rows); a start that fails or leaves non-finite values has both `inf`."""
+    (vmapped, in batches of `batch`; default: at most `BATCH`, each padded to `batch_for` its
+    starts). Returns `(values, rss, objective, steps)` as numpy arrays: the data's weighted
+    residual sum `χ²` and the objective minimised (with the prior's rows); a start that fails or leaves
+    non-finite values has both `inf`."""
     thetas = np.atleast_2d(np.asarray(thetas, dtype=float))
+    size = BATCH if batch is None else batch
     out = []
-    for i in range(0, thetas.shape[0], batch):
-        chunk = thetas[i : i + batch]
+    for i in range(0, thetas.shape[0], size):
+        chunk = thetas[i : i + size]
         n = chunk.shape[0]
-        pad = np.concatenate([chunk, np.repeat(chunk[-1:], batch - n, axis=0)])
+        b = batch_for(n) if batch is None else batch
+        pad = np.concatenate([chunk, np.repeat(chunk[-1:], b - n, axis=0)])
         res = _solve_many(template, to_jax(pad), data, max_steps)
         out.append(tuple(np.asarray(a)[:n] for a in res))
     return tuple(np.concatenate(parts) for parts in zip(*out))

@@ -565,11 +565,11 @@ def _empirical_width(model: DecoupledModes, t_end: float) -> float:
     return float(np.clip(np.std(lc, ddof=1), 0.1, 1.0))
 
 
-def _refine(template, theta, data, batch):
+def _refine(template, theta, data):
     """Levenberg–Marquardt from `theta` to convergence: rounds of `SEARCH_STEPS` steps (the
-    search's compiled solver), each from where the last stopped."""
+    search's compiled solver, for one start), each from where the last stopped."""
     for _ in range(_REFINE_ROUNDS):
-        values, rss, _, steps = engine.solve_many(template, theta[None], data, batch=batch, max_steps=SEARCH_STEPS)
+        values, rss, _, steps = engine.solve_many(template, theta[None], data, max_steps=SEARCH_STEPS)
         if not np.isfinite(rss[0]):
             break
         theta = values[0]
@@ -1040,7 +1040,7 @@ def _finish(
         # empirical Bayes: the prior's width is the spread of the starts of the modes seen
         width = _empirical_width(engine.model_of(template, to_jax(theta)), float(t[-1]))
         template = eqx.tree_at(lambda m: m.prior_width, template, to_jax(np.float64(width)))
-    theta = _refine(template, theta, data, best.batch)
+    theta = _refine(template, theta, data)
 
     res = np.asarray(engine.data_residuals(template, to_jax(theta), data))
     n = int(ok.sum())
