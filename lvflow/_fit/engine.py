@@ -242,26 +242,21 @@ def _solve_many(template: AbstractCurveModel, thetas, data: Binned, max_steps: i
     return jax.vmap(one)(thetas)
 
 
-#: The most starts solved at once; fewer live starts are padded (by repeating the last) to the
-#: next of `BATCHES`, so that a few compiled solvers serve every call of a fit (compiling one
-#: costs more than solving) while a call of one start (a refinement) does not pay for 32.
-BATCH = 32
-BATCHES = (1, 4, 8, 16, 24, BATCH)
-
-
-def batch_for(n: int) -> int:
-    """The size of the batch that `n` live starts are solved in: the least of `BATCHES` that
-    holds them (`BATCH` for more)."""
-    return next((b for b in BATCHES if b >= n), BATCH)
-
-
+#: Levenberg–Marquardt steps per compiled call: a longer solve is rounds of this many steps,
+#: each from where the last stopped (the starts that converged drop out), so that one compiled
+#: solver serves every call of a fit, however many steps it asks for.
+ROUND_STEPS = 20
+#: With `screen`, `solve_robust` first runs every start for one round and goes on only from the
+#: `SCREEN_KEEP` best.
+SCREEN_KEEP = 8
+#: The starts solved at once (padded by repeating the last): one array size for every call, so
+#: that one compiled solver serves a fit (compiling it, or even tracing it again in a process
+#: that finds it in the persistent cache, costs more than solving), small enough that a call
+#: of one start (a refinement) or of the `SCREEN_KEEP` survivors does not pay for many more.
+BATCH = SCREEN_KEEP
 #: The starts (best by the plain least-squares objective) that `solve_robust` refines again with
 #: the Cauchy loss; the rest keep their plain optimum with an infinite objective.
-ROBUST_KEEP = 8
-#: With `screen`, `solve_robust` first runs every start for this many steps and goes on only
-#: from the `SCREEN_KEEP` best.
-SCREEN_STEPS = 20
-SCREEN_KEEP = 8
+ROBUST_KEEP = SCREEN_KEEP
 
 
 def _best(thetas: np.ndarray, out, keep: int | None, data: Binned, template, max_steps: int):
@@ -284,44 +279,59 @@ def solve_robust(
     *,
     robust: bool,
     max_steps: int,
-    batch: int | None = None,
     keep: int | None = ROBUST_KEEP,
     screen: bool = False,
 ):
     """`solve_many` in plain least squares, then, with `robust`, again from there with the Cauchy
     loss at `CAUCHY_SCALE` (graduated: the Cauchy loss's flat tails would stall a start far from
     any optimum), for the `keep` starts best in plain least squares (`None`: every start).
-    With `screen`, every start first runs `SCREEN_STEPS` steps and only the `SCREEN_KEEP` best
-    go on to the full solve. Returns what `solve_many` does, for the last stage: a start not
+    With `screen`, every start first runs `ROUND_STEPS` steps and only the `SCREEN_KEEP` best
+    go on for `max_steps` more. Returns what `solve_many` does, for the last stage: a start not
     solved in it has `rss` and `objective` `inf` and 0 steps."""
     thetas = np.atleast_2d(np.asarray(thetas, dtype=float))
     plain = with_scale(data, np.inf)
     if screen and thetas.shape[0] > SCREEN_KEEP:
-        first = solve_many(template, thetas, plain, max_steps=SCREEN_STEPS, batch=batch)
+        first = solve_many(template, thetas, plain, max_steps=ROUND_STEPS)
         out = _best(thetas, first, SCREEN_KEEP, plain, template, max_steps)
     else:
-        out = solve_many(template, thetas, plain, max_steps=max_steps, batch=batch)
+        out = solve_many(template, thetas, plain, max_steps=max_steps)
     if not robust:
         return out
     return _best(thetas, out, keep, with_scale(data, CAUCHY_SCALE), template, max_steps)
 
 
-def solve_many(template: AbstractCurveModel, thetas, data: Binned, *, max_steps: int = 100, batch: int | None = None):
+def solve_many(template: AbstractCurveModel, thetas, data: Binned, *, max_steps: int = 100):
     """Levenberg–Marquardt (`optimistix.least_squares`) from every row of `thetas` at once
-    (vmapped, in batches of `batch`; default: at most `BATCH`, each padded to `batch_for` its
-    starts). Returns `(values, rss, objective, steps)` as numpy arrays: the data's weighted
-    residual sum `χ²` and the objective minimised (with the prior's rows); a start that fails or leaves
-    non-finite values has both `inf`."""
-    thetas = np.atleast_2d(np.asarray(thetas, dtype=float))
-    size = BATCH if batch is None else batch
+    (vmapped, in batches of `BATCH`), for up to `max_steps` steps (rounds of `ROUND_STEPS`,
+    each from where the last stopped, for the starts that have not converged). Returns
+    `(values, rss, objective, steps)` as numpy arrays: the data's weighted residual sum `χ²`
+    and the objective minimised (with the prior's rows); a start that fails or leaves
+    non-finite values has both `inf` (and the values it had before that round)."""
+    values = np.atleast_2d(np.asarray(thetas, dtype=float)).copy()
+    n = values.shape[0]
+    rss, objective, steps = np.full(n, np.inf), np.full(n, np.inf), np.zeros(n, np.int64)
+    live = np.arange(n)
+    for _ in range(max(1, -(-max_steps // ROUND_STEPS))):
+        v, r, o, s = _rounds(template, values[live], data)
+        ok = np.isfinite(r)
+        values[live[ok]] = v[ok]
+        rss[live], objective[live] = r, o
+        steps[live] += s
+        live = live[ok & (s >= ROUND_STEPS)]
+        if live.size == 0:
+            break
+    return values, rss, objective, steps
+
+
+def _rounds(template: AbstractCurveModel, thetas: np.ndarray, data: Binned):
+    """One round of `ROUND_STEPS` steps from every row of `thetas`, in padded batches of `BATCH`."""
     out = []
-    for i in range(0, thetas.shape[0], size):
-        chunk = thetas[i : i + size]
-        n = chunk.shape[0]
-        b = batch_for(n) if batch is None else batch
-        pad = np.concatenate([chunk, np.repeat(chunk[-1:], b - n, axis=0)])
-        res = _solve_many(template, to_jax(pad), data, max_steps)
-        out.append(tuple(np.asarray(a)[:n] for a in res))
+    for i in range(0, thetas.shape[0], BATCH):
+        chunk = thetas[i : i + BATCH]
+        k = chunk.shape[0]
+        pad = np.concatenate([chunk, np.repeat(chunk[-1:], BATCH - k, axis=0)])
+        res = _solve_many(template, to_jax(pad), data, ROUND_STEPS)
+        out.append(tuple(np.asarray(a)[:k] for a in res))
     return tuple(np.concatenate(parts) for parts in zip(*out))
 
 
