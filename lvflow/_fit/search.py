@@ -117,7 +117,7 @@ def search_modes(
 ) -> tuple[Candidate, dict[str, float]]:
     """Greedy search over the number of decoupled modes: from the best `K − 1` fit, a new mode is
     started at several times (inside the logged range and after it) with several drops, every
-    start is refined by Levenberg–Marquardt at once (`ROUND_STEPS` steps for every start, then
+    start is refined by Levenberg–Marquardt at once (`SCREEN_STEPS` steps for every start, then
     the `SCREEN_KEEP` best for `SEARCH_STEPS` more: `engine.solve_robust`), and the best is
     kept; `K` stops growing when the criterion has not improved for two steps (or at `modes`,
     if given). Returns the best candidate by the criterion and every `K`'s score.
@@ -350,7 +350,7 @@ def search_power_law(
         )
         starts.append(np.asarray(engine.vector_of(dataclasses.replace(nested.model, fit_beta=True))))
     values, rss, objective, _ = engine.solve_robust(
-        template, np.array(starts), data, robust=robust, max_steps=SEARCH_STEPS
+        template, np.array(starts), data, robust=robust, max_steps=SEARCH_STEPS, keep=None
     )
     i = int(np.argmin(objective))
     if not np.isfinite(rss[i]):
