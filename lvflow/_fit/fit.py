@@ -567,17 +567,12 @@ def _empirical_width(model: DecoupledModes, t_end: float) -> float:
     return float(np.clip(np.std(lc, ddof=1), 0.1, 1.0))
 
 
-def _refine(template, theta, data, batch):
-    """Levenberg–Marquardt from `theta` to convergence: rounds of `SEARCH_STEPS` steps (the
-    search's compiled solver), each from where the last stopped."""
-    for _ in range(_REFINE_ROUNDS):
-        values, rss, _, steps = engine.solve_many(template, theta[None], data, batch=batch, max_steps=SEARCH_STEPS)
-        if not np.isfinite(rss[0]):
-            break
-        theta = values[0]
-        if steps[0] < SEARCH_STEPS:
-            break
-    return theta
+def _refine(template, theta, data):
+    """Levenberg–Marquardt from `theta` to convergence (at most `_REFINE_ROUNDS` times
+    `SEARCH_STEPS` steps, in the search's compiled solver); a round that fails keeps the last
+    values."""
+    values, _, _, _ = engine.solve_many(template, theta[None], data, max_steps=_REFINE_ROUNDS * SEARCH_STEPS)
+    return values[0]
 
 
 def _reweight(data: engine.Binned, weight: np.ndarray) -> engine.Binned:
@@ -1042,7 +1037,7 @@ def _finish(
         # empirical Bayes: the prior's width is the spread of the starts of the modes seen
         width = _empirical_width(engine.model_of(template, to_jax(theta)), float(t[-1]))
         template = eqx.tree_at(lambda m: m.prior_width, template, to_jax(np.float64(width)))
-    theta = _refine(template, theta, data, best.batch)
+    theta = _refine(template, theta, data)
 
     res = np.asarray(engine.data_residuals(template, to_jax(theta), data))
     n = int(ok.sum())
@@ -1245,8 +1240,8 @@ _POWER_LAW_PARAMETERS = 8
 def _fit_bytes(*, bins: int, slots: int, spectrum_modes: int, power_law: bool, modes_family: bool) -> float:
     """The peak bytes of `fit`'s Levenberg–Marquardt search: `engine.BATCH` starts at once, each
     pushing one forward-mode tangent per parameter (`3·slots + 2` for decoupled modes) through
-    every bin's every mode, `BATCH · p · bins · modes` float64 (measured: 1.58e11 bytes for 1000
-    slots and 200 bins, this formula 1.54e11); the binned log besides. Exact Python integers,
+    every bin's every mode, `BATCH · p · bins · modes` float64 (measured with 32 starts at once:
+    1.58e11 bytes for 1000 slots and 200 bins, this formula 1.54e11); the binned log besides. Exact Python integers,
     returned as a float (no overflow for any input).
 
     **Arguments:** `bins`; `slots` (the decoupled modes tried: `modes`, else `max_modes`);

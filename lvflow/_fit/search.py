@@ -117,9 +117,10 @@ def search_modes(
 ) -> tuple[Candidate, dict[str, float]]:
     """Greedy search over the number of decoupled modes: from the best `K − 1` fit, a new mode is
     started at several times (inside the logged range and after it) with several drops, every
-    start is refined by Levenberg–Marquardt at once, and the best is kept; `K` stops growing
-    when the criterion has not improved for two steps (or at `modes`, if given). Returns the
-    best candidate by the criterion and every `K`'s score.
+    start is refined by Levenberg–Marquardt at once (`SCREEN_STEPS` steps for every start, then
+    the `SCREEN_KEEP` best for `SEARCH_STEPS` more: `engine.solve_robust`), and the best is
+    kept; `K` stops growing when the criterion has not improved for two steps (or at `modes`,
+    if given). Returns the best candidate by the criterion and every `K`'s score.
 
     With `floor` (a fit with a free offset, of `max_modes` slots) and `offset=0`, the search
     starts from `floor`'s modes with one more, which begins by taking over the floor's loss:
@@ -168,7 +169,9 @@ def search_modes(
         if floor is not None and K == K_from:
             starts.append(_floor_starts(template, K, float(floor.offset), tmax))
         starts = np.concatenate(starts)
-        values, rss, objective, _ = engine.solve_robust(template, starts, data, robust=robust, max_steps=SEARCH_STEPS)
+        values, rss, objective, _ = engine.solve_robust(
+            template, starts, data, robust=robust, max_steps=SEARCH_STEPS, screen=True
+        )
         i = int(np.argmin(objective))
         if not np.isfinite(rss[i]):
             break
@@ -346,12 +349,11 @@ def search_power_law(
             robust=robust,
         )
         starts.append(np.asarray(engine.vector_of(dataclasses.replace(nested.model, fit_beta=True))))
-    batch = len(starts)
     values, rss, objective, _ = engine.solve_robust(
-        template, np.array(starts), data, robust=robust, batch=batch, max_steps=SEARCH_STEPS
+        template, np.array(starts), data, robust=robust, max_steps=SEARCH_STEPS, keep=None
     )
     i = int(np.argmin(objective))
     if not np.isfinite(rss[i]):
         raise RuntimeError("no start of the power-law fit converged")
     p = len(template.parameter_names)
-    return Candidate("power law", template, values[i], rss[i], data.n, p, criterion, batch)
+    return Candidate("power law", template, values[i], rss[i], data.n, p, criterion, engine.BATCH)
