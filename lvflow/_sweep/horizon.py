@@ -11,16 +11,13 @@ import math
 import numpy as np
 
 from .._workflow.predict import _lv_horizon
+from .._workflow.predict_horizon import HORIZON_FRACTION
 from .._workflow.predict_inputs import beta_init
 from .base import Init
 from .families import Resolved, TableFamily, c_matrix
 
 #: the horizon's columns (one scalar per configuration)
 HORIZON_COLUMNS = ("horizon_t", "horizon_step", "horizon_floor_t")
-
-#: the fraction of the NQF's output the next term reaches at the horizon (`predict`'s default
-#: `horizon_fraction`)
-FRACTION = 0.1
 
 
 def has_architectures(res: Resolved) -> bool:
@@ -72,7 +69,7 @@ def horizon_columns(
             continue
         width = int(plan.column("width")[row]) if plan.has("width")[row] else None
         network, inputs = info.network(width)
-        probe = (network, inputs, network.d, FRACTION)  # `predict`'s: the network's width is `width`
+        probe = (network, inputs, network.d, HORIZON_FRACTION)  # `predict`'s: the network's width is `width`
         ts, loss, excess, zs = (path[k][j] for k in ("ts", "loss", "excess_loss", "zs"))
         h = _lv_horizon(info.lv, probe, z0[j], ts, loss, excess, zs)
         if h is None:

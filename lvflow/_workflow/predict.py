@@ -38,7 +38,14 @@ from .._schedule.scaling import predicted_exponent
 from .._schedule.schedule import PlateauSchedule, plateau_excess_in_order, plateau_schedule
 from .._sweep.evaluate import configuration, loss_floor, switch_off_levels
 from .eps_merge import eps_merge
-from .predict_horizon import PredictionHorizon, check_network, floor_time, prediction_horizon, probe_indices
+from .predict_horizon import (
+    HORIZON_FRACTION,
+    PredictionHorizon,
+    check_network,
+    floor_time,
+    prediction_horizon,
+    probe_indices,
+)
 from .predict_inputs import check_curve_memory, check_drops_finite, initial_scale
 from .prediction import Prediction
 from .spec import Configurations, check_ranges
@@ -65,7 +72,7 @@ def predict(
     input_shape: tuple[int, ...] | None = None,
     network=None,
     inputs=None,
-    horizon_fraction: float = 0.1,
+    horizon_fraction: float = HORIZON_FRACTION,
 ) -> Prediction:
     """Predict the plateaus, switch-on times and loss curve of gradient descent from small init.
 

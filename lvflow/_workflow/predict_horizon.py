@@ -16,6 +16,9 @@ from .._core.validate import to_jax
 from .._form.expansion import _base_network, _batch, _first_crossing, _quadratic_terms, horizon_ratio
 from .._form.nqf import NQF
 
+#: the fraction of the NQF's output at which Thm 13's next term ends the validity horizon, by
+#: default (`predict`'s `horizon_fraction`, the sweep's horizon columns)
+HORIZON_FRACTION = 0.1
 #: at most this many times of the predicted curve are probed (each costs an eigendecomposition of
 #: `M`, the most of the horizon's cost: see `benchmarks/README.md`)
 GRID_POINTS = 16
