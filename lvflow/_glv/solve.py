@@ -197,9 +197,22 @@ def solve_lv(
         adjoint=adjoint,
         max_steps=max_steps,
         progress=progress,
-        first_pass=not given,
+        first_pass=_may_not_be_the_limit(given, eq_ok),
         throw=throw,
     )
+
+
+def _may_not_be_the_limit(given: bool, eq_ok: Bool[ArrayLike, ""]) -> bool:
+    """Whether the ODE solve needs its first pass (`z(t1)` where the equilibrium is not unique):
+    not when `z_inf` was given, nor when `eq_ok` is a concrete `True` (an eager call, differentiated
+    or not, with a unique equilibrium), where the first pass would have horizon 0. Only the compiled program depends on
+    it (one `diffrax.diffeqsolve` instead of two), not the solution or its derivatives."""
+    if given:
+        return False
+    try:
+        return not bool(eq_ok)  # concrete eagerly, and under `jax.grad`/`jax.jvp` of an eager call
+    except jax.errors.ConcretizationTypeError:  # traced under `jit`/`vmap`: either may hold
+        return True
 
 
 def _checks(u0, t1, ts, z_eq, rho, *, given: bool):
