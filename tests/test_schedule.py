@@ -13,10 +13,6 @@ from scipy.optimize import brentq, nnls
 import lvflow
 from lvflow import LowRankLotkaVolterra, plateau_schedule
 
-# internal on purpose: the event loop run on the dense backend directly, against the public path
-from lvflow._schedule.active_set import _DenseBackend
-from lvflow._schedule.schedule import _run
-
 # Two modes, hand-solved: A ignites at τ = 1/r_A = 1; then s_B(1) = −1 + 0.8 = −0.2 and B grows
 # at σ_B = 0.8 − 0.56·z_A = 0.24, igniting at τ = 1 + 0.2/0.24 = 11/6; on {A, B} the unconstrained
 # equilibrium has z_A < 0, so A switches off there (σ_A = 1 − 0.56·2 = −0.12).
@@ -92,9 +88,12 @@ def test_diagonal_tau_star_is_one_over_r_and_loss_staircase():
         at = s.loss_at(np.array([0.5, 1.5, 3.0, 100.0]))
         np.testing.assert_allclose(at, y2 - np.array([0, V[0], V[:2].sum(), V.sum()]), rtol=1e-13)
         np.testing.assert_allclose(s.z_final, np.where(r > 0, r / c, 0.0), rtol=1e-12)
-    # the dense incremental backend on the same diagonal system
-    res = _run(_DenseBackend(np.diag(c), r, False), r, y2, np.full(K, -1.0), np.zeros(K, bool), 1e-12, False, 100)
-    np.testing.assert_allclose(res.tstar, expected, rtol=1e-13)
+    # the dense incremental backend (C not diagonal): one more mode, coupled to all, that never
+    # ignites (r < 0, so σ = r − Σ 0.1 z_k < 0), leaves the others' schedule as it was
+    Cd = np.block([[np.diag(c), np.full((K, 1), 0.1)], [np.full((1, K), 0.1), np.ones((1, 1))]])
+    s = plateau_schedule(lvflow.LotkaVolterra(np.append(r, -1.0), Cd, y2=y2), 1e-5)
+    np.testing.assert_allclose(s.tau_star, np.append(expected, np.inf), rtol=1e-13)
+    np.testing.assert_allclose(s.loss, y2 - np.concatenate([[0], np.cumsum(V[:5])]), rtol=1e-13)
     assert s.times(1e-3)[0] == pytest.approx(math.log(1e3))
 
 

@@ -89,7 +89,7 @@ def _gib(nbytes: float) -> str:
 
 
 def curve_bytes(modes: int, points: int) -> float:
-    """The peak bytes `predict` (one configuration's `lvflow._sweep.evaluate.configuration`) needs
+    """The peak bytes `predict` (one configuration's `lvflow._workflow.predict_kernel.configuration`) needs
     for `modes` modes and a curve of `2·points − 1` samples: per sample, the modes' trajectories
     (about three float64 copies of every mode: measured 2.7 at 20000 modes) and about 16 float64
     for the times, the loss, the excess loss and the drops found on them (measured: 100 bytes a

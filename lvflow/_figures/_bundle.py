@@ -124,3 +124,9 @@ def sliced(optimisers: Sequence[optax.GradientTransformation], reps: int) -> opt
         return jax.tree_util.tree_map(pick, *[u for u, _ in outs]), tuple(s for _, s in outs)
 
     return optax.GradientTransformation(init, update)
+
+
+@eqx.filter_jit
+def outputs(model, X):
+    """`model` on every input of `X`, compiled once per model kind (an eager `vmap` compiles op by op)."""
+    return jax.vmap(model)(X)

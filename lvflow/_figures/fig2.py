@@ -42,7 +42,7 @@ from .._training.train import train
 from .._training.twin import nqf_twin
 from . import _style
 from ._bilinear import BilinearTwin
-from ._bundle import Bundle, Stacked, bundle_loss, bundle_losses, only_stacked_W, sliced
+from ._bundle import Bundle, Stacked, bundle_loss, bundle_losses, only_stacked_W, outputs, sliced
 
 TITLE = "network vs NQF (ŝ_k/s_k): MLP, CNN, one QK-only head, 4-head attention × GD/momentum/Adam × σ = 0.01/0.2"
 
@@ -133,13 +133,6 @@ class _Record(eqx.Module):
         return tuple(jnp.einsum("jmc,mnc->nj", self.R, o) for o in outs) + bundle_losses(b, self.X, self.y)
 
 
-@eqx.filter_jit
-def _outputs(model, X):
-    """`model` on every sample, compiled once per model kind (eagerly, each operation under
-    `vmap` would compile on its own)."""
-    return jax.vmap(model)(X)
-
-
 def run_architecture(a: _Arch, *, m: int, records: int, seed: int = 0, s=S, check: bool = True) -> dict:
     """Train network and NQF twin with the 3 optimisers from the 2 inits: `ŝ/s` of all 12 runs,
     against the teacher whose `Θ*` has singular values `s` (`READINGS`).
@@ -186,8 +179,8 @@ def run_architecture(a: _Arch, *, m: int, records: int, seed: int = 0, s=S, chec
     late = np.asarray(h.steps) > 0.1 * a.steps
     gap_late = np.max(np.abs(sn - sq)[late], axis=(0, 3))
     W_end = h.model.models[1].W  # the twins' final neuron arrays
-    f_nqf = np.asarray(_outputs(Stacked(twin, W_end), X))
-    f_net = np.asarray(_outputs(Stacked(net, W_end), X))
+    f_nqf = np.asarray(outputs(Stacked(twin, W_end), X))
+    f_net = np.asarray(outputs(Stacked(net, W_end), X))
     at_end = np.linalg.norm(f_net - f_nqf, axis=(0, 2)) / np.linalg.norm(f_nqf, axis=(0, 2))
     return dict(
         steps=np.asarray(h.steps),

@@ -40,7 +40,7 @@ from .._training.twin import nqf_twin
 from ..architectures import MLP
 from . import _style
 from ._bilinear import BilinearTwin
-from ._bundle import Bundle, bundle_loss, sliced, with_W
+from ._bundle import Bundle, bundle_loss, outputs, sliced, with_W
 
 TITLE = "deep networks (4-layer MLP, 2-layer attention) vs 2-layer and 1-layer NQFs × GD/momentum/Adam × 2 inits"
 
@@ -88,12 +88,6 @@ def _shallow(name: str):
     return _SHALLOW[name](jax.random.PRNGKey(0))
 
 
-@eqx.filter_jit
-def _batched(model, X):
-    """`model` on every input of `X`, compiled once (an eager `vmap` compiles op by op)."""
-    return jax.vmap(model)(X)
-
-
 def teacher(name: str, seed: int = 0):
     """A teacher of the same architecture with fixed Gaussian weights, each of variance
     1/fan-in (LeCun scale: pre-activations and outputs O(1))."""
@@ -109,7 +103,7 @@ def data(name: str, *, n_train: int = N_TRAIN, n_test: int = N_TEST, seed: int =
     shape = INPUT_SHAPE[name]
     rng = np.random.default_rng(seed)
     X = jnp.asarray(rng.standard_normal((n_train + n_test,) + shape))
-    y = _batched(t, X)
+    y = outputs(t, X)
     return (X[:n_train], y[:n_train]), (X[n_train:], y[n_train:])
 
 
@@ -137,7 +131,7 @@ def two_layer_nqf(deep, X, *, keep_activation: bool = True):
         dphi0=deep.link_slope,
         activation=act,
     )
-    a, b = _batched(two, X), _batched(ref, X)
+    a, b = outputs(two, X), outputs(ref, X)
     return two, float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b)))
 
 
@@ -150,7 +144,7 @@ def matched_one_layer(name: str, deep, X):
     shallow = _shallow(name)
     linear, _ = two_layer_nqf(deep, X[:1], keep_activation=False)
     psi = np.asarray(jax.vmap(shallow.shared_features)(X))  # (m, n): φ'(0) x, or x̄
-    target = np.asarray(_batched(linear, X))
+    target = np.asarray(outputs(linear, X))
     theta = np.linalg.lstsq(psi, target, rcond=None)[0]
     norm = float(np.linalg.norm(theta))
     W = np.zeros(shallow.W.shape)
@@ -161,7 +155,7 @@ def matched_one_layer(name: str, deep, X):
         W[start : start + theta.size, 0] = theta / math.sqrt(norm)
         W[start + shallow.value_size * shallow.in_size, 0] = math.sqrt(norm)
     one = BilinearTwin(with_W(shallow, jnp.asarray(W)))
-    out = np.asarray(_batched(one, X))
+    out = np.asarray(outputs(one, X))
     return one, float(np.max(np.abs(out - target)) / np.max(np.abs(target)))
 
 
@@ -170,7 +164,7 @@ def initial_offset(deep, two, X) -> dict:
     `‖f_net − f_NQF‖ / ‖f_net‖` on `X`, block 1's alone (`‖h_net − Q₁‖ / ‖h_net‖`), and the RMS
     pre-activation of the network's first layer (`W₁x`; tanh is within 5 % of linear only for
     `|u| ≲ 0.39`)."""
-    f_net, f_two = _batched(deep, X), _batched(two, X)
+    f_net, f_two = outputs(deep, X), outputs(two, X)
     h_net = jax.vmap(lambda x: deep.chain(deep.blocks[0], x))(X)
     h_two = jax.vmap(lambda x: deep.chain(two.blocks[0], x))(X)
     out = {

@@ -12,7 +12,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from .._core.errors import LvflowError
-from .._core.validate import as_array, to_jax
+from .._core.validate import as_array, check_positive, to_jax
 from ..architectures import AbstractSumForm
 from ..architectures._base import AbstractTwin
 
@@ -272,8 +272,8 @@ def nqf_horizon(
     X = _batch(X)
     if (M is None) == (W is None):
         raise LvflowError("M, W: give exactly one trajectory (M of shape (T, p, p), or W of shape (T, p, d))")
-    fraction = _positive("fraction", fraction)
-    loss_fraction = _positive("loss_fraction", loss_fraction)
+    fraction = check_positive("fraction", fraction)
+    loss_fraction = check_positive("loss_fraction", loss_fraction)
     p = network.p
     if W is not None:
         path = np.asarray(as_array("W", W, ndim=3), dtype=float)
@@ -337,13 +337,6 @@ def nqf_horizon(
         times=t, ratio=ratio, fraction=fraction, time=time, index=index, order=order, loss_gap=gap,
         loss_fraction=loss_fraction, departure=departure,
     )  # fmt: skip
-
-
-def _positive(name, v) -> float:
-    v = float(as_array(name, v, ndim=0))
-    if not v > 0:
-        raise LvflowError(f"{name}: must be > 0, got {v}")
-    return v
 
 
 def _first_crossing(t, r, level, *, log: bool) -> tuple[int | None, float]:

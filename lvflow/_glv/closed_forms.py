@@ -198,6 +198,34 @@ def _riccati(Y, c, M0, t):
     return jax.vmap(at)(t) if t.ndim == 1 else at(t)
 
 
+def _log1mexp(x, xp):
+    """`ln(1 − eˣ)` for `x < 0`, accurate at both ends (`ln(−expm1 x)` near 0, `log1p(−eˣ)` below `−ln 2`)."""
+    return xp.where(x > -_LN2, xp.log(-xp.expm1(x)), xp.log1p(-xp.exp(x)))
+
+
+def switch_on_time(r, log_c, log_z0, log_T, xp=jnp):
+    """Eq. 158, Thm 6 inverted: the time `z_k` of `ż_k = z_k (r_k − c_k z_k)` takes from `z_k0` to
+    `T_k`, `t = (1/r_k) [ln(T_k/z_k0) + ln((r_k − c_k z_k0)/(r_k − c_k T_k))]`, from the logarithms
+    of `c_k`, `z_k0`, `T_k` (exact where `z_k0` or `c_k z_k0` is subnormal; `ln c_k = −inf` for
+    `c_k = 0`). The one implementation behind `ignition_time` and `solve_lv`'s closed form.
+
+    **Arguments:** `r`, `log_c`, `log_z0`, `log_T`: broadcastable arrays, finite (`log_c` may be
+    `−inf`); `xp`: `numpy` or `jax.numpy`.
+
+    **Returns:** `t`: 0 where `z_k0 ≥ T_k`, `inf` where `z_k` never reaches `T_k` (`r_k ≤ 0` or
+    `c_k T_k ≥ r_k`).
+    """
+    grows = r > 0
+    safe_r = xp.where(grows, r, 1.0)
+    log_r = xp.log(safe_r)
+    x_T = log_c + log_T - log_r  # ln(c T / r) < 0: T below the saturation r/c
+    above = log_z0 >= log_T
+    reached = grows & (x_T < 0) & ~above
+    x_0 = xp.where(reached, log_c + log_z0 - log_r, -1.0)  # ln(c z0 / r) < ln(c T / r)
+    t = (log_T - log_z0 + _log1mexp(x_0, xp) - _log1mexp(xp.where(reached, x_T, -1.0), xp)) / safe_r
+    return xp.where(above, 0.0, xp.where(reached, xp.maximum(t, 0.0), xp.inf))
+
+
 def ignition_time(zeta: ArrayLike, C_k: ArrayLike, c_k: ArrayLike, eps: ArrayLike, *, a: float = 1, rho=0.5):
     """The switch-on time of Thm 8 (Eq. 158): with `z_k0 = c_k ε`, the time `z_k` reaches `ρ z_k(∞)`,
 
@@ -236,20 +264,14 @@ def ignition_time(zeta: ArrayLike, C_k: ArrayLike, c_k: ArrayLike, eps: ArrayLik
         ) from None
     zeta, C_k, c_k, eps = vals
     C_k, c_k, eps = (fail_if(v, v <= 0, f"{n}: must be > 0") for n, v in (("C_k", C_k), ("c_k", c_k), ("eps", eps)))
-    # ln(C_k c_k) and ln ε: C_k c_k ε (or ε itself) may be subnormal, their logs are not
-    log_cc, log_eps = host_log(C_k) + host_log(c_k), host_log(eps)
-    xp = _namespace(zeta, log_cc, log_eps, rho)  # numpy for known values: no compilation per shape
-    rates, log_cc, log_eps = (xp.broadcast_to(xp.asarray(v, dtype=float), shape) for v in (zeta, log_cc, log_eps))
+    # ln C_k, ln(c_k ε): C_k c_k ε (or ε itself) may be subnormal, their logs are not
+    log_C, log_z0 = host_log(C_k), host_log(c_k) + host_log(eps)
+    xp = _namespace(zeta, log_C, log_z0, rho)  # numpy for known values: no compilation per shape
+    rates, log_C, log_z0 = (xp.broadcast_to(xp.asarray(v, dtype=float), shape) for v in (zeta, log_C, log_z0))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         live = rates > 0
-        safe_zeta = xp.where(live, rates, 1.0)
-        # ζ − C c ε = ζ (1 − e^{ln(Cc) + ln ε − ln ζ}); ≤ 0 when the mode starts at or above saturation
-        x = log_cc + log_eps - xp.log(safe_zeta)
-        above = x >= 0
-        log_gap = xp.log(safe_zeta) + xp.log1p(-xp.exp(xp.where(above, -1.0, x)))
-        t = (-log_eps - (log_cc - log_gap + xp.log((1 - rho) / rho))) / (a * safe_zeta)
-        t = xp.maximum(xp.where(above, 0.0, t), 0.0)
-        return xp.where(live, t, xp.inf)
+        log_T = xp.log(rho) + xp.log(xp.where(live, rates, 1.0)) - log_C  # T_k = ρ ζ_k/C_k
+        return xp.where(live, switch_on_time(rates, log_C, log_z0, log_T, xp) / a, xp.inf)
 
 
 class XiSolution(eqx.Module):

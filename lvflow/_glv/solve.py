@@ -13,7 +13,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._core.errors import LvflowError
 from .._core.validate import as_array, check_positive
-from .closed_forms import host_log, thm6
+from .closed_forms import host_log, switch_on_time, thm6
 from .equilibrium import saturated_equilibrium
 from .interaction import DiagonalInteraction
 from .lv import AbstractLotkaVolterra
@@ -275,21 +275,8 @@ def _closed_form_core(
     z_inf = jnp.where(eq_ok, z_eq, z_end)
     live = z_inf > 0
     target = switch_on_target(z_inf, rho)  # ln T_k, T_k = ρ z_k(∞)
-    T = jnp.exp(target)
-    above = u0 >= target
-    # z_k increases monotonically to r_k/C_kk from below, so it crosses T_k iff z0 < T_k < r_k/C_kk.
-    gap = r - c * T
-    crosses = live & ~above & (gap > 0)
-    safe_r = jnp.where(crosses, r, 1.0)
-    safe_gap = jnp.where(crosses, gap, 1.0)
-    # t* = (1/r) [ln(T/z0) + ln((r − C z0)/(r − C T))], both terms ≥ 0 for z0 < T < r/C.
-    # C z0 from logs where z0 is subnormal (read as 0), e.g. C = 1e300, z0 = 1e-310
-    normal = z0 > 0
-    log_c = jnp.log(jnp.where(c > 0, c, 1.0))
-    cz0 = jnp.where(normal | (c <= 0), c * z0, jnp.exp(log_c + jnp.where(normal, 0.0, u0)))
-    c_rise = jnp.where(normal, c * (T - z0), c * T - cz0)
-    t_cross = ((target - u0) + jnp.log1p(c_rise / safe_gap)) / safe_r
-    t_star = jnp.where(live & above, 0.0, jnp.where(crosses, t_cross, jnp.inf))
+    log_c = jnp.where(c > 0, jnp.log(jnp.where(c > 0, c, 1.0)), -jnp.inf)
+    t_star = jnp.where(live, switch_on_time(r, log_c, u0, target), jnp.inf)  # Eq. 158
     t_star = jnp.where(t_star <= t1, t_star, jnp.inf)  # as the ODE path: not reached by t1
     no_steps = (jnp.asarray(0),) * 3  # the dtype diffrax's statistics have
     return finish_solution(ts, zs, c[None] * zs, r, y2, t_star, z_inf, rho, z_end, no_steps, SUCCESSFUL)

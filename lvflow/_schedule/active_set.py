@@ -23,8 +23,7 @@ only with `corrected`), and `response(k)` is `C x` for `x = e_k − C_SS⁻¹ C_
 `S ∪ {k}`). `_repair` drives a backend to the saturated equilibrium on an active set.
 
 Everything is numpy: the event loop is sequential and data dependent, and its per-event work is
-a handful of `O(K)` vector operations — a compiled `lax.while_loop` was measured no faster per
-event, and costs seconds of compilation per shape.
+a handful of `O(K)` vector operations (`docs/devdocs/schedule.md`).
 """
 
 from __future__ import annotations

@@ -14,15 +14,8 @@ linear algebra is in `active_set`):
   the `q × q` Woodbury core, `O(K q)` per event;
 - diagonal `C` (or `q = 0`): closed form, `O(K log K)`.
 
-The event loop runs in numpy: its control flow is sequential and data dependent, each event costs
-a handful of vector operations, and a compiled `lax.while_loop` version was measured no faster per
-event while costing ~10 s of compilation per shape. Measured (CPU time, busy 2-core machine,
-rank-4 coupling, ε = 1e-6): 10³ modes 0.04 s, 3·10³ 0.12 s, 10⁴ 0.7–0.8 s (one event per mode,
-≈ 70 µs each, i.e. `O(K q)` per event plus fixed per-event overhead); 10⁵ diagonal modes 0.08 s;
-dense `C` with 10³ modes 1–2.5 s. Refining every plateau on its support (`active_set`'s `refine`,
-for plateaus accurate to rounding) and the stationary drops cost the low-rank loop about 3× that
-(10⁴ modes: 3.0 s CPU against 0.85 s without, measured side by side on a loaded machine); the
-dense loop about nothing (10³ random dense modes: 7.8 s against 7.5 s).
+The event loop runs in numpy: its control flow is sequential and data dependent and each event
+costs a handful of vector operations (timings, and why not `lax.while_loop`: `docs/devdocs/schedule.md`).
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ class AbstractFamily(abc.ABC):
     #: the modes ignite in index order with `τ*_k = 1/r_k` (Eq. 168), so the ε → 0 schedule is
     #: computed on the device; otherwise it is `plateau_schedule` on the host
     ascending_tau: bool = False
-    #: the loss's minimiser over `z ≥ 0` is unique, hence the flow's limit (`evaluate.loss_floor`);
+    #: the loss's minimiser over `z ≥ 0` is unique, hence the flow's limit (`predict_kernel.loss_floor`);
     #: otherwise `z(∞)` is `z(t1)` of a first solve
     z_inf_known: bool = True
 

@@ -25,9 +25,9 @@ from .._schedule.schedule import plateau_schedule
 from .._workflow.io import load_array, load_arrays
 from .._workflow.predict_data import architecture_network, nqf_from_data
 from .._workflow.predict_inputs import lv_from_arrays, power_law_lv
+from .._workflow.predict_kernel import loss_floor, switch_off_levels
 from .._workflow.spec import Configurations, check_initial_scale, check_ranges, check_source
 from .base import AbstractFamily, Init, System
-from .evaluate import loss_floor, switch_off_levels
 from .grid import DEFAULTS, Plan
 
 
@@ -93,9 +93,9 @@ class PowerLawFamily(AbstractFamily):
 class SystemInfo:
     """A concrete gLV of the sweep, loaded once: its arrays on the host, the structure of `C` (the
     class of `lv.interaction()`),
-    `z_inf` (the loss's minimiser over `z ≥ 0`, `evaluate.loss_floor`; `unique` False when the
+    `z_inf` (the loss's minimiser over `z ≥ 0`, `predict_kernel.loss_floor`; `unique` False when the
     flow's limit depends on `z0`, the minimum does not) and, on first use, `z_on`
-    (`evaluate.switch_off_levels`: the plateau level of each mode a competitor later switches off)."""
+    (`predict_kernel.switch_off_levels`: the plateau level of each mode a competitor later switches off)."""
 
     lv: System
     label: str

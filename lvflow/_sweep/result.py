@@ -151,23 +151,6 @@ class Assembler:
         return cols
 
 
-def concat_chunks(tables: list[dict[str, np.ndarray]], n: int | None = None) -> dict[str, np.ndarray]:
-    """Chunk tables into one, sorted by `index`; per-mode and curve columns NaN-padded to the
-    widest."""
-    if not tables:
-        return {}
-    n = int(max(int(t["index"].max()) for t in tables) + 1) if n is None else n
-    widths: dict[str, int] = {}
-    for t in tables:
-        for k, v in t.items():
-            if v.ndim == 2:
-                widths[k] = max(widths.get(k, 0), v.shape[1])
-    asm = Assembler(n, widths)
-    for t in tables:
-        asm.add(t)
-    return asm.result()
-
-
 def load_sweep(out, *, partial: bool = False) -> SweepResult:
     """Read a sweep's directory back: `lvflow.load_sweep("DIR")["t_first"]`.
 

@@ -446,15 +446,6 @@ def manifest(
     }
 
 
-def read_json(p: Path, name: str) -> Any:
-    """The JSON value in file `p` (`lvflow._workflow.io.read_document`).
-
-    **Raises:** `LvflowError` naming `name` and `p` if the file cannot be read, is not JSON, or is
-    nested too deeply for Python's parser.
-    """
-    return read_document(p, f"{name}: {p}: ")
-
-
 def _check_manifest(m: Any) -> bool:
     """Whether `m` has the fields and types of a manifest (`manifest`) that a sweep relies on."""
     if not isinstance(m, dict) or m.get("format") != FORMAT:
@@ -479,7 +470,7 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
     p = out / MANIFEST
     if not p.exists():
         return None
-    m = read_json(p, "out")
+    m = read_document(p, f"out: {p}: ")
     if not _check_manifest(m):
         raise LvflowError(f"out: {p} is not an lvflow sweep manifest ({FORMAT})")
     return m

@@ -314,7 +314,7 @@ def sweep(
     `horizon_step` and `horizon_floor_t` (`predict`'s, read off the sweep's own curve and `z(t)` on
     the host, one ratio evaluation per configuration; NaN for the other systems). They
     are `predict`'s numbers for the same inputs, its time grid included: both evaluate
-    one function (`lvflow._sweep.evaluate.configuration`), `predict` once and the sweep vmapped (a
+    one function (`lvflow._workflow.predict_kernel.configuration`), `predict` once and the sweep vmapped (a
     mode switched on and later off by a competitor gets its switch-on time in both; the excess
     loss is measured from the loss's true minimum, also for a singular `C`); a failed ODE solve is
     a row with `success = False`, not an exception.

@@ -36,7 +36,6 @@ from .._glv.reduce import reduce_to_lv
 from .._glv.solve import _DEFAULT_MAX_STEPS
 from .._schedule.scaling import predicted_exponent
 from .._schedule.schedule import PlateauSchedule, plateau_excess_in_order, plateau_schedule
-from .._sweep.evaluate import configuration, loss_floor, switch_off_levels
 from .eps_merge import eps_merge
 from .predict_horizon import (
     HORIZON_FRACTION,
@@ -47,6 +46,7 @@ from .predict_horizon import (
     probe_indices,
 )
 from .predict_inputs import check_curve_memory, check_drops_finite, initial_scale
+from .predict_kernel import configuration, loss_floor, switch_off_levels
 from .prediction import Prediction
 from .spec import Configurations, check_ranges
 
@@ -286,7 +286,7 @@ def _lv_horizon(lv, probe, z0, ts, loss, excess, zs) -> PredictionHorizon | None
 def _configuration(
     lv: AbstractLotkaVolterra, *, c, eps, rho, t1, tau, z_on, z_floor, unique, num_points, rtol, atol, progress, keep_zs
 ) -> dict[str, np.ndarray]:
-    """One call of the per-configuration prediction (`lvflow._sweep.evaluate.configuration`, the
+    """One call of the per-configuration prediction (`lvflow._workflow.predict_kernel.configuration`, the
     function `sweep` vmaps), compiled once per shape; its arrays on the host.
 
     **Raises:** `SolverError` when the solve fails (not finite, or out of steps).
