@@ -67,6 +67,8 @@ _OPTIONS = (
 _DIRECTORY: Path | None = None
 #: Programs loaded or compiled in this process, by key.
 _LOADED: dict[str, Any] = {}
+#: Keys whose programs cannot be kept (`_compile_and_keep` failed): the plain `filter_jit` runs them.
+_UNKEPT: set[str] = set()
 
 
 class _NotKept(Exception):
@@ -93,13 +95,15 @@ def persistent_jit(fun: _F) -> _F:
             key, dynamic, static = _key(fun, args)
         except _NotKept:
             return jitted(*args)
+        if key in _UNKEPT:
+            return jitted(*args)
         compiled = _LOADED.get(key)
         if compiled is None:
             compiled = _load(key, dynamic)
             if compiled is None:
                 return _compile_and_keep(fun, key, dynamic, static, jitted, args)
             try:
-                out = compiled(dynamic)
+                out = jax.block_until_ready(compiled(dynamic))
             except Exception:  # noqa: BLE001 — a program that loads but does not run: not kept
                 _remove(_path(key))
                 return jitted(*args)
@@ -271,11 +275,10 @@ def _compile_and_keep(fun, key, dynamic, static, jitted, args):
 
     program.__name__ = program.__qualname__ = fun.__name__
     try:
-        compiled = jax.jit(program).lower(dynamic).compile()
+        compiled = _compile_anew(jax.jit(program).lower(dynamic))
         body, _, out_tree = serialize_executable.serialize(compiled)
-    except _NotKept:
-        return jitted(*args)
-    except Exception:  # noqa: BLE001 — e.g. a host callback, which cannot be serialized
+    except Exception:  # noqa: BLE001 — not a tuple of arrays (`_NotKept`), a host callback (not serializable), …
+        _UNKEPT.add(key)
         return jitted(*args)
     _LOADED[key] = compiled
     n_out = out_tree.num_leaves
@@ -289,6 +292,23 @@ def _compile_and_keep(fun, key, dynamic, static, jitted, args):
     except Exception:  # noqa: BLE001 — an unwritable cache costs speed, not correctness
         pass
     return compiled(dynamic)
+
+
+def _compile_anew(lowered):
+    """`lowered.compile()` by XLA, not read from JAX's persistent cache: an executable JAX read from
+    its cache serializes without its compiled functions (on the CPU, jax 0.10: loaded again it fails
+    with `NOT_FOUND: Function … not found`). JAX's cache is off during the compilation and set up
+    again afterwards as it was."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    enabled = jax.config.jax_enable_compilation_cache  # pyright: ignore[reportAttributeAccessIssue]
+    compilation_cache.reset_cache()
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        return lowered.compile()
+    finally:
+        jax.config.update("jax_enable_compilation_cache", enabled)
+        compilation_cache.reset_cache()
 
 
 def _evict(directory: Path) -> None:
