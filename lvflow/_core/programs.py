@@ -8,9 +8,13 @@ equinox and numpy, JAX's options that change a traced program, `XLA_FLAGS` and `
 the device, the pytree structure of the arguments with their static values, and each array
 argument's shape, dtype and weak type. A call whose static values cannot be named stably across
 processes (a function or object defined outside lvflow, JAX, equinox and numpy, a lambda, a
-closure), a call under a JAX transformation (traced arguments), with more than one device, or with
-no directory set runs the plain `filter_jit`. So does every call whose file is missing, unreadable
-or corrupt (its checksum does not match: the file is removed and written again).
+closure), a call under a JAX transformation (traced arguments), with more than one device, outside
+the main thread, or with no directory set runs the plain `filter_jit`. A file that is unreadable or
+corrupt (its checksum does not match) is removed, and the program compiled and written again.
+
+A program kept for the first time (after lvflow or JAX changed, or in a new directory) is compiled
+by XLA even where JAX's persistent cache holds it (`_compile_anew`): that first run pays XLA's
+compilation, the next ones neither it nor the tracing.
 
 The files are pickles of JAX's serialized executables (`jax.experimental.serialize_executable`),
 as trusted as JAX's own persistent cache in the same directory: the directory must be the user's.
@@ -25,6 +29,7 @@ import hashlib
 import os
 import struct
 import sys
+import threading
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -136,6 +141,8 @@ def _key(fun: Callable, args: tuple) -> tuple[str, Any, Any]:
 
     **Raises:** `_NotKept` where the program cannot be kept (see the module's docstring)."""
     if jax.config.jax_disable_jit or jax.device_count() != 1:  # pyright: ignore[reportAttributeAccessIssue]
+        raise _NotKept
+    if threading.current_thread() is not threading.main_thread():  # `_compile_anew` sets JAX's options
         raise _NotKept
     dynamic, static = eqx.partition(args, eqx.is_array)
     leaves, dynamic_tree = jax.tree_util.tree_flatten(dynamic)
