@@ -447,7 +447,7 @@ def _persistent_cache() -> str | None:
     a command run again skips compilation: in `$LVFLOW_CACHE_DIR`, else a directory already set
     for JAX, else `$XDG_CACHE_HOME/lvflow/jax` (default `~/.cache/lvflow/jax`); at most 1 GB
     (least recently used entries go first). `LVFLOW_CACHE_DIR=off` (or `0`, `none`) turns it
-    off.
+    off. Its `programs` subdirectory holds lvflow's own kept executables (`_keeping_programs`).
 
     **Returns:** the directory, or None where the cache is off or the directory cannot be made."""
     setting = os.environ.get("LVFLOW_CACHE_DIR", "")
