@@ -98,7 +98,7 @@ def persistent_jit(fun: _F) -> _F:
             return jitted(*args)
         try:
             key, dynamic, static = _key(fun, args)
-        except _NotKept:
+        except Exception:  # noqa: BLE001 — `_NotKept`, or arguments `_key` cannot describe: not kept
             return jitted(*args)
         if key in _UNKEPT:
             return jitted(*args)
@@ -262,7 +262,8 @@ def _load(key: str, dynamic) -> Any:
         in_tree = jax.tree_util.tree_structure(((dynamic,), {}))
         out_tree = jax.tree_util.tree_structure((0,) * n_out)
         compiled = serialize_executable.deserialize_and_load(body[8 + n_key :], in_tree, out_tree)
-        os.utime(path)  # recently used
+        with contextlib.suppress(OSError):  # (a read-only directory)
+            os.utime(path)  # recently used
         return compiled
     except Exception:  # noqa: BLE001 — a file that cannot be read back is compiled again
         _remove(path)
