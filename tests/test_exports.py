@@ -14,8 +14,8 @@ import pytest
 import lvflow
 
 
-def _static_imports() -> dict[str, str]:
-    tree = ast.parse(Path(lvflow.__file__).read_text())
+def _static_imports(module=lvflow) -> dict[str, str]:
+    tree = ast.parse(Path(module.__file__).read_text())
     block = next(
         node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", "") == "_TYPE_CHECKING"
     )
@@ -39,6 +39,22 @@ def test_every_export_loads_from_its_module():
         mod = importlib.import_module(module, "lvflow")
         expected = mod if module == "." + name else getattr(mod, name)
         assert getattr(lvflow, name) is expected, name
+
+
+def test_the_architectures_load_on_first_use(tmp_path):
+    # `lvflow.architectures` lists its built-in architectures twice too (loaded on first use: a
+    # command that builds an MLP does not import the attention or CNN modules)
+    arch = lvflow.architectures
+    assert _static_imports(arch) == arch._EXPORTS
+    assert set(arch.__all__) == {*arch._EXPORTS, *(n for n in dir(arch) if n.startswith("Abstract"))}
+    for name, module in arch._EXPORTS.items():
+        assert getattr(arch, name) is getattr(importlib.import_module(module, arch.__name__), name), name
+    code = (
+        "import sys, lvflow.architectures as a\na.MLP\nprint(sorted(m for m in sys.modules if '.architectures.' in m))"
+    )
+    out = _run(tmp_path, code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["['lvflow.architectures._base',", "'lvflow.architectures._mlp']"]
 
 
 def _run(tmp_path, code: str, *flags: str, pythonpath: str = "") -> subprocess.CompletedProcess:

@@ -13,6 +13,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._core.errors import DivergenceError, LvflowError, SolverError
+from .._core.programs import persistent_jit
 from .._core.validate import check_in_open_interval, check_positive, check_positive_int, to_jax
 from .._curve.drops import LossDrops, loss_drops
 from .flow import check_state
@@ -138,7 +139,7 @@ def _chunk(nqf, M0, ts, floor, gap0, tol, rate, rtol, atol, max_steps):
     return sol.ys, jax.vmap(nqf.loss)(sol.ys), sol.result, sol.t1
 
 
-@eqx.filter_jit
+@persistent_jit
 def _gd_chunk(nqf, M0, n0, steps, lr, floor, gap0, tol, rate):
     """GD's map of `M` from step `n0` (`M0`), recorded (with its loss) at the non-decreasing `steps`;
     once the steady-state event holds (or the loss overflows) at a record, no further steps are taken."""
@@ -159,7 +160,7 @@ def _gd_chunk(nqf, M0, n0, steps, lr, floor, gap0, tol, rate):
     return Ms, losses, ns, stops, diverged
 
 
-@eqx.filter_jit
+@persistent_jit
 def _start(nqf, M0):
     """`Y` (Eq. 252) and the loss at `M0`, as one compiled program."""
     return nqf.Y, nqf.loss(M0)

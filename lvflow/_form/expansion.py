@@ -12,6 +12,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from .._core.errors import LvflowError
+from .._core.programs import persistent_jit
 from .._core.validate import as_array, check_positive, to_jax
 from ..architectures import AbstractSumForm
 from ..architectures._base import AbstractTwin
@@ -185,7 +186,7 @@ def horizon_ratio(network, X, M: Float[ArrayLike, "T p p"], *, order: int, width
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num == 0, 0.0, np.inf))
 
 
-@eqx.filter_jit
+@persistent_jit
 def _ratio_terms(network, X, W_next, W_quad, order):
     """RMS of the next term (neurons `W_next[t]`) and of the NQF's output (neurons `W_quad[t]`) per time."""
 

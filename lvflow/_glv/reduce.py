@@ -118,11 +118,13 @@ def _random_commutator(nqf: NQF, atol: float, rng: np.random.Generator) -> None:
 
 
 def max_commutator_norm(A) -> float:
-    """`max_{μ,ν} ‖[A_μ, A_ν]‖_F` over a stack `(n, p, p)` (O(n² p³), chunked over μ)."""
+    """`max_{μ,ν} ‖[A_μ, A_ν]‖_F` over a stack `(n, p, p)` (O(n² p³), chunked over μ; each pair
+    once, `ν > μ`: `[A_ν, A_μ] = −[A_μ, A_ν]`)."""
     A = np.asarray(A, dtype=float)
     best = 0.0
-    for a in A:
-        comm = a @ A - A @ a
+    for i in range(len(A) - 1):
+        a, rest = A[i], A[i + 1 :]
+        comm = a @ rest - rest @ a
         best = max(best, float(np.max(np.sqrt(np.einsum("nij,nij->n", comm, comm)))))
     return best
 

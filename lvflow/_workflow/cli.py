@@ -292,9 +292,9 @@ def _main(argv: list[str]) -> int:
         bad = _bad_environment(f"lvflow {argv[0]}")
         if bad is not None:
             return bad
-        if not command.times_itself:
-            _persistent_cache()
-        return _run_reporting(f"lvflow {argv[0]}", command.runner, options.FLAGS, args)
+        directory = None if command.times_itself else _persistent_cache()
+        with _keeping_programs(directory):
+            return _run_reporting(f"lvflow {argv[0]}", command.runner, options.FLAGS, args)
     finally:
         plot_worker.stop()  # (if it was started and not used: an error came first)
 
@@ -442,15 +442,17 @@ def _benchmarks_importable() -> bool:
     return True
 
 
-def _persistent_cache() -> None:
+def _persistent_cache() -> str | None:
     """Keep XLA's compiled programs across processes (JAX's persistent compilation cache), so that
     a command run again skips compilation: in `$LVFLOW_CACHE_DIR`, else a directory already set
     for JAX, else `$XDG_CACHE_HOME/lvflow/jax` (default `~/.cache/lvflow/jax`); at most 1 GB
     (least recently used entries go first). `LVFLOW_CACHE_DIR=off` (or `0`, `none`) turns it
-    off."""
+    off. Its `programs` subdirectory holds lvflow's own kept executables (`_keeping_programs`).
+
+    **Returns:** the directory, or None where the cache is off or the directory cannot be made."""
     setting = os.environ.get("LVFLOW_CACHE_DIR", "")
     if setting.lower() in ("off", "0", "none", "false"):
-        return
+        return None
     import jax
 
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -461,7 +463,7 @@ def _persistent_cache() -> None:
         os.makedirs(path, exist_ok=True)
         _repair_cache(path)
     except OSError:
-        return  # an unwritable cache directory costs speed, not correctness
+        return None  # an unwritable cache directory costs speed, not correctness
     # another process evicting entries at the same time makes JAX warn once per program; the cache
     # only saves time, so a failed read or write is not the user's business
     warnings.filterwarnings("ignore", message=r"Error (reading|writing) persistent compilation cache")
@@ -470,6 +472,18 @@ def _persistent_cache() -> None:
         jax_persistent_cache_min_compile_time_secs=0.0,
         jax_compilation_cache_max_size=2**30,
     )
+    return path
+
+
+def _keeping_programs(directory: str | None) -> contextlib.AbstractContextManager:
+    """While the command runs, lvflow's `persistent_jit` programs are kept in the cache `directory`
+    (its `programs` subdirectory; `lvflow._core.programs`), so that the next process loads them
+    instead of tracing and lowering them again; nothing where `directory` is None."""
+    if directory is None:
+        return contextlib.nullcontext()
+    from .._core.programs import keep_programs_in  # imports JAX: not before the command runs
+
+    return keep_programs_in(directory)
 
 
 def configure_jax(**options) -> None:

@@ -406,7 +406,11 @@ def _jsonable(x: Any) -> Any:
     a = np.asarray(x)
     if a.dtype == object:
         return x
-    return _jsonable(a.item()) if a.ndim == 0 else [_jsonable(v) for v in a.tolist()]
+    if a.ndim == 0:
+        return _jsonable(a.item())
+    if a.dtype.kind in "biu" or (a.dtype.kind == "f" and bool(np.isfinite(a).all())):
+        return a.tolist()  # Python numbers already: what the element-wise path gives, at once
+    return [_jsonable(v) for v in a.tolist()]
 
 
 def to_json(obj: Mapping[str, Any]) -> str:

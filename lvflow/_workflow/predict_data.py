@@ -46,11 +46,14 @@ def _cnn(x, k, kernel, value_size):
     return architectures.CNN(tuple(x.shape[1:]), tuple(int(v) for v in kernel), 1, k, key=_key())
 
 
-def _scalar_vectors(cls):
+def _scalar_vectors(name: str):
+    """The builder of the scalar-output architecture `lvflow.architectures.<name>` (loaded when
+    first built: the package loads each architecture on first use)."""
+
     def build(x, k, kernel, value_size):
-        _scalar_output(cls.__name__, k)
+        _scalar_output(name, k)
         _vectors(x)
-        return cls(x.shape[1], 1, key=_key())
+        return getattr(architectures, name)(x.shape[1], 1, key=_key())
 
     return build
 
@@ -98,9 +101,9 @@ _ARCHITECTURES = {
         input_side=lambda x_shape, kernel: None if kernel is None else tuple(int(v) for v in kernel),  # the kernel
         kernel=True,
     ),
-    "diagonal": _Builtin("x (m, n); y (m,)", _scalar_vectors(architectures.DiagonalLinear)),
-    "signed-diagonal": _Builtin("x (m, n); y (m,)", _scalar_vectors(architectures.SignedDiagonal)),
-    "quadratic": _Builtin("x (m, n); y (m,)", _scalar_vectors(architectures.QuadraticNet)),
+    "diagonal": _Builtin("x (m, n); y (m,)", _scalar_vectors("DiagonalLinear")),
+    "signed-diagonal": _Builtin("x (m, n); y (m,)", _scalar_vectors("SignedDiagonal")),
+    "quadratic": _Builtin("x (m, n); y (m,)", _scalar_vectors("QuadraticNet")),
     "sensing": _Builtin("x (m, n, n) square sensing matrices; y (m,)", _sensing),
     "attention": _Builtin(
         "x (m, D, N) sequences of N tokens (columns) of size D, query = last token, with --value-size; "

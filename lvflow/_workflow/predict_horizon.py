@@ -12,6 +12,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._core.errors import LvflowError
+from .._core.programs import persistent_jit
 from .._core.validate import to_jax
 from .._form.expansion import _base_network, _batch, _first_crossing, _quadratic_terms, horizon_ratio
 from .._form.nqf import NQF
@@ -97,7 +98,7 @@ def check_network(system, network, inputs):
     return network, X
 
 
-@eqx.filter_jit
+@persistent_jit
 def _both_outputs(network, X, system, M):
     """The network's NQF output for each sample of `X` (`_quadratic_terms`), and the NQF's quadratic
     output `Tr[M A_μ]` (Eq. 2) for every sample of the system's data: one compiled program."""

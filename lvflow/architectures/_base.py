@@ -19,6 +19,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._core.errors import LvflowError, ZGZError
+from .._core.programs import persistent_jit
 from .._core.validate import as_array, check_positive, check_positive_int, to_jax
 from .._form.taylor import probe_order, taylor_term
 
@@ -538,7 +539,7 @@ def teacher_neurons(p: int, pieces: Sequence[tuple[int, np.ndarray]], r: int) ->
     return Z
 
 
-@eqx.filter_jit
+@persistent_jit
 def _factors(model: AbstractLearnedMap, X):
     E = model.map_basis()
     a, b, p = E.shape[0], E.shape[1], E.shape[-1]
