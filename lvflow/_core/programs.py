@@ -5,12 +5,13 @@ then neither traces nor lowers the function (JAX's persistent cache skips only X
 A program is kept under a key made of everything its compiled code depends on: the function's
 module and name, the SHA-256 of lvflow's source files, the versions of Python, JAX, jaxlib,
 equinox and numpy, JAX's options that change a traced program, `XLA_FLAGS` and `EQX_ON_ERROR`,
-the device, the pytree structure of the arguments with their static values, and each array
-argument's shape, dtype and weak type. A call whose static values cannot be named stably across
-processes (a function or object defined outside lvflow, JAX, equinox and numpy, a lambda, a
-closure), a call under a JAX transformation (traced arguments), with more than one device, outside
-the main thread, or with no directory set runs the plain `filter_jit`. A file that is unreadable or
-corrupt (its checksum does not match) is removed, and the program compiled and written again.
+the device, the host's processor (its model and instruction-set flags), the pytree structure of
+the arguments with their static values, and each array argument's shape, dtype and weak type.
+A call whose static values cannot be named stably across processes (a function or object defined
+outside lvflow, JAX, equinox and numpy, a lambda, a closure), a call under a JAX transformation
+(traced arguments), with more than one device, outside the main thread, or with no directory set
+runs the plain `filter_jit`. A file that is unreadable or corrupt (its checksum does not match)
+is removed, and the program compiled and written again.
 
 A program kept for the first time (after lvflow or JAX changed, or in a new directory) is compiled
 by XLA even where JAX's persistent cache holds it (`_compile_anew`): that first run pays XLA's
@@ -27,6 +28,7 @@ import enum
 import functools
 import hashlib
 import os
+import platform
 import struct
 import sys
 import threading
@@ -228,7 +230,24 @@ def _context() -> str:
     options = [repr(getattr(jax.config, name, None)) for name in _OPTIONS]
     env = [os.environ.get(name, "") for name in ("XLA_FLAGS", "EQX_ON_ERROR", "LIBTPU_INIT_ARGS")]
     backend = (device.platform, device.device_kind, device.client.platform_version)
-    return repr((_source_hash(), versions, options, env, backend))
+    return repr((_source_hash(), versions, options, env, backend, _host()))
+
+
+@functools.cache
+def _host() -> str:
+    """The host's processor: its architecture and, on Linux, the model and instruction-set flags
+    of its first processor (`/proc/cpuinfo`). XLA compiles CPU programs for the host's
+    instruction set, so a cache directory shared between machines (a network home on a cluster)
+    must not hand one machine's program to another."""
+    lines = []
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(("model name", "flags", "Features", "CPU part")):
+                    lines.append(line.strip())
+                elif not line.strip() and lines:  # the first processor's block ends
+                    break
+    return repr((platform.machine(), lines))
 
 
 def _path(key: str) -> Path:
