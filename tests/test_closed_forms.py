@@ -141,6 +141,40 @@ def test_ignition_time_hits_rho_of_saturation(rho):
     np.testing.assert_allclose(t_tiny * zeta / np.log(1e300), 1, atol=0.02)
 
 
+@pytest.mark.parametrize("rho", [1 - 1e-6, 1 - 1e-13, 1 - 2**-52, 1 - 2**-53])
+def test_eq158_as_rho_tends_to_one_against_mpmath(rho):
+    # 1 − ρ is exact in float64; Eq. 158's ln((1−ρ)/ρ) must not be formed from ln T by cancellation
+    # (a mode reported as never switching on, or a time off by 1e-3). Against 50-digit mpmath, over
+    # rates and couplings from 1e-300 to 1e300: ignition_time, solve_lv's closed form and its
+    # derivative (finite).
+    import mpmath as mp
+
+    mp.mp.dps = 50
+
+    def eq158(zeta, C, z0):
+        zeta, C, z0, p = (mp.mpf(float(v)) for v in (zeta, C, z0, rho))
+        return float((mp.log(p * zeta / (C * z0)) + mp.log((zeta - C * z0) / (zeta * (1 - p)))) / zeta)
+
+    for zeta in (1e-300, 1e-3, 1.0, 1e300):
+        for C in (1e-300, 1.0, 1e300):
+            for eps in (5e-324, 1e-12):
+                if mp.mpf(eps) >= mp.mpf(rho) * mp.mpf(zeta) / mp.mpf(C):  # starts on: t = 0 (tested below)
+                    continue
+                got = float(ignition_time(zeta, C, 1.0, eps, rho=rho))
+                assert got == pytest.approx(eq158(zeta, C, eps), rel=1e-13)
+    rng = np.random.default_rng(0)
+    r, c = 10 ** rng.uniform(-3, 3, 50), 10 ** rng.uniform(-3, 3, 50)
+    z0 = np.full(50, 1e-12)
+
+    def t_star(r):
+        system = lvflow.LotkaVolterra(r, np.diag(c))
+        return lvflow.solve_lv(system, z0, 1e9, ts=[0.0, 1e9], rho=rho).switch_on_times
+
+    want = [eq158(*v) for v in zip(r, c, z0)]
+    np.testing.assert_allclose(np.asarray(t_star(r)), want, rtol=1e-13)
+    assert np.all(np.isfinite(np.asarray(jax.grad(lambda r: jnp.sum(t_star(r)))(jnp.asarray(r)))))
+
+
 def test_ignition_time_edge_cases():
     t = np.asarray(ignition_time(np.array([0.0, -1.0, 1.0, 1.0]), 1.0, np.array([1, 1, 0.9, 0.2]), 1.0))
     assert np.isinf(t[0]) and np.isinf(t[1])  # ζ ≤ 0: never switches on

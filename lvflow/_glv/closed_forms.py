@@ -199,18 +199,33 @@ def _riccati(Y, c, M0, t):
 
 
 def _log1mexp(x, xp):
-    """`ln(1 − eˣ)` for `x < 0`, accurate at both ends (`ln(−expm1 x)` near 0, `log1p(−eˣ)` below `−ln 2`)."""
-    return xp.where(x > -_LN2, xp.log(-xp.expm1(x)), xp.log1p(-xp.exp(x)))
+    """`ln(1 − eˣ)` for `x < 0`, accurate at both ends (`ln(−expm1 x)` near 0, `log1p(−eˣ)` below
+    `−ln 2`); each branch sees only its own arguments, so neither puts a NaN into the derivative."""
+    near = x > -_LN2
+    return xp.where(near, xp.log(-xp.expm1(xp.where(near, x, -1.0))), xp.log1p(-xp.exp(xp.where(near, -1.0, x))))
 
 
-def switch_on_time(r, log_c, log_z0, log_T, xp=jnp):
+def switch_on_time(
+    r: Float[ArrayLike, "..."],
+    log_c: Float[ArrayLike, "..."],
+    log_z0: Float[ArrayLike, "..."],
+    log_T: Float[ArrayLike, "..."],
+    xp=jnp,
+    *,
+    log_gap_T: Float[ArrayLike, "..."] | None = None,
+) -> Float[ArrayLike, "..."]:
     """Eq. 158, Thm 6 inverted: the time `z_k` of `ż_k = z_k (r_k − c_k z_k)` takes from `z_k0` to
-    `T_k`, `t = (1/r_k) [ln(T_k/z_k0) + ln((r_k − c_k z_k0)/(r_k − c_k T_k))]`, from the logarithms
-    of `c_k`, `z_k0`, `T_k` (exact where `z_k0` or `c_k z_k0` is subnormal; `ln c_k = −inf` for
-    `c_k = 0`). The one implementation behind `ignition_time` and `solve_lv`'s closed form.
+    `T_k`, `t = (1/r_k) [ln(T_k/z_k0) + ln(1 − c_k z_k0/r_k) − ln(1 − c_k T_k/r_k)]`, from the
+    logarithms of `c_k`, `z_k0`, `T_k` (exact where `z_k0` or `c_k z_k0` is subnormal; `ln c_k = −inf`
+    for `c_k = 0`). The one implementation behind `ignition_time` and `solve_lv`'s closed form.
 
-    **Arguments:** `r`, `log_c`, `log_z0`, `log_T`: broadcastable arrays, finite (`log_c` may be
-    `−inf`); `xp`: `numpy` or `jax.numpy`.
+    **Arguments:**
+
+    - `r`, `log_c`, `log_z0`, `log_T`: broadcastable arrays, finite (`log_c` may be `−inf`).
+    - `xp`: `numpy` or `jax.numpy`.
+    - `log_gap_T`: `ln(1 − c_k T_k/r_k)` where the caller knows it exactly (a target `T_k = ρ r_k/c_k`:
+      `log1p(−ρ)`, exact for `ρ` near 1, where it would be formed from `ln T_k` by cancellation);
+      by default formed from `log_T`.
 
     **Returns:** `t`: 0 where `z_k0 ≥ T_k`, `inf` where `z_k` never reaches `T_k` (`r_k ≤ 0` or
     `c_k T_k ≥ r_k`).
@@ -220,9 +235,14 @@ def switch_on_time(r, log_c, log_z0, log_T, xp=jnp):
     log_r = xp.log(safe_r)
     x_T = log_c + log_T - log_r  # ln(c T / r) < 0: T below the saturation r/c
     above = log_z0 >= log_T
-    reached = grows & (x_T < 0) & ~above
+    below_saturation = (x_T < 0) if log_gap_T is None else (log_gap_T > -xp.inf)
+    reached = grows & below_saturation & ~above
     x_0 = xp.where(reached, log_c + log_z0 - log_r, -1.0)  # ln(c z0 / r) < ln(c T / r)
-    t = (log_T - log_z0 + _log1mexp(x_0, xp) - _log1mexp(xp.where(reached, x_T, -1.0), xp)) / safe_r
+    if log_gap_T is None:
+        gap_T = _log1mexp(xp.where(reached, x_T, -1.0), xp)
+    else:
+        gap_T = xp.where(reached, log_gap_T, 0.0)
+    t = (log_T - log_z0 + _log1mexp(x_0, xp) - gap_T) / safe_r
     return xp.where(above, 0.0, xp.where(reached, xp.maximum(t, 0.0), xp.inf))
 
 
@@ -271,7 +291,9 @@ def ignition_time(zeta: ArrayLike, C_k: ArrayLike, c_k: ArrayLike, eps: ArrayLik
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         live = rates > 0
         log_T = xp.log(rho) + xp.log(xp.where(live, rates, 1.0)) - log_C  # T_k = ρ ζ_k/C_k
-        return xp.where(live, switch_on_time(rates, log_C, log_z0, log_T, xp) / a, xp.inf)
+        # c T / r = ρ exactly: ln(1 − ρ) from ρ, not from ln T (cancellation as ρ → 1)
+        t = switch_on_time(rates, log_C, log_z0, log_T, xp, log_gap_T=xp.log1p(-rho))
+        return xp.where(live, t / a, xp.inf)
 
 
 class XiSolution(eqx.Module):

@@ -205,8 +205,15 @@ def solve_lv(
 def _may_not_be_the_limit(given: bool, eq_ok: Bool[ArrayLike, ""]) -> bool:
     """Whether the ODE solve needs its first pass (`z(t1)` where the equilibrium is not unique):
     not when `z_inf` was given, nor when `eq_ok` is a concrete `True` (an eager call, differentiated
-    or not, with a unique equilibrium), where the first pass would have horizon 0. Only the compiled program depends on
-    it (one `diffrax.diffeqsolve` instead of two), not the solution or its derivatives."""
+    or not, with a unique equilibrium), where the first pass would have horizon 0. Only the compiled
+    program depends on it (one `diffrax.diffeqsolve` instead of two), not the solution or its
+    derivatives.
+
+    **Arguments:** `given`, whether the caller gave `z_inf`; `eq_ok`, whether the saturated
+    equilibrium is unique (concrete or traced).
+
+    **Returns:** `True` where the first pass must be compiled.
+    """
     if given:
         return False
     try:
@@ -248,13 +255,13 @@ def _closed_form_solve(r, c, z0, log_z0, t1, ts, z_eq, eq_ok, rho, y2, *, given:
     """`solve_lv` by Thm 6 (`ClosedForm`): the checked inputs, `_closed_form_core`, and with
     `throw` a run-time error for a non-finite solution."""
     u0, t1, ts, z_eq, rho = _checks(log_z0, t1, ts, z_eq, rho, given=given)
-    sol = _closed_form_core(r, c, jnp.asarray(z0, dtype=float), t1, ts, z_eq, eq_ok, rho, y2, u0)
+    sol = _closed_form_core(r, c, jnp.asarray(z0, dtype=float), t1, ts, z_eq, eq_ok, rho, y2, u0, thm6_limit=not given)
     if throw:  # the closed form's result is `successful`: it fails only by non-finite values
         sol = eqx.error_if(sol, ~sol.success, "solve_lv: non-finite values in the solution")
     return sol
 
 
-@jax.jit
+@functools.partial(jax.jit, static_argnames="thm6_limit")
 def _closed_form_core(
     r: Float[Array, " K"],
     c: Float[Array, " K"],
@@ -266,9 +273,13 @@ def _closed_form_core(
     rho: Float[Array, ""],
     y2: Float[ArrayLike, ""],
     log_z0: Float[Array, " K"] | None = None,
+    *,
+    thm6_limit: bool = False,
 ) -> LVSolution:
     """Thm 6 at `ts` and its inversion for the switch-on times (diagonal `C = Diag(c)`);
-    `log_z0 = ln z0` (default `jnp.log(z0)`), exact where `z0` is subnormal (read as 0 here)."""
+    `log_z0 = ln z0` (default `jnp.log(z0)`), exact where `z0` is subnormal (read as 0 here).
+    `thm6_limit`: where `eq_ok`, `z_eq` is Thm 6's limit `r/c` (not a `z_inf` of the caller's), so
+    the target's gap `1 − c T/r` is `1 − ρ` exactly (Eq. 158 then stays exact as `ρ → 1`)."""
     u0 = jnp.log(z0) if log_z0 is None else log_z0
     zs = thm6(r[None], c[None], z0[None], ts[:, None], u0[None])
     z_end = thm6(r, c, z0, t1, u0)
@@ -276,7 +287,10 @@ def _closed_form_core(
     live = z_inf > 0
     target = switch_on_target(z_inf, rho)  # ln T_k, T_k = ρ z_k(∞)
     log_c = jnp.where(c > 0, jnp.log(jnp.where(c > 0, c, 1.0)), -jnp.inf)
-    t_star = jnp.where(live, switch_on_time(r, log_c, u0, target), jnp.inf)  # Eq. 158
+    t_star = switch_on_time(r, log_c, u0, target)  # Eq. 158
+    if thm6_limit:
+        t_star = jnp.where(eq_ok, switch_on_time(r, log_c, u0, target, log_gap_T=jnp.log1p(-rho)), t_star)
+    t_star = jnp.where(live, t_star, jnp.inf)
     t_star = jnp.where(t_star <= t1, t_star, jnp.inf)  # as the ODE path: not reached by t1
     no_steps = (jnp.asarray(0),) * 3  # the dtype diffrax's statistics have
     return finish_solution(ts, zs, c[None] * zs, r, y2, t_star, z_inf, rho, z_end, no_steps, SUCCESSFUL)

@@ -199,7 +199,7 @@ def configuration(
     z_on = jnp.asarray(z_on, float) / s
     bounded = None  # only for check_curve=False (the closed form, no curve)
     if lv is None:
-        sol = _closed_form_core(r, Ck * s, z0, t1, ts, zf, jnp.asarray(True), rho, 0.0)
+        sol = _closed_form_core(r, Ck * s, z0, t1, ts, zf, jnp.asarray(True), rho, 0.0, thm6_limit=True)
         z_lim, later_off, steps = zf, jnp.zeros(K, bool), jnp.zeros((), jnp.int64)
         Cz = lambda z: jnp.broadcast_to(Ck * s, z.shape) * z  # noqa: E731
         t_star = sol.switch_on_times
