@@ -506,14 +506,17 @@ def baseline_one(log: Log) -> dict:
 # -------------------------------------------------------------------------------------------
 
 
-def make_logs(per_family: int, families=FAMILIES) -> list[Log]:
-    """`per_family` logs of each family (seeds 0, 1, … skipping records without a usable drop)."""
+def make_logs(per_family: int, families=FAMILIES, *, skip: int = 0) -> list[Log]:
+    """`per_family` logs of each family (seeds 0, 1, … skipping records without a usable drop),
+    after the first `skip` of each family (a held-out set: `skip=5` gives logs 5, 6, … that
+    `--quick` never sees)."""
     logs = []
+    want = per_family + skip
     for fam in families:
         got, seed = [], 0
-        while len(got) < per_family and seed < 4 * per_family + 8:
+        while len(got) < want and seed < 4 * want + 8:
             if fam in ("MLP linear", "MLP tanh", "minibatch SGD"):
-                seeds = list(range(seed, seed + 2 * per_family + 2))
+                seeds = list(range(seed, seed + 2 * want + 2))
                 recs = mlp_records(fam, seeds)
                 seed += len(seeds)
             else:
@@ -522,9 +525,9 @@ def make_logs(per_family: int, families=FAMILIES) -> list[Log]:
                 seed += 1
             for rec in recs:
                 log = make_log(rec)
-                if log is not None and len(got) < per_family:
+                if log is not None and len(got) < want:
                     got.append(log)
-        logs += got
+        logs += got[skip:]
     return logs
 
 
@@ -597,13 +600,13 @@ def table(results: list[dict]) -> tuple[str, dict]:
 
 
 def evaluate(
-    per_family: int, *, families=FAMILIES, verbose: bool = False, out: str | None = None
+    per_family: int, *, families=FAMILIES, verbose: bool = False, out: str | None = None, skip: int = 0
 ) -> tuple[list[dict], str, dict]:
     """Make the logs, fit and score them; the per-log results, the tables and the summary (the
     results so far written to `out` after every log, when given)."""
     from lvflow._workflow.io import save_json
 
-    logs = make_logs(per_family, families)
+    logs = make_logs(per_family, families, skip=skip)
     results = []
     for i, log in enumerate(logs):
         r = fit_one(log)
@@ -649,13 +652,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.fit_calibration", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help=f"{QUICK} logs per family (default {FULL})")
     p.add_argument("--per-family", type=int, default=None, help="logs per family")
+    p.add_argument(
+        "--skip", type=int, default=0, help="leave out the first SKIP logs of each family (held out: --quick --skip 5)"
+    )
     p.add_argument("--out", default=None, help="write every log's result as JSON here")
     args = p.parse_args(argv)
     import lvflow  # noqa: F401  (float64)
 
     per = args.per_family or (QUICK if args.quick else FULL)
     t = time.perf_counter()
-    results, text, summary = evaluate(per, verbose=True, out=args.out)
+    results, text, summary = evaluate(per, verbose=True, out=args.out, skip=args.skip)
     print(f"\n{text}\n\n{len(results)} logs in {time.perf_counter() - t:.0f} s")
     if args.out:
         from lvflow._workflow.io import save_json
