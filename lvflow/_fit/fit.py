@@ -77,7 +77,13 @@ class FitResult(eqx.Module):
       scenarios, `S` the information criterion with the effective number of parameters
       (`effective_parameters`, `tr(H_d (H_d + H_p)⁻¹)`: the directions the log determines,
       `H_d` the data's precision and `H_p` the prior's) in place of their count: 1 without an
-      alternative. `forecast` and `next_drop` mix the scenarios by these weights.
+      alternative. `forecast` and `next_drop` mix the scenarios by these weights: with `n`
+      (`n_bins`), `χ²` (`chi2`), `k` (`evidence_discount`) and `p_eff`, BIC's
+      `S = n ln(max(χ², n)/n)/k + p_eff ln max(n/k, 1)` (AIC's penalty `2 p_eff`).
+    - `chi2`: the weighted residual sum `χ²` of the bins at the search's optimum, the data's
+      term of the criterion the scenarios are compared on; `evidence_discount`: `k`, the
+      factor the data's term is divided by for residuals correlated beyond the bins' errors
+      (`n/k` independent residuals; 1 without an alternative).
     """
 
     family: str
@@ -109,6 +115,8 @@ class FitResult(eqx.Module):
     alternative: FitResult | None = None
     weight: float = 1.0
     effective_parameters: float = math.nan
+    chi2: float = math.nan
+    evidence_discount: float = 1.0
 
     def __check_init__(self):
         if self.family not in _RESULT_FAMILIES:
@@ -314,6 +322,9 @@ class FitResult(eqx.Module):
             "observed": {"step": self.log.steps, "loss": self.log.loss},
             "alternative": None if self.alternative is None else _without_log(self.alternative.to_dict()),
             "weight": self.weight,
+            "effective_parameters": self.effective_parameters,
+            "chi2": self.chi2,
+            "evidence_discount": self.evidence_discount,
             "forecast": {"next_drop": self.next_drop(), "final_loss": self.forecast(np.array([self.horizon]))},
         }
 
@@ -829,7 +840,9 @@ def fit(
     result = results[0]
     if len(results) > 1:
         w = _weights(kept, [r.effective_parameters for r in results], k)
-        results = [eqx.tree_at(lambda r: r.weight, r, wi) for r, wi in zip(results, w)]
+        results = [
+            eqx.tree_at(lambda r: (r.weight, r.evidence_discount), r, (wi, float(k))) for r, wi in zip(results, w)
+        ]
         note = _undecided(kept, results, k)
         alt = None
         for r in results[:0:-1]:  # the chain of alternatives, from the last
@@ -886,14 +899,40 @@ def _next_plateau(model: DecoupledModes) -> tuple[float, float]:
     return math.log(f) + fall, max(spread, abs(fall), 1e-3)
 
 
-def _effective_parameters(J_data: np.ndarray, inflation: float, cov) -> float:
+def _effective_parameters(J_data: np.ndarray, inflation: float, cov, unseen: np.ndarray | None = None) -> float:
     """`tr(H_d Σ)`, `H_d = J_dᵀJ_d/φ` the data's precision and `Σ` the covariance (`_precision_eig`'s
     `(V, 1/λ)`; a null direction counts 0): the number of parameters the log determines (each
-    direction the prior alone pins counts 0, one the data pin counts 1)."""
+    direction the prior alone pins counts 0, one the data pin counts 1).
+
+    `unseen` (a boolean mask over the parameters; default none) leaves those parameters'
+    diagonal entries `(H_d Σ)_ii` out of the sum: the rate and the lag of a mode whose drop's
+    midpoint lies after the log (`_unseen_timing`). The log bounds such a mode's time from one side
+    only (it has not dropped yet): the likelihood is flat as the mode moves later (its limit, a
+    mode that never starts, is a floor), so the Occam factor of its timing is the prior's mass
+    past the log, of order 1, not the Laplace approximation's `(2π/n)^{1/2}` per direction that
+    the curvature at the optimum (the mode's onset just touching the log's end) would charge."""
     vecs, inv = cov
     finite = np.isfinite(inv)
     proj = J_data @ vecs[:, finite]  # (B, m)
-    return float(np.sum(np.sum(proj**2, axis=0) / inflation * inv[finite]))
+    if unseen is None or not np.any(unseen):
+        return float(np.sum(np.sum(proj**2, axis=0) / inflation * inv[finite]))
+    # diag(H_d Σ)_i = Σ_m (J_dᵀ J_d V)_{im} (1/λ_m) V_{im} / φ; the entries sum to the trace
+    diag = np.sum((J_data.T @ proj) * inv[finite] * vecs[:, finite], axis=1) / inflation
+    return float(np.sum(diag[~np.asarray(unseen, bool)]))
+
+
+def _unseen_timing(model: DecoupledModes, future: np.ndarray) -> np.ndarray:
+    """The mask over a compacted `DecoupledModes`'s parameters (`ln r_k`, `ln V_k`,
+    `ln(r_k t*_k − ln 9)`, `ln ε`, `ln L_∞`) that marks the rate and the lag of the modes
+    `future` (indices: those whose drop's midpoint lies after the fitted part, the drop table's
+    `future` rows)."""
+    K = model.K
+    late = np.zeros(K, bool)
+    late[np.asarray(future, int)] = True
+    mask = np.zeros(len(model.parameter_names), bool)
+    mask[:K] = late
+    mask[2 * K : 3 * K] = late
+    return mask
 
 
 def _weights(cands, p_eff, k: float = 1.0) -> list[float]:
@@ -1057,7 +1096,6 @@ def _finish(
         theta, J = np.asarray(theta)[live], J[:, live]
     model = engine.model_of(template, to_jax(theta))
     cov = _precision_eig(J[:B], J[B:], inflation)
-    p_eff = _effective_parameters(J[:B], inflation, cov)
 
     # the drops, then every reported number and its delta-method interval at once
     order, resolved = _drop_order(model, is_modes)
@@ -1077,6 +1115,8 @@ def _finish(
     parameters = dict(out["reported"])
     stderr = dict(sd["reported"])
     drops = _drop_table(out, sd, model, order, resolved, lg, fit_until, z)
+    unseen = _unseen_timing(model, order[drops["future"]]) if is_modes else None
+    p_eff = _effective_parameters(J[:B], inflation, cov, unseen)
     fl, fl_sd = float(out["ln_final"][0]), float(sd["ln_final"][0])
     fl_ok = 2 * z * fl_sd <= UNDETERMINED_DECADES * math.log(10)  # False for an infinite one
     cmean, csd = out["ln_curve"], sd["ln_curve"]
@@ -1120,6 +1160,7 @@ def _finish(
         level=float(level),
         warnings=tuple(notes),
         effective_parameters=p_eff,
+        chi2=best.rss,
     )
 
 
