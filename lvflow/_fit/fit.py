@@ -804,14 +804,17 @@ def fit(
     # scenarios: a floor L_∞ at the level the log ends on is also a plateau with a drop to come,
     # after which the loss rests on a next plateau or on nothing: the log cannot tell which
     kept, k = [best], 1.0  # k: the evidence discount, set with the drop scenarios
-    # (it needs a slot for the extra mode: none when the number of modes is fixed)
-    if isinstance(best.template, DecoupledModes) and best.template.fit_offset and best.K < best.template.K:
+    # (it needs a slot for the extra mode: none when the number of modes is fixed; one more than
+    # `max_modes` when the floor's fit uses them all)
+    if isinstance(best.template, DecoupledModes) and best.template.fit_offset and modes is None:
         model = engine.model_of(best.template, to_jax(best.theta))
         end_loss = float(np.exp(np.asarray(engine.log_loss_of(model, to_jax(np.array([float(t[-1])]))))[0]))
         if float(model.offset) >= _FLOOR_SHARE * end_loss:
+            if best.K >= model.K:
+                model = _with_slot(model)
             zero, sc = search_modes(
                 data,
-                max_modes=int(max_modes),
+                max_modes=model.K,
                 modes=None,
                 offset=0.0,
                 criterion=crit,
@@ -875,6 +878,17 @@ _FLOOR_SHARE = 0.01
 #: ratio `e^5 ≈ 150`, "very strong" on the scale of Kass and Raftery); less, and the result
 #: carries both.
 _DECISIVE = 10.0
+
+
+def _with_slot(model: DecoupledModes) -> DecoupledModes:
+    """`model` with one more, inactive mode slot (for the drop scenario of a fit whose floor
+    uses every slot): the new slot's entries are copies of the last's, masked."""
+    pad = lambda a: to_jax(np.append(np.asarray(a), np.asarray(a)[-1:]))  # noqa: E731
+    return eqx.tree_at(
+        lambda m: (m.log_rate, m.log_drop, m.log_tstar, m.active),
+        model,
+        (pad(model.log_rate), pad(model.log_drop), pad(model.log_tstar), to_jax(np.append(np.asarray(model.active), False))),
+    )
 
 
 def _next_plateau(model: DecoupledModes) -> tuple[float, float]:
