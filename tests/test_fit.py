@@ -400,6 +400,19 @@ def test_a_drop_time_the_log_does_not_bound_is_after_the_seen_part(fitted):
     assert nd["lo"] == pytest.approx(2000.0) and nd["hi"] == math.inf
     assert nd["step"] == d["step"][k] and nd["probability"] == 1.0
     assert "not determined" in nd["note"]
+    # the same for an interval of 40 decades (wider than UNDETERMINED_DECADES): the delta
+    # method's log-normal means nothing there; the loss past the interval's lower end (here the
+    # seen part's end) is then known only within the model's bounds: 0 (no floor) and the
+    # highest loss logged in the last tenth of the fitted part
+    d["step_lo"][k], d["step_hi"][k] = 1e-20, 1e20
+    wide = eqx.tree_at(lambda r: r.drops, fitted, d)
+    nd = wide.next_drop()
+    assert nd["lo"] == pytest.approx(2000.0) and nd["hi"] == math.inf and "not determined" in nd["note"]
+    seen = fitted.log.loss[fitted.log.steps <= 2000]
+    f = wide.forecast(np.array([1000.0, 5000.0]))
+    assert f["lo"][1] == 0.0 and f["hi"][1] == pytest.approx(seen[-(seen.size // 10) :].max(), rel=1e-12)
+    assert not f["determined"][1] and f["determined"][0]  # the seen part keeps its band
+    assert (f["lo"][0], f["hi"][0]) == pytest.approx(tuple(float(v[0]) for v in fitted.band(np.array([1000.0]))))
     # a determined drop keeps its delta-method interval (the log-normal's quantiles)
     ok = fitted.next_drop()
     assert ok["note"] == "" and (ok["lo"], ok["hi"]) == pytest.approx(

@@ -172,7 +172,9 @@ class FitResult(eqx.Module):
         hull of the scenarios' intervals).
 
         Past `fit_until`, a scenario whose loss has an infinite standard error (the log does not
-        constrain a parameter it depends on) still bounds it: its loss never rises (every mode
+        constrain a parameter it depends on), or that has a drop to come whose time the log does
+        not determine (an unbounded interval or one wider than `UNDETERMINED_DECADES`: from that
+        interval's lower end on, the drop may have come or not), still bounds it: its loss never rises (every mode
         of Eq. 163 only falls) and never falls below its floor `L_∞`, so it lies between the
         floor's lower end (`0` without a floor) and the highest loss logged in the last tenth of
         the fitted part; its weight is put at the lower bound for the lower quantile and at the upper
@@ -197,7 +199,11 @@ class FitResult(eqx.Module):
         seen = self.log.loss[self.log.steps <= self.fit_until]
         ceiling = math.log(float(np.max(seen[-max(1, seen.size // 10) :])))
         low, up = low[:, None] + 0 * m, np.full_like(m, ceiling)
-        undet = ~np.isfinite(sd) & (steps > self.fit_until)[None, :]
+        # a scenario with a drop to come whose time the log does not determine (`_time_undetermined`)
+        # may or may not have dropped by any step past that interval's lower end: its loss there
+        # is known only within its bounds, whatever the delta method's (linearised) spread says
+        opens = np.array([r._undetermined_from() for r in self.scenarios])
+        undet = (~np.isfinite(sd) | (steps[None, :] >= opens[:, None])) & (steps > self.fit_until)[None, :]
         tiny = 1e-12
         lo = _mixture_quantiles(w, np.where(undet, low, m), np.where(undet, tiny, sd), np.zeros(len(w)), [tail])[0]
         pin = undet & np.isfinite(up)
@@ -225,8 +231,9 @@ class FitResult(eqx.Module):
         (`loss_before / loss_after`), forecast by the mixture of the scenarios: each scenario's
         drop step log-normal (its `step_lo`, `step_hi` are `±z` standard errors of `ln step`),
         a scenario without such a drop an atom at "no drop"; the mixture's `(1 ∓ level)/2`
-        quantiles. A scenario whose drop time has an infinite standard error (the log does not
-        bound it) is known only to drop after the seen part: its weight is put at `fit_until`
+        quantiles. A scenario whose drop time has an infinite standard error or an interval
+        wider than `UNDETERMINED_DECADES` (the log does not bound it) is known only to drop after
+        the seen part: its weight is put at `fit_until`
         for the lower quantile and at "no drop" for the upper (the interval every distribution
         on that range would give at most).
 
@@ -252,7 +259,7 @@ class FitResult(eqx.Module):
             lo_k, hi_k, st = float(d["step_lo"][k]), float(d["step_hi"][k]), float(d["step"][k])
             if r is top:
                 point = st
-            if not (lo_k > 0 and math.isfinite(hi_k)):
+            if _time_undetermined(lo_k, hi_k):
                 undetermined += r.weight
                 continue
             w.append(r.weight)
@@ -286,6 +293,18 @@ class FitResult(eqx.Module):
                 hi=math.nan,
                 note=f"not determined by this log: a {(hi - lo) / math.log(10):.0f}-decade interval",
             )
+        return out
+
+    def _undetermined_from(self) -> float:
+        """The first step from which this scenario's loss is not determined by the log: the lower
+        end (at least `fit_until`) of the earliest drop to come whose time is not determined
+        (`_time_undetermined`); `inf` if there is none."""
+        d = self.drops
+        out = math.inf
+        for i in np.flatnonzero(d["future"]):
+            lo, hi = float(d["step_lo"][i]), float(d["step_hi"][i])
+            if _time_undetermined(lo, hi):
+                out = min(out, max(lo if math.isfinite(lo) else 0.0, self.fit_until))
         return out
 
     @property
@@ -517,6 +536,15 @@ def _mixture_quantiles(w, m, sd, atom, qs) -> np.ndarray:
         x = np.where(below >= q, -np.inf, np.where(total < q, np.inf, hi))
         out.append(x)
     return np.array(out)
+
+
+def _time_undetermined(lo: float, hi: float) -> bool:
+    """Whether a drop's step interval `[lo, hi]` leaves its time undetermined: unbounded
+    (`lo ≤ 0`, `hi = inf`, NaN) or wider than `UNDETERMINED_DECADES` (the delta method's
+    log-normal, linearised at the optimum, means nothing across that many decades)."""
+    if not (lo > 0 and math.isfinite(hi)):
+        return True
+    return math.log10(hi / lo) > UNDETERMINED_DECADES
 
 
 def _exp_or_inf(x: float) -> float:
@@ -887,7 +915,7 @@ def _with_slot(model: DecoupledModes) -> DecoupledModes:
     return eqx.tree_at(
         lambda m: (m.log_rate, m.log_drop, m.log_tstar, m.active),
         model,
-        (pad(model.log_rate), pad(model.log_drop), pad(model.log_tstar), to_jax(np.append(np.asarray(model.active), False))),
+        (pad(model.log_rate), pad(model.log_drop), pad(model.log_tstar), to_jax(np.append(model.active, False))),
     )
 
 
