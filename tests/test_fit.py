@@ -257,13 +257,20 @@ def test_a_drop_to_come_chosen_when_the_clean_log_shows_its_rise(three_modes, th
     assert nd["probability"] == pytest.approx(1.0) and nd["lo"] <= three_mids[2] <= nd["hi"]
 
 
-def test_a_floor_or_a_drop_to_come_three_scenarios(three_modes, three_mids):
+@pytest.fixture(scope="module")
+def three_scenarios(three_modes):
+    """The README's log fitted to step 1800 with `L_∞` free (three scenarios)."""
+    steps, loss, _ = three_modes
+    return quiet_fit(steps, loss, learning_rate=0.01, until=1800, family="modes", horizon=5000)
+
+
+def test_a_floor_or_a_drop_to_come_three_scenarios(three_modes, three_mids, three_scenarios):
     """Fitted to step 1800 with `L_∞` free, the log ends on the plateau before the third drop,
     whose rise is still below the log's resolution: a floor or a mode still to come fit it
     alike, and after that drop the loss may rest on a next plateau or on nothing; the result
     carries the three scenarios, and the forecast is their mixture."""
     steps, loss, half = three_modes
-    res = quiet_fit(steps, loss, learning_rate=0.01, until=1800, family="modes", horizon=5000)
+    res = three_scenarios
     assert res.alternative is not None and res.alternative.alternative is not None
     assert any("3 scenarios" in w for w in res.warnings)
     sc = res.scenarios
@@ -299,8 +306,15 @@ def test_a_floor_or_a_drop_to_come_three_scenarios(three_modes, three_mids):
         comps.append((r.weight, math.log(r.predict(np.array([N]))[0]), math.log(hi / lo) / (2 * z)))
     cdf = lambda x: sum(w * norm.cdf((x - m) / s) for w, m, s in comps)
     f = res.forecast(np.array([N]))
+    # past the seen part the interval is cut to the bounds the model allows: above the lowest
+    # floor's lower end (0 without a floor), below the highest loss logged in the last tenth
+    seen = loss[steps <= 1800]
+    ceiling = math.log(seen[-(seen.size // 10) :].max())
+    floor = min(math.log(r.asymptote_lo) if r.asymptote_lo > 0 else -math.inf for r in sc)
     for q, got in ((0.025, f["lo"][0]), (0.975, f["hi"][0]), (0.5, f["loss"][0])):
         want = brentq(lambda x: cdf(x) - q, -800.0, 10.0, xtol=1e-12)
+        if q != 0.5:
+            want = min(max(want, floor), ceiling)
         assert math.log(got) == pytest.approx(want, abs=1e-6)
     # the next drop: the drop scenarios' log-normal steps and an atom at "no drop"
     nd = res.next_drop()
@@ -313,6 +327,29 @@ def test_a_floor_or_a_drop_to_come_three_scenarios(three_modes, three_mids):
     # told that the loss goes to 0, the fit has one scenario: the drop to come
     zero = quiet_fit(steps, loss, learning_rate=0.01, until=1800, offset=0.0, family="modes", horizon=5000)
     assert zero.alternative is None and zero.future_drops["step"].size == 1
+
+
+def test_the_scenario_weights_are_e_to_the_minus_half_bic(three_scenarios):
+    """The scenarios' weights are `e^{−S/2}` normalised, `S` BIC written out here from each
+    scenario's reported terms: `n ln(max(χ², n)/n)/k + p_eff ln max(n/k, 1)` (`n` bins, the
+    data's `χ²`, the evidence discount `k`, the effective number of parameters `p_eff`)."""
+    sc = three_scenarios.scenarios
+    assert len(sc) == 3
+    k = sc[0].evidence_discount
+    assert k >= 1 and all(r.evidence_discount == k for r in sc)
+    S = []
+    for r in sc:
+        n = r.n_bins
+        assert n > 0 and r.chi2 > 0 and 0 < r.effective_parameters < r.theta.size
+        S.append(n * math.log(max(r.chi2, n) / n) / k + r.effective_parameters * math.log(max(n / k, 1.0)))
+    S = np.array(S)
+    want = np.exp(-(S - S.min()) / 2) / np.sum(np.exp(-(S - S.min()) / 2))
+    np.testing.assert_allclose([r.weight for r in sc], want, rtol=1e-9, atol=1e-12)
+    # the better criterion weighs more (a weight e^{+S/2} once did the opposite)
+    assert np.argmax([r.weight for r in sc]) == np.argmin(S)
+    # the terms are in the saved result too
+    saved = json.loads(three_scenarios.to_json())
+    assert saved["chi2"] == pytest.approx(sc[0].chi2) and saved["evidence_discount"] == pytest.approx(k)
 
 
 def test_a_log_cut_in_a_drops_tail_keeps_the_drop_to_come():
@@ -363,6 +400,19 @@ def test_a_drop_time_the_log_does_not_bound_is_after_the_seen_part(fitted):
     assert nd["lo"] == pytest.approx(2000.0) and nd["hi"] == math.inf
     assert nd["step"] == d["step"][k] and nd["probability"] == 1.0
     assert "not determined" in nd["note"]
+    # the same for an interval of 40 decades (wider than UNDETERMINED_DECADES): the delta
+    # method's log-normal means nothing there; the loss past the interval's lower end (here the
+    # seen part's end) is then known only within the model's bounds: 0 (no floor) and the
+    # highest loss logged in the last tenth of the fitted part
+    d["step_lo"][k], d["step_hi"][k] = 1e-20, 1e20
+    wide = eqx.tree_at(lambda r: r.drops, fitted, d)
+    nd = wide.next_drop()
+    assert nd["lo"] == pytest.approx(2000.0) and nd["hi"] == math.inf and "not determined" in nd["note"]
+    seen = fitted.log.loss[fitted.log.steps <= 2000]
+    f = wide.forecast(np.array([1000.0, 5000.0]))
+    assert f["lo"][1] == 0.0 and f["hi"][1] == pytest.approx(seen[-(seen.size // 10) :].max(), rel=1e-12)
+    assert not f["determined"][1] and f["determined"][0]  # the seen part keeps its band
+    assert (f["lo"][0], f["hi"][0]) == pytest.approx(tuple(float(v[0]) for v in fitted.band(np.array([1000.0]))))
     # a determined drop keeps its delta-method interval (the log-normal's quantiles)
     ok = fitted.next_drop()
     assert ok["note"] == "" and (ok["lo"], ok["hi"]) == pytest.approx(

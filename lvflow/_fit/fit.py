@@ -77,7 +77,13 @@ class FitResult(eqx.Module):
       scenarios, `S` the information criterion with the effective number of parameters
       (`effective_parameters`, `tr(H_d (H_d + H_p)⁻¹)`: the directions the log determines,
       `H_d` the data's precision and `H_p` the prior's) in place of their count: 1 without an
-      alternative. `forecast` and `next_drop` mix the scenarios by these weights.
+      alternative. `forecast` and `next_drop` mix the scenarios by these weights: with `n`
+      (`n_bins`), `χ²` (`chi2`), `k` (`evidence_discount`) and `p_eff`, BIC's
+      `S = n ln(max(χ², n)/n)/k + p_eff ln max(n/k, 1)` (AIC's penalty `2 p_eff`).
+    - `chi2`: the weighted residual sum `χ²` of the bins at the search's optimum, the data's
+      term of the criterion the scenarios are compared on; `evidence_discount`: `k`, the
+      factor the data's term is divided by for residuals correlated beyond the bins' errors
+      (`n/k` independent residuals; 1 without an alternative).
     """
 
     family: str
@@ -109,6 +115,8 @@ class FitResult(eqx.Module):
     alternative: FitResult | None = None
     weight: float = 1.0
     effective_parameters: float = math.nan
+    chi2: float = math.nan
+    evidence_discount: float = 1.0
 
     def __check_init__(self):
         if self.family not in _RESULT_FAMILIES:
@@ -164,7 +172,9 @@ class FitResult(eqx.Module):
         hull of the scenarios' intervals).
 
         Past `fit_until`, a scenario whose loss has an infinite standard error (the log does not
-        constrain a parameter it depends on) still bounds it: its loss never rises (every mode
+        constrain a parameter it depends on), or that has a drop to come whose time the log does
+        not determine (an unbounded interval or one wider than `UNDETERMINED_DECADES`: from that
+        interval's lower end on, the drop may have come or not), still bounds it: its loss never rises (every mode
         of Eq. 163 only falls) and never falls below its floor `L_∞`, so it lies between the
         floor's lower end (`0` without a floor) and the highest loss logged in the last tenth of
         the fitted part; its weight is put at the lower bound for the lower quantile and at the upper
@@ -189,7 +199,11 @@ class FitResult(eqx.Module):
         seen = self.log.loss[self.log.steps <= self.fit_until]
         ceiling = math.log(float(np.max(seen[-max(1, seen.size // 10) :])))
         low, up = low[:, None] + 0 * m, np.full_like(m, ceiling)
-        undet = ~np.isfinite(sd) & (steps > self.fit_until)[None, :]
+        # a scenario with a drop to come whose time the log does not determine (`_time_undetermined`)
+        # may or may not have dropped by any step past that interval's lower end: its loss there
+        # is known only within its bounds, whatever the delta method's (linearised) spread says
+        opens = np.array([r._undetermined_from() for r in self.scenarios])
+        undet = (~np.isfinite(sd) | (steps[None, :] >= opens[:, None])) & (steps > self.fit_until)[None, :]
         tiny = 1e-12
         lo = _mixture_quantiles(w, np.where(undet, low, m), np.where(undet, tiny, sd), np.zeros(len(w)), [tail])[0]
         pin = undet & np.isfinite(up)
@@ -217,8 +231,9 @@ class FitResult(eqx.Module):
         (`loss_before / loss_after`), forecast by the mixture of the scenarios: each scenario's
         drop step log-normal (its `step_lo`, `step_hi` are `±z` standard errors of `ln step`),
         a scenario without such a drop an atom at "no drop"; the mixture's `(1 ∓ level)/2`
-        quantiles. A scenario whose drop time has an infinite standard error (the log does not
-        bound it) is known only to drop after the seen part: its weight is put at `fit_until`
+        quantiles. A scenario whose drop time has an infinite standard error or an interval
+        wider than `UNDETERMINED_DECADES` (the log does not bound it) is known only to drop after
+        the seen part: its weight is put at `fit_until`
         for the lower quantile and at "no drop" for the upper (the interval every distribution
         on that range would give at most).
 
@@ -244,7 +259,7 @@ class FitResult(eqx.Module):
             lo_k, hi_k, st = float(d["step_lo"][k]), float(d["step_hi"][k]), float(d["step"][k])
             if r is top:
                 point = st
-            if not (lo_k > 0 and math.isfinite(hi_k)):
+            if _time_undetermined(lo_k, hi_k):
                 undetermined += r.weight
                 continue
             w.append(r.weight)
@@ -278,6 +293,18 @@ class FitResult(eqx.Module):
                 hi=math.nan,
                 note=f"not determined by this log: a {(hi - lo) / math.log(10):.0f}-decade interval",
             )
+        return out
+
+    def _undetermined_from(self) -> float:
+        """The first step from which this scenario's loss is not determined by the log: the lower
+        end (at least `fit_until`) of the earliest drop to come whose time is not determined
+        (`_time_undetermined`); `inf` if there is none."""
+        d = self.drops
+        out = math.inf
+        for i in np.flatnonzero(d["future"]):
+            lo, hi = float(d["step_lo"][i]), float(d["step_hi"][i])
+            if _time_undetermined(lo, hi):
+                out = min(out, max(lo if math.isfinite(lo) else 0.0, self.fit_until))
         return out
 
     @property
@@ -314,6 +341,9 @@ class FitResult(eqx.Module):
             "observed": {"step": self.log.steps, "loss": self.log.loss},
             "alternative": None if self.alternative is None else _without_log(self.alternative.to_dict()),
             "weight": self.weight,
+            "effective_parameters": self.effective_parameters,
+            "chi2": self.chi2,
+            "evidence_discount": self.evidence_discount,
             "forecast": {"next_drop": self.next_drop(), "final_loss": self.forecast(np.array([self.horizon]))},
         }
 
@@ -506,6 +536,15 @@ def _mixture_quantiles(w, m, sd, atom, qs) -> np.ndarray:
         x = np.where(below >= q, -np.inf, np.where(total < q, np.inf, hi))
         out.append(x)
     return np.array(out)
+
+
+def _time_undetermined(lo: float, hi: float) -> bool:
+    """Whether a drop's step interval `[lo, hi]` leaves its time undetermined: unbounded
+    (`lo ≤ 0`, `hi = inf`, NaN) or wider than `UNDETERMINED_DECADES` (the delta method's
+    log-normal, linearised at the optimum, means nothing across that many decades)."""
+    if not (lo > 0 and math.isfinite(hi)):
+        return True
+    return math.log10(hi / lo) > UNDETERMINED_DECADES
 
 
 def _exp_or_inf(x: float) -> float:
@@ -793,14 +832,17 @@ def fit(
     # scenarios: a floor L_∞ at the level the log ends on is also a plateau with a drop to come,
     # after which the loss rests on a next plateau or on nothing: the log cannot tell which
     kept, k = [best], 1.0  # k: the evidence discount, set with the drop scenarios
-    # (it needs a slot for the extra mode: none when the number of modes is fixed)
-    if isinstance(best.template, DecoupledModes) and best.template.fit_offset and best.K < best.template.K:
+    # (it needs a slot for the extra mode: none when the number of modes is fixed; one more than
+    # `max_modes` when the floor's fit uses them all)
+    if isinstance(best.template, DecoupledModes) and best.template.fit_offset and modes is None:
         model = engine.model_of(best.template, to_jax(best.theta))
         end_loss = float(np.exp(np.asarray(engine.log_loss_of(model, to_jax(np.array([float(t[-1])]))))[0]))
         if float(model.offset) >= _FLOOR_SHARE * end_loss:
+            if best.K >= model.K:
+                model = _with_slot(model)
             zero, sc = search_modes(
                 data,
-                max_modes=int(max_modes),
+                max_modes=model.K,
                 modes=None,
                 offset=0.0,
                 criterion=crit,
@@ -829,7 +871,9 @@ def fit(
     result = results[0]
     if len(results) > 1:
         w = _weights(kept, [r.effective_parameters for r in results], k)
-        results = [eqx.tree_at(lambda r: r.weight, r, wi) for r, wi in zip(results, w)]
+        results = [
+            eqx.tree_at(lambda r: (r.weight, r.evidence_discount), r, (wi, float(k))) for r, wi in zip(results, w)
+        ]
         note = _undecided(kept, results, k)
         alt = None
         for r in results[:0:-1]:  # the chain of alternatives, from the last
@@ -864,6 +908,17 @@ _FLOOR_SHARE = 0.01
 _DECISIVE = 10.0
 
 
+def _with_slot(model: DecoupledModes) -> DecoupledModes:
+    """`model` with one more, inactive mode slot (for the drop scenario of a fit whose floor
+    uses every slot): the new slot's entries are copies of the last's, masked."""
+    pad = lambda a: to_jax(np.append(np.asarray(a), np.asarray(a)[-1:]))  # noqa: E731
+    return eqx.tree_at(
+        lambda m: (m.log_rate, m.log_drop, m.log_tstar, m.active),
+        model,
+        (pad(model.log_rate), pad(model.log_drop), pad(model.log_tstar), to_jax(np.append(model.active, False))),
+    )
+
+
 def _next_plateau(model: DecoupledModes) -> tuple[float, float]:
     """The prior `(mean, width)` of `ln L_∞` for the drop scenario: the plateau after the drop
     to come, from the staircase the floor's fit shows. Its plateaus `P_0 = L_∞ + Σ V_k`,
@@ -886,14 +941,40 @@ def _next_plateau(model: DecoupledModes) -> tuple[float, float]:
     return math.log(f) + fall, max(spread, abs(fall), 1e-3)
 
 
-def _effective_parameters(J_data: np.ndarray, inflation: float, cov) -> float:
+def _effective_parameters(J_data: np.ndarray, inflation: float, cov, unseen: np.ndarray | None = None) -> float:
     """`tr(H_d Σ)`, `H_d = J_dᵀJ_d/φ` the data's precision and `Σ` the covariance (`_precision_eig`'s
     `(V, 1/λ)`; a null direction counts 0): the number of parameters the log determines (each
-    direction the prior alone pins counts 0, one the data pin counts 1)."""
+    direction the prior alone pins counts 0, one the data pin counts 1).
+
+    `unseen` (a boolean mask over the parameters; default none) leaves those parameters'
+    diagonal entries `(H_d Σ)_ii` out of the sum: the rate and the lag of a mode whose drop's
+    midpoint lies after the log (`_unseen_timing`). The log bounds such a mode's time from one side
+    only (it has not dropped yet): the likelihood is flat as the mode moves later (its limit, a
+    mode that never starts, is a floor), so the Occam factor of its timing is the prior's mass
+    past the log, of order 1, not the Laplace approximation's `(2π/n)^{1/2}` per direction that
+    the curvature at the optimum (the mode's onset just touching the log's end) would charge."""
     vecs, inv = cov
     finite = np.isfinite(inv)
     proj = J_data @ vecs[:, finite]  # (B, m)
-    return float(np.sum(np.sum(proj**2, axis=0) / inflation * inv[finite]))
+    if unseen is None or not np.any(unseen):
+        return float(np.sum(np.sum(proj**2, axis=0) / inflation * inv[finite]))
+    # diag(H_d Σ)_i = Σ_m (J_dᵀ J_d V)_{im} (1/λ_m) V_{im} / φ; the entries sum to the trace
+    diag = np.sum((J_data.T @ proj) * inv[finite] * vecs[:, finite], axis=1) / inflation
+    return float(np.sum(diag[~np.asarray(unseen, bool)]))
+
+
+def _unseen_timing(model: DecoupledModes, future: np.ndarray) -> np.ndarray:
+    """The mask over a compacted `DecoupledModes`'s parameters (`ln r_k`, `ln V_k`,
+    `ln(r_k t*_k − ln 9)`, `ln ε`, `ln L_∞`) that marks the rate and the lag of the modes
+    `future` (indices: those whose drop's midpoint lies after the fitted part, the drop table's
+    `future` rows)."""
+    K = model.K
+    late = np.zeros(K, bool)
+    late[np.asarray(future, int)] = True
+    mask = np.zeros(len(model.parameter_names), bool)
+    mask[:K] = late
+    mask[2 * K : 3 * K] = late
+    return mask
 
 
 def _weights(cands, p_eff, k: float = 1.0) -> list[float]:
@@ -1057,7 +1138,6 @@ def _finish(
         theta, J = np.asarray(theta)[live], J[:, live]
     model = engine.model_of(template, to_jax(theta))
     cov = _precision_eig(J[:B], J[B:], inflation)
-    p_eff = _effective_parameters(J[:B], inflation, cov)
 
     # the drops, then every reported number and its delta-method interval at once
     order, resolved = _drop_order(model, is_modes)
@@ -1077,6 +1157,8 @@ def _finish(
     parameters = dict(out["reported"])
     stderr = dict(sd["reported"])
     drops = _drop_table(out, sd, model, order, resolved, lg, fit_until, z)
+    unseen = _unseen_timing(model, order[drops["future"]]) if is_modes else None
+    p_eff = _effective_parameters(J[:B], inflation, cov, unseen)
     fl, fl_sd = float(out["ln_final"][0]), float(sd["ln_final"][0])
     fl_ok = 2 * z * fl_sd <= UNDETERMINED_DECADES * math.log(10)  # False for an infinite one
     cmean, csd = out["ln_curve"], sd["ln_curve"]
@@ -1120,6 +1202,7 @@ def _finish(
         level=float(level),
         warnings=tuple(notes),
         effective_parameters=p_eff,
+        chi2=best.rss,
     )
 
 
