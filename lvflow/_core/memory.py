@@ -91,10 +91,10 @@ def _gib(nbytes: float) -> str:
 def curve_bytes(modes: int, points: int) -> float:
     """The peak bytes `predict` (one configuration's `lvflow._workflow.predict_kernel.configuration`) needs
     for `modes` modes and a curve of `2·points − 1` samples: per sample, the modes' trajectories
-    (about three float64 copies of every mode: measured 2.7 at 20000 modes) and about 16 float64
-    for the times, the loss, the excess loss and the drops found on them (measured: 100 bytes a
-    sample at 2 modes); about 1 KiB per mode for the schedule and the table. Exact Python
-    integers: no overflow for any input.
+    (three float64 copies of every mode) and 16 float64 for the times, the loss, the excess loss
+    and the drops found on them; 1 KiB per mode for the schedule and the table
+    (`docs/devdocs/memory.md` has the measurements behind these counts). Exact Python integers: no
+    overflow for any input.
 
     **Arguments:** `modes` (K), `points` (`num_points`).
 

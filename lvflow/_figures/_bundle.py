@@ -128,5 +128,12 @@ def sliced(optimisers: Sequence[optax.GradientTransformation], reps: int) -> opt
 
 @eqx.filter_jit
 def outputs(model, X):
-    """`model` on every input of `X`, compiled once per model kind (an eager `vmap` compiles op by op)."""
+    """`model` on every input of `X` (`jax.vmap`), compiled once per model kind (an eager `vmap`
+    compiles op by op).
+
+    **Arguments:** `model`, a network or its twin (an equinox module); `X`, inputs stacked on the
+    first axis.
+
+    **Returns:** the outputs stacked on the first axis.
+    """
     return jax.vmap(model)(X)

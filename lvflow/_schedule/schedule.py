@@ -487,8 +487,9 @@ def _columns(system):
 
 
 def _one_blas_thread():
-    """The event loop makes many small sequential BLAS calls; threaded BLAS only adds
-    synchronisation (measured 30× slower for dense K = 1000 on a busy 2-core machine)."""
+    """One BLAS thread for the event loop, whose many small sequential BLAS calls threaded BLAS
+    only synchronises (`docs/devdocs/schedule.md` has the measurement); a null context without
+    threadpoolctl."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
