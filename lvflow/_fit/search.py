@@ -19,6 +19,9 @@ from .power import PowerLawModel
 #: Levenberg–Marquardt steps per start while searching (enough to rank the starts; the chosen
 #: one is then refined to convergence).
 SEARCH_STEPS = 40
+#: with `modes` given, a fit whose residuals exceed this many times the bins' errors (`χ²/(n − p)`)
+#: is searched again along the greedy path (`search_modes`)
+LOOSE_MISFIT = 4.0
 
 
 def _f64(x) -> jnp.ndarray:
@@ -119,8 +122,11 @@ def search_modes(
     started at several times (inside the logged range and after it) with several drops, every
     start is refined by Levenberg–Marquardt at once (`SCREEN_STEPS` steps for every start, then
     the `SCREEN_KEEP` best for `SEARCH_STEPS` more: `engine.solve_robust`), and the best is
-    kept; `K` stops growing when the criterion has not improved for two steps (or at `modes`,
-    if given). Returns the best candidate by the criterion and every `K`'s score.
+    kept; `K` stops growing when the criterion has not improved for two steps. With `modes`
+    given, `K = modes` is fitted from the drop-based starts alone, and only if that fit's residuals
+    exceed `LOOSE_MISFIT` times the bins' errors (the starts missed the staircase) is the path grown
+    from one mode to `modes` as well, keeping the lower `χ²`. Returns the best candidate by the
+    criterion and every candidate `K`'s score.
 
     With `floor` (a fit with a free offset, of `max_modes` slots) and `offset=0`, the search
     starts from `floor`'s modes with one more, which begins by taking over the floor's loss:
@@ -155,45 +161,60 @@ def search_modes(
             prior_width=base.prior_width,
             fit_offset=False,
         )
-    scores: dict[str, float] = {}
-    best: Candidate | None = None
-    since = 0
     K_from = 1 if floor is None else int(np.sum(np.asarray(floor.active))) + 1
-    K_range = [modes] if modes is not None else range(K_from, max_modes + 1)
-    for K in K_range:
-        template = base if prev is None else prev
-        template = _with_active(template, K)
+
+    def stage(K: int, prev: DecoupledModes | None) -> Candidate | None:
+        """The best `K`-mode fit from the drop-based starts and, given the `K − 1` optimum
+        `prev`, the starts that add one mode to it; None if no start converged."""
+        template = _with_active(base if prev is None else prev, K)
         starts = [_peak_starts(template, K, peaks, tmax, lend, fit_offset=fit_offset)]
         if prev is not None:
             starts.append(_mode_starts(template, K, data, tmin, tmax, fit_offset=fit_offset))
         if floor is not None and K == K_from:
             starts.append(_floor_starts(template, K, float(floor.offset), tmax))
-        starts = np.concatenate(starts)
         values, rss, objective, _ = engine.solve_robust(
-            template, starts, data, robust=robust, max_steps=SEARCH_STEPS, screen=True
+            template, np.concatenate(starts), data, robust=robust, max_steps=SEARCH_STEPS, screen=True
         )
         i = int(np.argmin(objective))
         if not np.isfinite(rss[i]):
-            break
-        cand = Candidate(
-            f"{K} modes",
-            template,
-            values[i],
-            rss[i],
-            data.n,
-            3 * K + fit_offset,
-            criterion,
-            engine.BATCH,
-            K,
+            return None
+        return Candidate(
+            f"{K} modes", template, values[i], rss[i], data.n, 3 * K + fit_offset, criterion, engine.BATCH, K
         )
-        scores[f"modes K={K}"] = cand.score
-        prev = cand.model
-        if best is None or cand.score < best.score:
-            best, since = cand, 0
-        else:
-            since += 1
-            if since >= 2:
+
+    scores: dict[str, float] = {}
+    best: Candidate | None = None
+    if modes is not None:
+        best = stage(modes, prev)
+        if best is None or best.rss / max(best.n - best.p, 1) > LOOSE_MISFIT:
+            # the drop-based starts missed the staircase (merged or spurious modes): grow the path
+            # from one mode as the free search does, each `K` from the `K − 1` optimum
+            grown = prev
+            for K in range(K_from, modes):
+                cand = stage(K, grown)
+                if cand is None:
+                    break
+                grown = cand.model
+            else:
+                cand = stage(modes, grown)
+                if cand is not None and (best is None or cand.rss < best.rss):
+                    best = cand
+        if best is not None:
+            scores[f"modes K={modes}"] = best.score
+    else:
+        since = 0
+        for K in range(K_from, max_modes + 1):
+            cand = stage(K, prev)
+            if cand is None:
                 break
+            scores[f"modes K={K}"] = cand.score
+            prev = cand.model
+            if best is None or cand.score < best.score:
+                best, since = cand, 0
+            else:
+                since += 1
+                if since >= 2:
+                    break
     if best is None:
         raise RuntimeError("no start of the decoupled-modes fit converged")
     return best, scores
