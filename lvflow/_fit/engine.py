@@ -427,12 +427,67 @@ def _ln_crossing(model: AbstractCurveModel, ln_t0: Float[Array, " n"], ln_level:
     return jax.vmap(one)(ln_t0, ln_level)
 
 
+def _ln_flattest(model: AbstractCurveModel, ln_a: Float[Array, " n"], ln_b: Float[Array, " n"]):
+    """Per entry, the `ln t` between `ln_a` and `ln_b` (two consecutive drops' `ln t*`) where the
+    loss is flattest, the minimum of `g = −d ln L/d ln t`: the plateau the curve shows between
+    them. Found on a grid of `_FLAT_GRID` points, then exactly by `optx.Bisection` on
+    `d² ln L/d(ln t)² = −g'`, which falls through 0 there (derivative by the implicit function
+    theorem). NaN where `g` has no minimum inside (two drops that merge into one fall)."""
+
+    def slope(x, m):
+        return jax.grad(lambda u: m.log_loss(jnp.exp(u)[None])[0])(x)
+
+    def curvature(x, m):
+        return jax.grad(slope)(x, m)
+
+    def one(a, b):
+        a, b = jax.lax.stop_gradient(a), jax.lax.stop_gradient(b)
+        x = jnp.linspace(a, b, _FLAT_GRID)
+        i = jnp.argmax(jax.lax.stop_gradient(jax.vmap(slope, in_axes=(0, None))(x, model)))  # min of g
+        lo, hi = x[jnp.maximum(i - 1, 0)], x[jnp.minimum(i + 1, _FLAT_GRID - 1)]
+        inside = (i > 0) & (i < _FLAT_GRID - 1) & (curvature(lo, model) > 0) & (curvature(hi, model) < 0)
+        sol = optx.root_find(
+            curvature,
+            optx.Bisection(rtol=1e-12, atol=1e-12, flip=True),
+            x[i],
+            model,
+            options=dict(lower=lo, upper=hi),
+            max_steps=200,
+            throw=False,
+        )
+        ok = inside & (sol.result == optx.RESULTS.successful)
+        return jnp.where(ok, sol.value, jnp.nan)
+
+    return jax.vmap(one)(ln_a, ln_b)
+
+
+#: Grid points between two drops on which `_ln_flattest` first looks for the curve's plateau.
+_FLAT_GRID = 64
+
+
+def _curve_plateaus(model: AbstractCurveModel, ln_t: Float[Array, " n"], before, after):
+    """The plateau levels on either side of each of `n` drops in time order (`ln_t` their
+    `ln t*`), as the curve shows them: between two drops, the loss where the curve is flattest
+    (`_ln_flattest`); before the first drop and after the last, and between drops that merge
+    into one fall, the ε → 0 staircase's levels `before`, `after`."""
+    if ln_t.shape[0] < 2:
+        return before, after
+    x = _ln_flattest(model, ln_t[:-1], ln_t[1:])
+    ok = jnp.isfinite(x)
+    level = jnp.exp(model.log_loss(jnp.exp(jnp.where(ok, x, ln_t[1:]))))
+    return (
+        jnp.concatenate([before[:1], jnp.where(ok, level, before[1:])]),
+        jnp.concatenate([jnp.where(ok, level, after[:-1]), after[-1:]]),
+    )
+
+
 @eqx.filter_jit
 def summaries_and_jac(template: AbstractCurveModel, theta, t_curve, t_horizon, order):
     """Every quantity `fit` reports as a function of the fit's coordinates, and its Jacobian
     (`jax.jacfwd`): the reported parameters, the drops `order` (their `ln t*`, the `ln` of the
-    plateau levels before and after each, and the `ln t` at which the loss crosses their
-    midpoint), `ln L̂` at the horizon and on the curve grid."""
+    plateau levels the curve shows before and after each, `_curve_plateaus`, and the `ln t` at
+    which the loss crosses the midpoint between them), `ln L̂` at the horizon and on the curve
+    grid."""
 
     def g(th):
         m = template.from_vector(th)
@@ -443,12 +498,14 @@ def summaries_and_jac(template: AbstractCurveModel, theta, t_curve, t_horizon, o
         before = m.offset + jnp.sum(jnp.where(later_eq, V_all[None, :], 0.0), axis=1)
         after = m.offset + jnp.sum(jnp.where(later, V_all[None, :], 0.0), axis=1)
         tiny = jnp.finfo(float).tiny
+        shown_before, shown_after = _curve_plateaus(m, jnp.log(t_sel), before, after)
+        mid = jnp.log(jnp.maximum(0.5 * (shown_before + shown_after), tiny))
         return {
             "reported": m.reported(),
             "ln_t_star": jnp.log(t_sel),
-            "ln_t_mid": _ln_crossing(m, jnp.log(t_sel), jnp.log(jnp.maximum(0.5 * (before + after), tiny))),
-            "ln_before": jnp.log(jnp.maximum(before, tiny)),
-            "ln_after": jnp.log(jnp.maximum(after, tiny)),
+            "ln_t_mid": _ln_crossing(m, jnp.log(t_sel), mid),
+            "ln_before": jnp.log(jnp.maximum(shown_before, tiny)),
+            "ln_after": jnp.log(jnp.maximum(shown_after, tiny)),
             "ln_final": m.log_loss(t_horizon),
             "ln_curve": m.log_loss(t_curve),
         }

@@ -59,9 +59,11 @@ class FitResult(eqx.Module):
       crosses the midpoint between the plateau levels on either side: what one reads off the
       curve) with its interval `step_lo`, `step_hi`; `t_star` and `step_strength` (when the
       mode reaches half its final strength, Eq. 158: later than `step`); `V`, `rate`,
-      `loss_before`, `loss_after` (the plateau levels, the ε → 0 staircase, with `_lo`/`_hi`),
-      `resolved` (its gap to the next drop exceeds their widths) and `future`
-      (after `fit_until`).
+      `loss_before`, `loss_after` (the plateau levels the fitted curve shows, with `_lo`/`_hi`:
+      between two drops, the loss where the curve is flattest on a log-log plot, the minimum
+      of `−d ln L/d ln t`; before the first drop and after the last, the ε → 0 staircase's
+      levels, `L_∞ + Σ V_k` and `L_∞`), `resolved` (its gap to the next drop exceeds their
+      widths) and `future` (after `fit_until`).
     - `curve`: the fitted and extrapolated loss on `_CURVE` steps up to the horizon (`step`,
       `loss`, and the band `lo`, `hi`).
     - `horizon`: the step the extrapolation runs to; `final_loss` (`_lo`, `_hi`): the predicted
@@ -797,6 +799,7 @@ def fit(
             prior_width=1.0 if prior_width is None else prior_width,
             robust=bool(robust),
         )
+        assert best_modes is not None  # the search without a floor raises instead
         cands.append(best_modes)
         scores.update(sc)
     # auto: the power law is tried when the decoupled modes need every mode allowed or leave
@@ -851,17 +854,20 @@ def fit(
                 floor=model,
             )
             scores.update({f"drop to no floor, {k}": v for k, v in sc.items()})
-            k_new = int(np.sum(np.asarray(model.active)))
-            plateau = _with_plateau(zero, k_new, _next_plateau(model), data, robust=bool(robust))
-            drops_ = [zero] if plateau is None else [zero, plateau]
-            if plateau is not None:
-                scores[f"drop to a next plateau, modes K={plateau.K}"] = plateau.score
-            k = _evidence_discount(min([best, *drops_], key=lambda c: c.rss), data)
-            d_best = min(drops_, key=lambda c: c.score)
-            if abs(_data_term(d_best) - _data_term(best)) / k < _DECISIVE:
-                kept = [best, *drops_]
-            elif d_best.score < best.score:
-                kept = drops_  # a drop to come, decided; where the loss then rests is not
+            drops_ = []  # none when no fit keeps a drop after the log
+            if zero is not None:
+                k_new = int(np.sum(np.asarray(model.active)))
+                plateau = _with_plateau(zero, k_new, _next_plateau(model), data, robust=bool(robust))
+                drops_ = [zero] if plateau is None else [zero, plateau]
+                if plateau is not None:
+                    scores[f"drop to a next plateau, modes K={plateau.K}"] = plateau.score
+            if drops_:
+                k = _evidence_discount(min([best, *drops_], key=lambda c: c.rss), data)
+                d_best = min(drops_, key=lambda c: c.score)
+                if abs(_data_term(d_best) - _data_term(best)) / k < _DECISIVE:
+                    kept = [best, *drops_]
+                elif d_best.score < best.score:
+                    kept = drops_  # a drop to come, decided; where the loss then rests is not
     kept.sort(key=lambda c: c.score)
     best = kept[0]
     h = None if horizon is None else float(horizon)

@@ -117,7 +117,7 @@ def search_modes(
     prior_width: float,
     robust: bool,
     floor: DecoupledModes | None = None,
-) -> tuple[Candidate, dict[str, float]]:
+) -> tuple[Candidate | None, dict[str, float]]:
     """Greedy search over the number of decoupled modes: from the best `K − 1` fit, a new mode is
     started at several times (inside the logged range and after it) with several drops, every
     start is refined by Levenberg–Marquardt at once (`SCREEN_STEPS` steps for every start, then
@@ -130,7 +130,10 @@ def search_modes(
 
     With `floor` (a fit with a free offset, of `max_modes` slots) and `offset=0`, the search
     starts from `floor`'s modes with one more, which begins by taking over the floor's loss:
-    the hypothesis that the floor is a plateau, a drop still to come (`fit`'s scenarios)."""
+    the hypothesis that the floor is a plateau, a drop still to come (`fit`'s scenarios): every
+    `K`'s fit is then the best whose latest mode is half-way after the log (a fit that moves
+    every mode into the log is a different hypothesis), and the search returns no candidate
+    (None) when no start keeps one there."""
     slots = modes if modes is not None else max_modes
     fit_offset = offset is None
     y = np.asarray(data.y)[np.asarray(data.count) > 0]
@@ -170,13 +173,27 @@ def search_modes(
         starts = [_peak_starts(template, K, peaks, tmax, lend, fit_offset=fit_offset)]
         if prev is not None:
             starts.append(_mode_starts(template, K, data, tmin, tmax, fit_offset=fit_offset))
-        if floor is not None and K == K_from:
-            starts.append(_floor_starts(template, K, float(floor.offset), tmax))
         values, rss, objective, _ = engine.solve_robust(
             template, np.concatenate(starts), data, robust=robust, max_steps=SEARCH_STEPS, screen=True
         )
+        if floor is not None:
+            # the floor's own starts, solved apart (in a screen with the others, a start whose new
+            # mode moves into the log falls faster at first), then a drop to come: the best fit
+            # whose latest mode is half-way after the log
+            if K == K_from:
+                more = engine.solve_robust(
+                    template,
+                    _floor_starts(template, K, float(floor.offset), tmax),
+                    data,
+                    robust=robust,
+                    max_steps=SEARCH_STEPS,
+                )
+                values, rss, objective = (np.concatenate([a, b]) for a, b in zip((values, rss, objective), more[:3]))
+            S = template.K
+            t_star = (MIN_LAG + np.exp(values[:, 2 * S : 2 * S + K])) / np.exp(values[:, :K])
+            objective = np.where(t_star.max(axis=1) > tmax, objective, np.inf)
         i = int(np.argmin(objective))
-        if not np.isfinite(rss[i]):
+        if not (np.isfinite(rss[i]) and np.isfinite(objective[i])):
             return None
         return Candidate(
             f"{K} modes", template, values[i], rss[i], data.n, 3 * K + fit_offset, criterion, engine.BATCH, K
@@ -215,7 +232,7 @@ def search_modes(
                 since += 1
                 if since >= 2:
                     break
-    if best is None:
+    if best is None and floor is None:
         raise RuntimeError("no start of the decoupled-modes fit converged")
     return best, scores
 
