@@ -842,6 +842,10 @@ def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return max(a[0], b[0]) <= min(a[1], b[1])
 
 
+def _inside(v: float, interval) -> bool:
+    return bool(interval[0] <= v <= interval[1])
+
+
 def _scenario_lines(r: dict) -> list[str]:
     """Each scenario of a fit: its model, weight, first future drop falling ≥ 3× and loss at N."""
     out = []
@@ -880,6 +884,9 @@ def overlap_pairs(groups: list[Group], fits: list[list[dict]]) -> list[dict]:
                         "drop_overlap": _overlap(da[:2], db[:2]),
                         "loss": (la, lb),
                         "loss_overlap": _overlap(la, lb),
+                        # each member's point forecast inside the other's interval
+                        "drop_points": _inside(a["next_drop_pred"][0], db) and _inside(b["next_drop_pred"][0], da),
+                        "loss_points": _inside(a["loss_pred"][0], lb) and _inside(b["loss_pred"][0], la),
                         "fits": (a, b),
                     }
                 )
@@ -895,19 +902,33 @@ def overlap_table(pairs: list[dict]) -> str:
     """The markdown table (per family and kind, per family, overall over the counted pairs) and
     the non-overlapping pairs with their intervals and each member's scenarios."""
     lines = [
-        "| family | groups of | pairs | logs differ before the cut (max) | next drop: overlap | last loss: overlap |",
-        "|---|---|---|---|---|---|",
+        "| family | groups of | pairs | logs differ before the cut (max) | next drop: intervals overlap "
+        '| points inside the other\'s | intervals reaching "no drop" | last loss: intervals overlap '
+        "| points inside the other's | width (dec, median) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def row(name, kind, ps):
         if not ps:
             return
-        nd = np.mean([p["drop_overlap"] for p in ps])
-        nl = np.mean([p["loss_overlap"] for p in ps])
+
+        def frac(key):
+            k = sum(bool(p[key]) for p in ps)
+            return f"{k}/{len(ps)} ({100 * k / len(ps):.0f} %)"
+
+        # every fit once (a log in several pairs counted once)
+        fits = {id(f): f for p in ps for f in p["fits"]}.values()
+        reach = sum(not math.isfinite(_drop_interval(f)[1]) for f in fits)
+        widths = [
+            math.log10(f["loss_pred"][2] / f["loss_pred"][1])
+            if 0 < f["loss_pred"][1] <= f["loss_pred"][2]
+            else math.inf
+            for f in fits
+        ]
         lines.append(
-            f"| {name} | {kind} | {len(ps)} | {100 * max(p['diff'] for p in ps):.2g} % | "
-            f"{sum(p['drop_overlap'] for p in ps)}/{len(ps)} ({100 * nd:.0f} %) | "
-            f"{sum(p['loss_overlap'] for p in ps)}/{len(ps)} ({100 * nl:.0f} %) |"
+            f"| {name} | {kind} | {len(ps)} | {100 * max(p['diff'] for p in ps):.2g} % | {frac('drop_overlap')} | "
+            f"{frac('drop_points')} | {reach}/{len(fits)} fits | {frac('loss_overlap')} | {frac('loss_points')} | "
+            f"{_fmt(float(np.median(widths)), 'num')} |"
         )
 
     for fam in FAMILIES:
@@ -921,24 +942,36 @@ def overlap_table(pairs: list[dict]) -> str:
         if len({p["kind"] for p in fp}) > 1:
             row(fam, "all counted", [p for p in fp if p["counted"]])
     row("overall", "all counted", [p for p in pairs if p["counted"]])
-    bad = [p for p in pairs if not (p["drop_overlap"] and p["loss_overlap"])]
+    checks = (
+        ("next drop intervals disjoint", "drop_overlap"),
+        ("last loss intervals disjoint", "loss_overlap"),
+        ("a next-drop point outside the other's interval", "drop_points"),
+        ("a last-loss point outside the other's interval", "loss_points"),
+    )
+    bad = [p for p in pairs if not all(p[k] for _, k in checks)]
     if bad:
-        lines.append("\nPairs whose intervals do not overlap (each member's scenarios, heaviest first):\n")
+        lines.append(
+            "\nPairs with disjoint intervals or a point forecast outside the other's interval (each "
+            "member's point forecasts, then its scenarios, heaviest first):\n"
+        )
     for p in bad:
         a, b = p["fits"]
-        what = " and ".join(
-            k for k, ok in (("next drop", p["drop_overlap"]), ("last loss", p["loss_overlap"])) if not ok
-        )
+        what = "; ".join(label for label, k in checks if not p[k])
         lines.append(
             f"- {p['family']} seed {p['seed']}, {p['kind']}: {p['names'][0]} vs {p['names'][1]} (differ by "
             f"{100 * p['diff']:.2g} % before the cut {a['cut']:.6g}; truth: next drop {a['next_drop_true']:.5g} / "
-            f"{b['next_drop_true']:.5g}, loss at N = {a['N']:.6g} {a['loss_true']:.3g} / {b['loss_true']:.3g}): {what} "
-            f"disjoint. Next drop {_fmt_int(*p['drop'][0][:2])} vs {_fmt_int(*p['drop'][1][:2])}; "
+            f"{b['next_drop_true']:.5g}, loss at N = {a['N']:.6g} {a['loss_true']:.3g} / "
+            f"{b['loss_true']:.3g}): {what}. "
+            f"Next drop {_fmt_int(*p['drop'][0][:2])} vs {_fmt_int(*p['drop'][1][:2])}; "
             f"last loss [{p['loss'][0][0]:.3g}, {p['loss'][0][1]:.3g}] vs "
             f"[{p['loss'][1][0]:.3g}, {p['loss'][1][1]:.3g}]"
         )
         for name, r in zip(p["names"], (a, b)):
-            lines.append(f"  - {name}: " + "; ".join(_scenario_lines(r)))
+            nd = r["next_drop_pred"][0]
+            lines.append(
+                f"  - {name} (next drop {'no drop' if nd == math.inf else f'{nd:.5g}'}, "
+                f"loss {r['loss_pred'][0]:.3g}): " + "; ".join(_scenario_lines(r))
+            )
     return "\n".join(lines)
 
 
