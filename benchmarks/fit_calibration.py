@@ -45,6 +45,17 @@ are fitted to the seen part in `x = 1 + step/Δ` (`Δ` the logging interval: epo
 al.) by least squares on the relative residual `(f(x) − L)/L` (`scipy.optimize.least_squares`,
 several starts); the ensemble's weights are non-negative least squares of the members' relative
 fits, normalised to 1; they give no drop step (n/a) and no interval here.
+
+**`--overlap`** (issue 28's third acceptance line, `evaluate_overlap`): groups of logs that differ
+by less than 2 % before the cut (the largest `|a − b| / min(a, b)` over the seen steps), fitted
+by `fit_one`: the benchmark's log with its seen part `× (1 ± 0.95 % sin(…))` (smooth, in
+`ln step`) or `× (1 + 0.95 % U(−1, 1))` (independent noise); for the network families, the same
+teacher with a nearby init `√(1 − ρ²) W₀ + ρ W_v` logged and cut as the benchmark's log (a new
+init seed, `ρ = 1`, moves these logs by far more than 2 %); for *minibatch SGD*, other minibatch
+orders (their logs differ by their noise, far more than 2 %: reported, not counted). Every pair:
+whether the 95 % intervals of the next drop (`[lo, ∞]` when "no drop" is inside; `[∞, ∞]` when
+no scenario has a drop; `[cut, ∞]` when not determined) and of the last loss overlap, and
+whether each member's point forecast lies inside the other's interval.
 """
 
 from __future__ import annotations
@@ -821,7 +832,7 @@ def overlap_groups(n_logs: int, seed_groups: int, families=FAMILIES) -> list[Gro
                 f"(logged loss, {by_rho}; full-batch loss: smallest {100 * float(d_clean.min()):.2g} %)"
             )
             pair_d = [_seen_diff(a, b) for j, a in enumerate(members) for b in members[j + 1 :]]
-            note += f"; the group's logs differ pairwise by up to {100 * max(pair_d, default=0):.2g} %"
+            note += f"; the group's logs differ pairwise by up to {100 * max(pair_d, default=0):.3g} %"
             if len(members) >= 2:
                 groups.append(Group(fam, kind, log.seed, names, members, note, not sgd))
             else:
@@ -833,13 +844,16 @@ def _drop_interval(r: dict) -> tuple[float, float, str]:
     """The next drop's 95 % interval as `[lo, hi]` (`hi = inf`: "no drop" inside; `[inf, inf]`:
     no scenario has a drop; "not determined" with no bounds reported: `[cut, inf]`)."""
     _, lo, hi = r["next_drop_pred"]
+    if r.get("error"):
+        return math.nan, math.nan, "fit failed"
     if math.isnan(lo) or math.isnan(hi):
         return r["cut"], math.inf, "not determined"
     return lo, hi, r["next_drop_note"] and "drop time not determined"
 
 
 def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    return max(a[0], b[0]) <= min(a[1], b[1])
+    """Whether `[a₀, a₁]` and `[b₀, b₁]` share a point (never when an end is NaN: a failed fit)."""
+    return not any(math.isnan(v) for v in (*a, *b)) and max(a[0], b[0]) <= min(a[1], b[1])
 
 
 def _inside(v: float, interval) -> bool:
@@ -904,8 +918,8 @@ def overlap_table(pairs: list[dict]) -> str:
     lines = [
         "| family | groups of | pairs | logs differ before the cut (max) | next drop: intervals overlap "
         '| points inside the other\'s | intervals reaching "no drop" | last loss: intervals overlap '
-        "| points inside the other's | width (dec, median) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| points inside the other's | width (dec, median) | fits failed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def row(name, kind, ps):
@@ -918,7 +932,8 @@ def overlap_table(pairs: list[dict]) -> str:
 
         # every fit once (a log in several pairs counted once)
         fits = {id(f): f for p in ps for f in p["fits"]}.values()
-        reach = sum(not math.isfinite(_drop_interval(f)[1]) for f in fits)
+        reach = sum(_drop_interval(f)[1] == math.inf for f in fits)
+        failed = sum(bool(f.get("error")) for f in fits)
         widths = [
             math.log10(f["loss_pred"][2] / f["loss_pred"][1])
             if 0 < f["loss_pred"][1] <= f["loss_pred"][2]
@@ -928,7 +943,7 @@ def overlap_table(pairs: list[dict]) -> str:
         lines.append(
             f"| {name} | {kind} | {len(ps)} | {100 * max(p['diff'] for p in ps):.2g} % | {frac('drop_overlap')} | "
             f"{frac('drop_points')} | {reach}/{len(fits)} fits | {frac('loss_overlap')} | {frac('loss_points')} | "
-            f"{_fmt(float(np.median(widths)), 'num')} |"
+            f"{_fmt(float(np.median(widths)), 'num')} | {failed}/{len(fits)} |"
         )
 
     for fam in FAMILIES:
@@ -968,6 +983,9 @@ def overlap_table(pairs: list[dict]) -> str:
         )
         for name, r in zip(p["names"], (a, b)):
             nd = r["next_drop_pred"][0]
+            if r.get("error"):
+                lines.append(f"  - {name}: lvflow.fit raised {r['error']}")
+                continue
             lines.append(
                 f"  - {name} (next drop {'no drop' if nd == math.inf else f'{nd:.5g}'}, "
                 f"loss {r['loss_pred'][0]:.3g}): " + "; ".join(_scenario_lines(r))
@@ -975,12 +993,34 @@ def overlap_table(pairs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _failed_fit(log: Log, e: Exception) -> dict:
+    """The record of a fit that raised: no interval (never overlapping), the error's text."""
+    nan = math.nan
+    return {
+        "family": log.family,
+        "seed": log.seed,
+        "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+        "fit_seconds": nan,
+        "scenarios": 0,
+        "cut": log.cut,
+        "N": float(log.steps[-1]),
+        "next_drop_true": log.next_drop,
+        "next_drop_pred": [nan, nan, nan],
+        "next_drop_note": "",
+        "loss_true": float(log.clean[-1]),
+        "loss_pred": [nan, nan, nan],
+        "per_scenario": [],
+    }
+
+
 def evaluate_overlap(
     n_logs: int = 1, seed_groups: int = 2, *, families=FAMILIES, verbose: bool = False, out: str | None = None
 ) -> tuple[list[Group], list[dict], str]:
     """Make the groups (`overlap_groups`), fit every member with `fit_one` (a log shared by two
     groups once), and compare the intervals of every pair (`overlap_pairs`); the groups, the
-    pairs and the table (`overlap_table`). The results so far are written to `out` as JSON."""
+    pairs and the table (`overlap_table`). The results so far are written to `out` as JSON; a fit
+    that raises is recorded as failed (no interval: it overlaps nothing) and its log saved as
+    `<out>.failed_<family>_<seed>_<n>.npz` (steps, loss, lr, cut)."""
     from lvflow._workflow.io import save_json
 
     t = time.perf_counter()
@@ -996,9 +1036,23 @@ def evaluate_overlap(
         rs = []
         for name, m in zip(g.names, g.members):
             if id(m) not in cache:
-                cache[id(m)] = fit_one(m)
+                try:
+                    cache[id(m)] = fit_one(m)
+                except Exception as e:  # noqa: BLE001  (lvflow.fit failing on a log is a result here)
+                    cache[id(m)] = _failed_fit(m, e)
+                    # the log, to reproduce (beside `out`)
+                    np.savez(
+                        f"{out or 'overlap'}.failed_{g.family.replace(' ', '_')}_{g.seed}_{len(cache)}.npz",
+                        steps=m.steps,
+                        loss=m.loss,
+                        lr=m.lr,
+                        cut=m.cut,
+                    )
                 if verbose:
                     r = cache[id(m)]
+                    if r.get("error"):
+                        print(f"[{len(cache)}] {g.family} seed {g.seed} {name}: fit failed: {r['error']}", flush=True)
+                        continue
                     print(
                         f"[{len(cache)}] {g.family} seed {g.seed} {name}: "
                         f"next drop {_fmt_int(*_drop_interval(r)[:2])}, "
