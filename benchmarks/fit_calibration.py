@@ -1050,16 +1050,14 @@ def evaluate_overlap(
                     )
                 if verbose:
                     r = cache[id(m)]
-                    if r.get("error"):
-                        print(f"[{len(cache)}] {g.family} seed {g.seed} {name}: fit failed: {r['error']}", flush=True)
-                        continue
-                    print(
-                        f"[{len(cache)}] {g.family} seed {g.seed} {name}: "
-                        f"next drop {_fmt_int(*_drop_interval(r)[:2])}, "
+                    what = (
+                        f"fit failed: {r['error']}"
+                        if r.get("error")
+                        else f"next drop {_fmt_int(*_drop_interval(r)[:2])}, "
                         f"loss [{r['loss_pred'][1]:.3g}, {r['loss_pred'][2]:.3g}], {r['scenarios']} scenarios, "
-                        f"{r['fit_seconds']:.1f} s",
-                        flush=True,
+                        f"{r['fit_seconds']:.1f} s"
                     )
+                    print(f"[{len(cache)}] {g.family} seed {g.seed} {name}: {what}", flush=True)
             rs.append(cache[id(m)])
         fits.append(rs)
         if out:

@@ -167,3 +167,7 @@ def test_overlap_pairs_by_hand():
     text = fc.overlap_table(list(pairs.values()))
     assert "| modes | noise | 6 | 0 % | 5/6 (83 %) |" in text
     assert "a vs c" in text and "next drop intervals disjoint" in text
+    # a fit that raised has no interval: it overlaps nothing
+    failed = _fit((nan, nan, nan), (nan, nan, nan)) | {"error": "ValueError: x"}
+    (p,) = fc.overlap_pairs([fc.Group("modes", "noise", 0, ["a", "e"], [log] * 2)], [[fits[3], failed]])
+    assert not (p["drop_overlap"] or p["loss_overlap"] or p["drop_points"] or p["loss_points"])
