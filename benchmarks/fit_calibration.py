@@ -941,7 +941,7 @@ def overlap_table(pairs: list[dict]) -> str:
             for f in fits
         ]
         lines.append(
-            f"| {name} | {kind} | {len(ps)} | {100 * max(p['diff'] for p in ps):.2g} % | {frac('drop_overlap')} | "
+            f"| {name} | {kind} | {len(ps)} | {100 * max(p['diff'] for p in ps):.3g} % | {frac('drop_overlap')} | "
             f"{frac('drop_points')} | {reach}/{len(fits)} fits | {frac('loss_overlap')} | {frac('loss_points')} | "
             f"{_fmt(float(np.median(widths)), 'num')} | {failed}/{len(fits)} |"
         )
