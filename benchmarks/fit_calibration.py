@@ -763,7 +763,7 @@ def perturbed(log: Log, kind: str, k: int) -> Log:
     return dataclasses.replace(log, loss=loss)
 
 
-def overlap_groups(n_logs: int, seed_groups: int, families=FAMILIES) -> list[Group]:
+def overlap_groups(n_logs: int, seed_groups: int, families=FAMILIES, *, skip: int = 0) -> list[Group]:
     """The groups of logs that differ by less than `OVERLAP_MAX` before the cut: (b) for each of
     the first `n_logs` benchmark logs of every family, "smooth" (the log, `× (1 ± PERTURB ·
     sin)`) and "noise" (the log, two `× (1 + PERTURB · U(−1, 1))`); (a) for the first
@@ -775,7 +775,7 @@ def overlap_groups(n_logs: int, seed_groups: int, families=FAMILIES) -> list[Gro
     two closest in full-batch loss (its logged losses differ by far more than `OVERLAP_MAX`:
     reported, not counted)."""
     groups = []
-    logs = make_logs(max(n_logs, seed_groups), families)
+    logs = make_logs(max(n_logs, seed_groups), families, skip=skip)
     for fam in families:
         fam_logs = [g for g in logs if g.family == fam]
         for log in fam_logs[:n_logs]:
@@ -1014,17 +1014,24 @@ def _failed_fit(log: Log, e: Exception) -> dict:
 
 
 def evaluate_overlap(
-    n_logs: int = 1, seed_groups: int = 2, *, families=FAMILIES, verbose: bool = False, out: str | None = None
+    n_logs: int = 1,
+    seed_groups: int = 2,
+    *,
+    families=FAMILIES,
+    verbose: bool = False,
+    out: str | None = None,
+    skip: int = 0,
 ) -> tuple[list[Group], list[dict], str]:
     """Make the groups (`overlap_groups`), fit every member with `fit_one` (a log shared by two
     groups once), and compare the intervals of every pair (`overlap_pairs`); the groups, the
     pairs and the table (`overlap_table`). The results so far are written to `out` as JSON; a fit
     that raises is recorded as failed (no interval: it overlaps nothing) and its log saved as
-    `<out>.failed_<family>_<seed>_<n>.npz` (steps, loss, lr, cut)."""
+    `<out>.failed_<family>_<seed>_<n>.npz` (steps, loss, lr, cut). `skip`: start after the first
+    `skip` benchmark logs of each family (`make_logs`)."""
     from lvflow._workflow.io import save_json
 
     t = time.perf_counter()
-    groups = overlap_groups(n_logs, seed_groups, families)
+    groups = overlap_groups(n_logs, seed_groups, families, skip=skip)
     if verbose:
         print(f"{len(groups)} groups made in {time.perf_counter() - t:.0f} s", flush=True)
         for g in groups:
@@ -1113,7 +1120,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.overlap:
         t = time.perf_counter()
         groups, pairs, text = evaluate_overlap(
-            args.overlap_logs, args.overlap_seeds, families=families, verbose=True, out=args.out
+            args.overlap_logs, args.overlap_seeds, families=families, verbose=True, out=args.out, skip=args.skip
         )
         print(f"\n{text}\n\n{len(pairs)} pairs in {len(groups)} groups, {time.perf_counter() - t:.0f} s")
         return 0
