@@ -45,6 +45,17 @@ are fitted to the seen part in `x = 1 + step/Δ` (`Δ` the logging interval: epo
 al.) by least squares on the relative residual `(f(x) − L)/L` (`scipy.optimize.least_squares`,
 several starts); the ensemble's weights are non-negative least squares of the members' relative
 fits, normalised to 1; they give no drop step (n/a) and no interval here.
+
+**`--overlap`** (issue 28's third acceptance line, `evaluate_overlap`): groups of logs that differ
+by less than 2 % before the cut (the largest `|a − b| / min(a, b)` over the seen steps), fitted
+by `fit_one`: the benchmark's log with its seen part `× (1 ± 0.95 % sin(…))` (smooth, in
+`ln step`) or `× (1 + 0.95 % U(−1, 1))` (independent noise); for the network families, the same
+teacher with a nearby init `√(1 − ρ²) W₀ + ρ W_v` logged and cut as the benchmark's log (a new
+init seed, `ρ = 1`, moves these logs by far more than 2 %); for *minibatch SGD*, other minibatch
+orders (their logs differ by their noise, far more than 2 %: reported, not counted). Every pair:
+whether the 95 % intervals of the next drop (`[lo, ∞]` when "no drop" is inside; `[∞, ∞]` when
+no scenario has a drop; `[cut, ∞]` when not determined) and of the last loss overlap, and
+whether each member's point forecast lies inside the other's interval.
 """
 
 from __future__ import annotations
@@ -206,9 +217,12 @@ def glv_record(seed: int) -> Record:
     return Record("coupled gLV", seed, steps, L, L, lr)
 
 
-def mlp_records(family: str, seeds: list[int]) -> list[Record]:
+def mlp_records(family: str, seeds: list[int], variants: list[tuple[int, float] | None] | None = None) -> list[Record]:
     """GD (or minibatch SGD) on a two-layer student, one vmapped `lax.scan` for all seeds;
-    the loss of every step."""
+    the loss of every step. `variants` (one per seed, `None` for the benchmark's run): `(v, ρ)`,
+    the same teacher, inputs and init scale `ε` with the student's init `√(1 − ρ²) W₀ + ρ W_v`
+    (`W_v` drawn with seed `v`; `ρ = 1`: another init seed), or for *minibatch SGD* the same
+    init with another minibatch order (seed `v`)."""
     import jax
     import jax.numpy as jnp
 
@@ -221,7 +235,7 @@ def mlp_records(family: str, seeds: list[int]) -> list[Record]:
     act = (lambda u: u) if unit == "linear" else jnp.tanh
     steps_n = 12000
 
-    def setup(seed):
+    def setup(seed, variant):
         rng = np.random.default_rng([4, seed, FAMILIES.index(family)])
         s = [rng.uniform(1.0, 2.0)]
         for _ in range(rank - 1):
@@ -235,9 +249,15 @@ def mlp_records(family: str, seeds: list[int]) -> list[Record]:
         eps = 10 ** rng.uniform(-4, -2)
         W1 = eps * rng.standard_normal((h, d))
         W2 = eps * rng.standard_normal((o, h))
+        if variant is not None and not sgd:
+            v, rho = variant
+            rng2 = np.random.default_rng([6, seed, v, FAMILIES.index(family)])
+            W1 = math.sqrt(1 - rho**2) * W1 + rho * eps * rng2.standard_normal((h, d))
+            W2 = math.sqrt(1 - rho**2) * W2 + rho * eps * rng2.standard_normal((o, h))
         return X, Y, W1, W2
 
-    parts = [setup(s) for s in seeds]
+    variants = [None] * len(seeds) if variants is None else list(variants)
+    parts = [setup(s, v) for s, v in zip(seeds, variants)]
     X, Y, W1, W2 = (jnp.asarray(np.stack(p)) for p in zip(*parts))
 
     def loss(W, Xb, Yb):
@@ -258,7 +278,12 @@ def mlp_records(family: str, seeds: list[int]) -> list[Record]:
         _, (full, obs) = jax.lax.scan(step, (W1, W2), jax.random.split(key, steps_n))
         return full, obs
 
-    keys = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
+    keys = jnp.stack(
+        [
+            jax.random.PRNGKey(s) if v is None or not sgd else jax.random.fold_in(jax.random.PRNGKey(s), 1000 + v[0])
+            for s, v in zip(seeds, variants)
+        ]
+    )
     full, obs = jax.jit(jax.vmap(run_one))(X, Y, W1, W2, keys)
     full, obs = np.asarray(full), np.asarray(obs)
     steps = np.arange(steps_n, dtype=float)
@@ -413,6 +438,8 @@ def fit_one(log: Log) -> dict:
         "next_drop_true": log.next_drop,
         "next_drop_pred": [m_step, m_lo, m_hi],
         "drop_probability": float(nd["probability"]),
+        "next_drop_note": str(nd["note"]),
+        "loss_determined": bool(fc["determined"][0]),
         "drop": score_interval(log.next_drop, m_step, m_lo, m_hi),
         "next_drop_read": [float(nd_read["step"]), float(nd_read["lo"]), float(nd_read["hi"])],
         "drop_read": score_interval(log.next_drop, *(float(nd_read[k]) for k in ("step", "lo", "hi"))),
@@ -424,6 +451,7 @@ def fit_one(log: Log) -> dict:
         # every scenario: its weight, floor, loss at N (band) and drop table (for the diagnosis)
         "per_scenario": [
             {
+                "model": r.describe(),
                 "weight": float(r.weight),
                 "asymptote": float(r.asymptote),
                 "loss": [float(r.predict(np.array([N]))[0])] + [float(a[0]) for a in r.band(np.array([N]))],
@@ -667,6 +695,384 @@ def evaluate(
     return results, text, summary
 
 
+# -------------------------------------------------------------------------------------------
+# Issue 28's third acceptance line: logs that differ by less than 2 % before the cut
+
+
+OVERLAP_MAX = 0.02  # the largest relative difference before the cut of two logs in a group
+PERTURB = 0.0095  # the amplitude of the relative perturbations (pairwise differences < 1.9 %)
+VARIANTS = 12  # minibatch orders tried per teacher for the SGD groups
+RHOS = (0.003, 0.01, 0.03, 0.1, 1.0)  # init mixing ρ tried (3 seeds each) for the init groups
+
+
+@dataclasses.dataclass
+class Group:
+    family: str
+    kind: str  # "init seed", "minibatch order", "smooth", "noise"
+    seed: int  # the benchmark log's seed (the teacher's, for the seed groups)
+    names: list[str]
+    members: list[Log]
+    note: str = ""
+    counted: bool = True  # its logged losses differ by < OVERLAP_MAX before the cut
+
+
+def rel_diff(a: np.ndarray, b: np.ndarray) -> float:
+    """The largest relative difference `|a − b| / min(a, b)` over the points."""
+    return float(np.max(np.abs(a - b) / np.minimum(a, b)))
+
+
+def _seen_diff(a: Log, b: Log, clean: bool = False) -> float:
+    seen = a.steps <= a.cut
+    return rel_diff((a.clean if clean else a.loss)[seen], (b.clean if clean else b.loss)[seen])
+
+
+def _on_grid(base: Log, rec: Record) -> Log:
+    """`rec` logged at `base`'s steps and cut at its cut (the same cut rule's outcome for every
+    member of a group); its own true drops."""
+    idx = np.searchsorted(rec.steps, base.steps)
+    drops = true_drops(rec.steps, rec.clean, rec.lr)
+    drops = drops[(drops > 0) & (drops <= base.steps[-1])]
+    ahead = drops[drops > base.cut]
+    return Log(
+        rec.family,
+        rec.seed,
+        base.steps,
+        rec.observed[idx],
+        rec.clean[idx],
+        rec.lr,
+        base.cut,
+        float(ahead[0]) if ahead.size else math.nan,
+        drops,
+    )
+
+
+def perturbed(log: Log, kind: str, k: int) -> Log:
+    """`log` with its seen part multiplied by `1 + PERTURB · u`: `kind` "smooth", `u = ±sin(3 ·
+    2π s + φ)` (`s` from 0 to 1 across the seen part in `ln step`, `φ` from the seed, the sign
+    `(−1)^k`), or "noise", `u ~ U(−1, 1)` independently at every logged step (seed `k`)."""
+    rng = np.random.default_rng([7, log.seed, FAMILIES.index(log.family), k])
+    seen = log.steps <= log.cut
+    x = np.log(np.maximum(log.steps, log.steps[log.steps > 0][0]))
+    if kind == "smooth":
+        phase = np.random.default_rng([7, log.seed, FAMILIES.index(log.family)]).uniform(0, 2 * math.pi)
+        s_ = (x - x[0]) / (x[seen][-1] - x[0])
+        u = (-1) ** k * np.sin(3 * 2 * math.pi * s_ + phase)
+    else:
+        u = rng.uniform(-1.0, 1.0, log.steps.size)
+    loss = np.where(seen, log.loss * (1 + PERTURB * u), log.loss)
+    return dataclasses.replace(log, loss=loss)
+
+
+def overlap_groups(n_logs: int, seed_groups: int, families=FAMILIES, *, skip: int = 0) -> list[Group]:
+    """The groups of logs that differ by less than `OVERLAP_MAX` before the cut: (b) for each of
+    the first `n_logs` benchmark logs of every family, "smooth" (the log, `× (1 ± PERTURB ·
+    sin)`) and "noise" (the log, two `× (1 + PERTURB · U(−1, 1))`); (a) for the first
+    `seed_groups` logs of the network families, the same teacher and inputs with another init,
+    `√(1 − ρ²) W₀ + ρ W_v` (`ρ` in `RHOS`, three seeds `v` each; `ρ = 1` another init seed), logged
+    and cut as the benchmark's log; the group is the log and the (up to) two variants that
+    differ most from it while every pair's logged losses differ by less than `OVERLAP_MAX`
+    before the cut. *Minibatch SGD*: `VARIANTS` other minibatch orders, the group the log and the
+    two closest in full-batch loss (its logged losses differ by far more than `OVERLAP_MAX`:
+    reported, not counted)."""
+    groups = []
+    logs = make_logs(max(n_logs, seed_groups), families, skip=skip)
+    for fam in families:
+        fam_logs = [g for g in logs if g.family == fam]
+        for log in fam_logs[:n_logs]:
+            groups.append(
+                Group(
+                    fam,
+                    "smooth",
+                    log.seed,
+                    ["log", "smooth +", "smooth −"],
+                    [log] + [perturbed(log, "smooth", k) for k in (0, 1)],
+                )
+            )
+            groups.append(
+                Group(
+                    fam,
+                    "noise",
+                    log.seed,
+                    ["log", "noise 1", "noise 2"],
+                    [log] + [perturbed(log, "noise", k) for k in (1, 2)],
+                )
+            )
+        if fam not in ("MLP linear", "MLP tanh", "minibatch SGD"):
+            continue
+        sgd = fam == "minibatch SGD"
+        kind = "minibatch order" if sgd else "init seed"
+        variants = [(v, 1.0) for v in range(VARIANTS)] if sgd else [(v, rho) for rho in RHOS for v in range(3)]
+        for log in fam_logs[:seed_groups]:
+            recs = mlp_records(fam, [log.seed] * (len(variants) + 1), [None] + variants)
+            cands = [_on_grid(log, rec) for rec in recs[1:]]
+            d_log = np.array([_seen_diff(log, c) for c in cands])
+            d_clean = np.array([_seen_diff(log, c, clean=True) for c in cands])
+            members, names = [log], ["log"]
+            if sgd:
+                # the minibatch logs differ by their noise (far more than 2 %): the two orders
+                # closest in full-batch loss, reported apart (not counted)
+                for i in np.argsort(d_clean)[:2]:
+                    members.append(cands[i])
+                    names.append(f"order {variants[i][0]}")
+            else:
+                # the variants within OVERLAP_MAX of every member, the most different first
+                for i in np.argsort(-d_log):
+                    c = cands[i]
+                    if d_log[i] < OVERLAP_MAX and len(members) < 3:
+                        if all(_seen_diff(m, c) < OVERLAP_MAX for m in members):
+                            members.append(c)
+                            names.append(f"init ρ={variants[i][1]:g} #{variants[i][0]}")
+            by_rho = ", ".join(
+                f"ρ={rho:g}: {100 * float(np.min(d_log[[k for k, v in enumerate(variants) if v[1] == rho]])):.2g}–"
+                f"{100 * float(np.max(d_log[[k for k, v in enumerate(variants) if v[1] == rho]])):.2g} %"
+                for rho in sorted({v[1] for v in variants})
+            )
+            note = (
+                f"{int(np.sum(d_log < OVERLAP_MAX))} of {len(variants)} variants within 2 % of the log before the cut "
+                f"(logged loss, {by_rho}; full-batch loss: smallest {100 * float(d_clean.min()):.2g} %)"
+            )
+            pair_d = [_seen_diff(a, b) for j, a in enumerate(members) for b in members[j + 1 :]]
+            note += f"; the group's logs differ pairwise by up to {100 * max(pair_d, default=0):.3g} %"
+            if len(members) >= 2:
+                groups.append(Group(fam, kind, log.seed, names, members, note, not sgd))
+            else:
+                print(f"{fam} seed {log.seed}: no {kind} group: {note}", flush=True)
+    return groups
+
+
+def _drop_interval(r: dict) -> tuple[float, float, str]:
+    """The next drop's 95 % interval as `[lo, hi]` (`hi = inf`: "no drop" inside; `[inf, inf]`:
+    no scenario has a drop; "not determined" with no bounds reported: `[cut, inf]`)."""
+    _, lo, hi = r["next_drop_pred"]
+    if r.get("error"):
+        return math.nan, math.nan, "fit failed"
+    if math.isnan(lo) or math.isnan(hi):
+        return r["cut"], math.inf, "not determined"
+    return lo, hi, r["next_drop_note"] and "drop time not determined"
+
+
+def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether `[a₀, a₁]` and `[b₀, b₁]` share a point (never when an end is NaN: a failed fit)."""
+    return not any(math.isnan(v) for v in (*a, *b)) and max(a[0], b[0]) <= min(a[1], b[1])
+
+
+def _inside(v: float, interval) -> bool:
+    return bool(interval[0] <= v <= interval[1])
+
+
+def _scenario_lines(r: dict) -> list[str]:
+    """Each scenario of a fit: its model, weight, first future drop falling ≥ 3× and loss at N."""
+    out = []
+    for s in sorted(r["per_scenario"], key=lambda s: -s["weight"]):
+        d = {k: np.asarray(v) for k, v in s["drops"].items()}
+        ok = np.flatnonzero(d["future"].astype(bool) & (d["loss_before"] >= DROP_FACTOR * d["loss_after"]))
+        drop = (
+            "no drop ≥ 3x"
+            if ok.size == 0
+            else f"drop {d['step'][ok[0]]:.5g} [{d['step_lo'][ok[0]]:.4g}, {d['step_hi'][ok[0]]:.4g}]"
+        )
+        L = s["loss"]
+        out.append(f"{s['model']}: weight {s['weight']:.3g}, {drop}, loss at N {L[0]:.3g} [{L[1]:.3g}, {L[2]:.3g}]")
+    return out
+
+
+def overlap_pairs(groups: list[Group], fits: list[list[dict]]) -> list[dict]:
+    """Every pair of a group: its logs' difference before the cut and whether the next drop's
+    and the last loss's 95 % intervals overlap."""
+    pairs = []
+    for g, rs in zip(groups, fits):
+        for i in range(len(rs)):
+            for j in range(i + 1, len(rs)):
+                a, b = rs[i], rs[j]
+                da, db = _drop_interval(a), _drop_interval(b)
+                la, lb = (a["loss_pred"][1], a["loss_pred"][2]), (b["loss_pred"][1], b["loss_pred"][2])
+                pairs.append(
+                    {
+                        "family": g.family,
+                        "kind": g.kind,
+                        "seed": g.seed,
+                        "counted": g.counted,
+                        "names": (g.names[i], g.names[j]),
+                        "diff": _seen_diff(g.members[i], g.members[j]),
+                        "drop": (da, db),
+                        "drop_overlap": _overlap(da[:2], db[:2]),
+                        "loss": (la, lb),
+                        "loss_overlap": _overlap(la, lb),
+                        # each member's point forecast inside the other's interval
+                        "drop_points": _inside(a["next_drop_pred"][0], db) and _inside(b["next_drop_pred"][0], da),
+                        "loss_points": _inside(a["loss_pred"][0], lb) and _inside(b["loss_pred"][0], la),
+                        "fits": (a, b),
+                    }
+                )
+    return pairs
+
+
+def _fmt_int(lo, hi):
+    f = lambda v: "no drop" if v == math.inf else f"{v:.4g}"  # noqa: E731
+    return f"[{f(lo)}, {f(hi)}]"
+
+
+def overlap_table(pairs: list[dict]) -> str:
+    """The markdown table (per family and kind, per family, overall over the counted pairs) and
+    the non-overlapping pairs with their intervals and each member's scenarios."""
+    lines = [
+        "| family | groups of | pairs | logs differ before the cut (max) | next drop: intervals overlap "
+        '| points inside the other\'s | intervals reaching "no drop" | last loss: intervals overlap '
+        "| points inside the other's | width (dec, median) | fits failed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def row(name, kind, ps):
+        if not ps:
+            return
+
+        def frac(key):
+            k = sum(bool(p[key]) for p in ps)
+            return f"{k}/{len(ps)} ({100 * k / len(ps):.0f} %)"
+
+        # every fit once (a log in several pairs counted once)
+        fits = {id(f): f for p in ps for f in p["fits"]}.values()
+        reach = sum(_drop_interval(f)[1] == math.inf for f in fits)
+        failed = sum(bool(f.get("error")) for f in fits)
+        widths = [
+            math.log10(f["loss_pred"][2] / f["loss_pred"][1])
+            if 0 < f["loss_pred"][1] <= f["loss_pred"][2]
+            else math.inf
+            for f in fits
+        ]
+        lines.append(
+            f"| {name} | {kind} | {len(ps)} | {100 * max(p['diff'] for p in ps):.3g} % | {frac('drop_overlap')} | "
+            f"{frac('drop_points')} | {reach}/{len(fits)} fits | {frac('loss_overlap')} | {frac('loss_points')} | "
+            f"{_fmt(float(np.median(widths)), 'num')} | {failed}/{len(fits)} |"
+        )
+
+    for fam in FAMILIES:
+        fp = [p for p in pairs if p["family"] == fam]
+        for kind in ("smooth", "noise", "init seed", "minibatch order"):
+            row(
+                fam,
+                kind + ("" if kind != "minibatch order" else " (not counted)"),
+                [p for p in fp if p["kind"] == kind],
+            )
+        if len({p["kind"] for p in fp}) > 1:
+            row(fam, "all counted", [p for p in fp if p["counted"]])
+    row("overall", "all counted", [p for p in pairs if p["counted"]])
+    checks = (
+        ("next drop intervals disjoint", "drop_overlap"),
+        ("last loss intervals disjoint", "loss_overlap"),
+        ("a next-drop point outside the other's interval", "drop_points"),
+        ("a last-loss point outside the other's interval", "loss_points"),
+    )
+    bad = [p for p in pairs if not all(p[k] for _, k in checks)]
+    if bad:
+        lines.append(
+            "\nPairs with disjoint intervals or a point forecast outside the other's interval (each "
+            "member's point forecasts, then its scenarios, heaviest first):\n"
+        )
+    for p in bad:
+        a, b = p["fits"]
+        what = "; ".join(label for label, k in checks if not p[k])
+        lines.append(
+            f"- {p['family']} seed {p['seed']}, {p['kind']}: {p['names'][0]} vs {p['names'][1]} (differ by "
+            f"{100 * p['diff']:.2g} % before the cut {a['cut']:.6g}; truth: next drop {a['next_drop_true']:.5g} / "
+            f"{b['next_drop_true']:.5g}, loss at N = {a['N']:.6g} {a['loss_true']:.3g} / "
+            f"{b['loss_true']:.3g}): {what}. "
+            f"Next drop {_fmt_int(*p['drop'][0][:2])} vs {_fmt_int(*p['drop'][1][:2])}; "
+            f"last loss [{p['loss'][0][0]:.3g}, {p['loss'][0][1]:.3g}] vs "
+            f"[{p['loss'][1][0]:.3g}, {p['loss'][1][1]:.3g}]"
+        )
+        for name, r in zip(p["names"], (a, b)):
+            nd = r["next_drop_pred"][0]
+            if r.get("error"):
+                lines.append(f"  - {name}: lvflow.fit raised {r['error']}")
+                continue
+            lines.append(
+                f"  - {name} (next drop {'no drop' if nd == math.inf else f'{nd:.5g}'}, "
+                f"loss {r['loss_pred'][0]:.3g}): " + "; ".join(_scenario_lines(r))
+            )
+    return "\n".join(lines)
+
+
+def _failed_fit(log: Log, e: Exception) -> dict:
+    """The record of a fit that raised: no interval (never overlapping), the error's text."""
+    nan = math.nan
+    return {
+        "family": log.family,
+        "seed": log.seed,
+        "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+        "fit_seconds": nan,
+        "scenarios": 0,
+        "cut": log.cut,
+        "N": float(log.steps[-1]),
+        "next_drop_true": log.next_drop,
+        "next_drop_pred": [nan, nan, nan],
+        "next_drop_note": "",
+        "loss_true": float(log.clean[-1]),
+        "loss_pred": [nan, nan, nan],
+        "per_scenario": [],
+    }
+
+
+def evaluate_overlap(
+    n_logs: int = 1,
+    seed_groups: int = 2,
+    *,
+    families=FAMILIES,
+    verbose: bool = False,
+    out: str | None = None,
+    skip: int = 0,
+) -> tuple[list[Group], list[dict], str]:
+    """Make the groups (`overlap_groups`), fit every member with `fit_one` (a log shared by two
+    groups once), and compare the intervals of every pair (`overlap_pairs`); the groups, the
+    pairs and the table (`overlap_table`). The results so far are written to `out` as JSON; a fit
+    that raises is recorded as failed (no interval: it overlaps nothing) and its log saved as
+    `<out>.failed_<family>_<seed>_<n>.npz` (steps, loss, lr, cut). `skip`: start after the first
+    `skip` benchmark logs of each family (`make_logs`)."""
+    from lvflow._workflow.io import save_json
+
+    t = time.perf_counter()
+    groups = overlap_groups(n_logs, seed_groups, families, skip=skip)
+    if verbose:
+        print(f"{len(groups)} groups made in {time.perf_counter() - t:.0f} s", flush=True)
+        for g in groups:
+            if g.note:
+                print(f"  {g.family} seed {g.seed}, {g.kind}: {len(g.members)} members; {g.note}", flush=True)
+    cache: dict[int, dict] = {}
+    fits = []
+    for g in groups:
+        rs = []
+        for name, m in zip(g.names, g.members):
+            if id(m) not in cache:
+                try:
+                    cache[id(m)] = fit_one(m)
+                except Exception as e:  # noqa: BLE001  (lvflow.fit failing on a log is a result here)
+                    cache[id(m)] = _failed_fit(m, e)
+                    # the log, to reproduce (beside `out`)
+                    np.savez(
+                        f"{out or 'overlap'}.failed_{g.family.replace(' ', '_')}_{g.seed}_{len(cache)}.npz",
+                        steps=m.steps,
+                        loss=m.loss,
+                        lr=m.lr,
+                        cut=m.cut,
+                    )
+                if verbose:
+                    r = cache[id(m)]
+                    what = (
+                        f"fit failed: {r['error']}"
+                        if r.get("error")
+                        else f"next drop {_fmt_int(*_drop_interval(r)[:2])}, "
+                        f"loss [{r['loss_pred'][1]:.3g}, {r['loss_pred'][2]:.3g}], {r['scenarios']} scenarios, "
+                        f"{r['fit_seconds']:.1f} s"
+                    )
+                    print(f"[{len(cache)}] {g.family} seed {g.seed} {name}: {what}", flush=True)
+            rs.append(cache[id(m)])
+        fits.append(rs)
+        if out:
+            save_json(out, {"groups": [dataclasses.asdict(gg) | {"members": None} for gg in groups], "fits": fits})
+    pairs = overlap_pairs(groups, fits)
+    return groups, pairs, overlap_table(pairs)
+
+
 def run(cfg: Config) -> list[Row]:
     per = cfg.size(FULL, SMOKE)
     # the smoke run (the test suite's) scores one log of the cheapest family and one of a network's
@@ -697,8 +1103,27 @@ def main(argv: list[str] | None = None) -> int:
         "--skip", type=int, default=0, help="leave out the first SKIP logs of each family (held out: --quick --skip 5)"
     )
     p.add_argument("--out", default=None, help="write every log's result as JSON here")
+    p.add_argument(
+        "--overlap",
+        action="store_true",
+        help="issue 28's third acceptance line: do logs differing by < 2 %% before the cut give overlapping intervals?",
+    )
+    p.add_argument("--overlap-logs", type=int, default=1, help="--overlap: benchmark logs per family to perturb")
+    p.add_argument(
+        "--overlap-seeds", type=int, default=2, help="--overlap: teachers per network family for seed groups"
+    )
+    p.add_argument("--families", default=None, help="comma-separated families (default all)")
     args = p.parse_args(argv)
     import lvflow  # noqa: F401  (float64)
+
+    families = FAMILIES if args.families is None else tuple(f.strip() for f in args.families.split(","))
+    if args.overlap:
+        t = time.perf_counter()
+        groups, pairs, text = evaluate_overlap(
+            args.overlap_logs, args.overlap_seeds, families=families, verbose=True, out=args.out, skip=args.skip
+        )
+        print(f"\n{text}\n\n{len(pairs)} pairs in {len(groups)} groups, {time.perf_counter() - t:.0f} s")
+        return 0
 
     per = args.per_family or (QUICK if args.quick else FULL)
     t = time.perf_counter()

@@ -104,3 +104,70 @@ def test_tiny_run():
     lo, med, hi = r["loss_pred"][1], r["loss_pred"][0], r["loss_pred"][2]
     assert math.isnan(lo) or lo <= med <= hi
     assert set(summary["overall"]["preferred_scenario"]) == {"drop", "loss"}
+
+
+def _log(cut=500.0):
+    steps = np.arange(0.0, 1001.0, 5.0)
+    loss = 1.0 / (1.0 + 1e-3 * steps) + 0.01
+    return fc.Log("modes", 0, steps, loss, loss, 0.01, cut, 800.0, np.array([800.0]))
+
+
+def test_overlap_perturbations_stay_under_two_percent():
+    log = _log()
+    seen = log.steps <= log.cut
+    members = [log] + [fc.perturbed(log, "smooth", k) for k in (0, 1)] + [fc.perturbed(log, "noise", k) for k in (1, 2)]
+    for m in members[1:]:
+        np.testing.assert_array_equal(m.loss[~seen], log.loss[~seen])  # the unseen part untouched
+        assert 0.005 < fc.rel_diff(m.loss[seen], log.loss[seen]) <= fc.PERTURB / (1 - fc.PERTURB) * (1 + 1e-12)
+    # the two smooth members mirror each other around the log
+    np.testing.assert_allclose(0.5 * (members[1].loss + members[2].loss), log.loss, rtol=1e-14)
+    for i, a in enumerate(members):
+        for b in members[i + 1 :]:
+            d = np.max(np.abs(a.loss[seen] - b.loss[seen]) / np.minimum(a.loss[seen], b.loss[seen]))
+            assert fc.rel_diff(a.loss[seen], b.loss[seen]) == pytest.approx(d)
+            assert d < fc.OVERLAP_MAX
+
+
+def _fit(drop, loss):
+    return {
+        "cut": 500.0,
+        "N": 1000.0,
+        "next_drop_true": 800.0,
+        "loss_true": 0.01,
+        "next_drop_pred": list(drop),
+        "next_drop_note": "",
+        "loss_pred": list(loss),
+        "per_scenario": [],
+    }
+
+
+def test_overlap_pairs_by_hand():
+    inf, nan = math.inf, math.nan
+    log = _log()
+    fits = [
+        _fit((700.0, 600.0, 900.0), (0.01, 0.005, 0.02)),
+        _fit((850.0, 800.0, inf), (0.015, 0.01, 0.03)),  # overlaps the first in both
+        _fit((inf, inf, inf), (0.5, 0.1, 1.0)),  # no drop at all; a loss above the others
+        _fit((inf, nan, nan), (0.02, 0.0, 0.05)),  # not determined: [cut, inf]
+    ]
+    g = fc.Group("modes", "noise", 0, ["a", "b", "c", "d"], [log] * 4)
+    pairs = {p["names"]: p for p in fc.overlap_pairs([g], [fits])}
+    assert len(pairs) == 6
+    want_drop = {("a", "b"): True, ("a", "c"): False, ("a", "d"): True, ("b", "c"): True, ("b", "d"): True}
+    want_drop[("c", "d")] = True
+    want_loss = {("a", "b"): True, ("a", "c"): False, ("a", "d"): True, ("b", "c"): False, ("b", "d"): True}
+    want_loss[("c", "d")] = False
+    for k, p in pairs.items():
+        assert p["drop_overlap"] is want_drop[k], k
+        assert p["loss_overlap"] is want_loss[k], k
+    # points: a's 700 is outside b's [800, inf]; b's 850 inside a's [600, 900]
+    assert pairs[("a", "b")]["drop_points"] is False
+    assert pairs[("b", "d")]["drop_points"] is True  # "no drop" inside [800, inf], 850 inside [500, inf]
+    assert pairs[("a", "d")]["loss_points"] is True  # 0.01 in [0, 0.05], 0.02 in [0.005, 0.02]
+    text = fc.overlap_table(list(pairs.values()))
+    assert "| modes | noise | 6 | 0 % | 5/6 (83 %) |" in text
+    assert "a vs c" in text and "next drop intervals disjoint" in text
+    # a fit that raised has no interval: it overlaps nothing
+    failed = _fit((nan, nan, nan), (nan, nan, nan)) | {"error": "ValueError: x"}
+    (p,) = fc.overlap_pairs([fc.Group("modes", "noise", 0, ["a", "e"], [log] * 2)], [[fits[3], failed]])
+    assert not (p["drop_overlap"] or p["loss_overlap"] or p["drop_points"] or p["loss_points"])
