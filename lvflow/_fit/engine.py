@@ -9,7 +9,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optimistix as optx
 from jaxtyping import Array, Float
 
 from .._core.programs import persistent_jit
@@ -229,6 +228,8 @@ def residuals(theta, args):
 
 @persistent_jit
 def _solve_many(template: AbstractCurveModel, thetas, data: Binned, max_steps: int):
+    import optimistix as optx  # when traced: a process that loads the kept program never imports it
+
     solver = optx.LevenbergMarquardt(rtol=1e-7, atol=1e-7)
 
     def one(theta0):
@@ -419,6 +420,7 @@ def _ln_crossing(model: AbstractCurveModel, ln_t0: Float[Array, " n"], ln_level:
     searched within 40 e-folds of `t0` (`optx.Bisection`; its derivative with respect to the
     model is the implicit function theorem's, `optx.ImplicitAdjoint`). NaN where the loss does
     not cross the level in that range."""
+    import optimistix as optx  # when traced (`_solve_many`)
 
     def fn(x, args):
         m, level = args
