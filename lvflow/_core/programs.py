@@ -254,12 +254,10 @@ def _host() -> str:
 
 @functools.cache
 def _lapack_ready() -> bool:
-    """Set up JAX's LAPACK kernels on the CPU (it imports scipy), as `jax.export` does before it
-    runs a program: JAX sets them up only when it first lowers a call to them, and a loaded
-    program that calls them before then (a least-squares solver's QR) crashes the process.
-    False where JAX's private function for it is missing (then no such program is loaded)."""
-    if jax.devices()[0].platform != "cpu":
-        return True
+    """Set up JAX's CPU LAPACK kernels (it imports scipy), as `jax.export` does before it runs a
+    program: JAX sets them up only when it first lowers a call to them, and a loaded program that
+    calls them before then (a least-squares solver's QR) crashes the process. False where JAX's
+    private function for it is missing (then no such program is loaded)."""
     try:
         from jax._src.lax import linalg
 
@@ -299,10 +297,10 @@ def _load(key: str, dynamic) -> Any:
             raise ValueError("another program")
         in_tree = jax.tree_util.tree_structure(((dynamic,), {}))
         out_tree = pickle.loads(body[8 + n_key : 8 + n_key + n_tree])
-        lapack = body[8 + n_key + n_tree : 9 + n_key + n_tree]
-        if not _plain_tree(out_tree) or lapack not in (b"0", b"1"):
+        (lapack,) = struct.unpack_from("<B", body, 8 + n_key + n_tree)
+        if not _plain_tree(out_tree) or lapack > 1:
             raise ValueError("another output")
-        if lapack == b"1" and not _lapack_ready():
+        if lapack and not _lapack_ready():
             raise ValueError("LAPACK not set up")
         compiled = serialize_executable.deserialize_and_load(body[9 + n_key + n_tree :], in_tree, out_tree)
         with contextlib.suppress(OSError):  # (a read-only directory)
@@ -335,10 +333,11 @@ def _compile_and_keep(fun, key, dynamic, static, jitted, args):
     _LOADED[key] = compiled
     encoded, tree = key.encode(), pickle.dumps(out_tree)
     try:  # whether the program calls JAX's LAPACK kernels (`_lapack_ready`)
-        lapack = b"1" if "lapack_" in compiled.as_text() else b"0"
+        lapack = "lapack_" in compiled.as_text()
     except Exception:  # noqa: BLE001 — its text unknown: set them up on loading, to be safe
-        lapack = b"1"
-    payload = struct.pack("<I", len(encoded)) + encoded + struct.pack("<I", len(tree)) + tree + lapack + body
+        lapack = True
+    payload = struct.pack("<I", len(encoded)) + encoded + struct.pack("<I", len(tree)) + tree
+    payload += struct.pack("<B", lapack) + body
     try:
         assert _DIRECTORY is not None
         _DIRECTORY.mkdir(parents=True, exist_ok=True)
