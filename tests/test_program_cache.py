@@ -1,12 +1,14 @@
-"""The `lvflow` command keeps the compiled programs of `predict --architecture mlp` in its cache
-directory (`$LVFLOW_CACHE_DIR/programs`, issue 27 item 4): the next process loads them instead of
-tracing and lowering them again; a corrupt file is compiled again, and the output stays the same."""
+"""The `lvflow` command keeps the compiled programs of `predict --architecture mlp` and of `fit` in
+its cache directory (`$LVFLOW_CACHE_DIR/programs`, issue 27 item 4, issue 28 item 5): the next
+process loads them instead of tracing and lowering them again; a corrupt file is compiled again,
+and the output stays the same."""
 
 import re
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 from _cli import cli_env
 
 # internal on purpose: the names JAX logs for predict's five compiled programs (the MLP's features,
@@ -50,3 +52,34 @@ def test_the_next_process_loads_the_kept_programs_and_compiles_a_corrupt_one_aga
     assert sorted((cache / "programs").glob("*.bin")) == files
     assert files[0].read_bytes()[:16] == kept[files[0]][:16] and len(files[0].read_bytes()) > len(kept[files[0]]) // 2
     assert files[1].read_bytes() != bytes(spoilt)
+
+
+# internal on purpose: the names JAX logs for the fit engine's compiled programs (the
+# Levenberg–Marquardt solver, the Jacobian, the reported numbers with their Jacobian)
+_FIT_TRACED = re.compile(r"Finished tracing (_solve_many|_jac|summaries_and_jac) ")
+
+
+def _fit(log, cache):
+    """`lvflow fit LOG` in a fresh process with the cache in `cache`: the engine's programs it
+    traced and its report."""
+    env = {**cli_env(), "LVFLOW_CACHE_DIR": str(cache), "JAX_LOG_COMPILES": "1"}
+    cmd = [sys.executable, "-m", "lvflow", "fit", str(log), "--lr", "0.01", "--modes", "2", "--offset", "0"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return sorted(set(_FIT_TRACED.findall(out.stderr))), out.stdout
+
+
+@pytest.mark.slow
+def test_the_next_fit_loads_the_kept_solver(tmp_path):
+    # two logistic modes (Thm 6, r = 1 and 1/4, V = r²/8, z(0) = 1e-4), no offset
+    steps = np.linspace(0, 8000, 200)
+    t, r = 0.01 * steps, np.array([1.0, 0.25])
+    z = 1.0 / (1.0 + (r / 1e-4 - 1.0) * np.exp(-r * t[:, None]))  # z_k(t)/z_k(∞)
+    loss = np.sum(r**2 / 8 * (1 - z) ** 2, axis=1)
+    log = tmp_path / "log.csv"
+    log.write_text("step,loss\n" + "".join(f"{s!r},{v!r}\n" for s, v in zip(steps.tolist(), loss.tolist())))
+    traced, first = _fit(log, tmp_path / "cache")
+    assert traced == ["_jac", "_solve_many", "summaries_and_jac"]
+    # the next process loads the solver (it calls LAPACK's QR: set up before the program runs)
+    traced, second = _fit(log, tmp_path / "cache")
+    assert traced == [] and second == first

@@ -17,8 +17,9 @@ A program kept for the first time (after lvflow or JAX changed, or in a new dire
 by XLA even where JAX's persistent cache holds it (`_compile_anew`): that first run pays XLA's
 compilation, the next ones neither it nor the tracing.
 
-The files are pickles of JAX's serialized executables (`jax.experimental.serialize_executable`),
-as trusted as JAX's own persistent cache in the same directory: the directory must be the user's.
+The files are pickles of JAX's serialized executables (`jax.experimental.serialize_executable`)
+and of the structure of their outputs (tuples, lists, dicts and None around arrays), as trusted as
+JAX's own persistent cache in the same directory: the directory must be the user's.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import enum
 import functools
 import hashlib
 import os
+import pickle
 import platform
 import struct
 import sys
@@ -48,7 +50,7 @@ from .._workflow.io import atomic_write_bytes
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 #: The first bytes of a program file; the SHA-256 of the rest follows them.
-MAGIC = b"lvflow-program-1\n"
+MAGIC = b"lvflow-program-2\n"
 #: The subdirectory of the command's cache directory that holds the programs.
 SUBDIRECTORY = "programs"
 #: At most this many program files are kept; the least recently used go first.
@@ -84,9 +86,9 @@ class _NotKept(Exception):
 
 def persistent_jit(fun: _F) -> _F:
     """`equinox.filter_jit(fun)`, whose compiled program is kept across processes while a directory
-    is set (`keep_programs_in`; the `lvflow` command sets its cache directory). `fun` must return a
-    tuple of arrays for its program to be kept; array arguments are traced, everything else is
-    static, as with `filter_jit`.
+    is set (`keep_programs_in`; the `lvflow` command sets its cache directory). `fun` must return
+    arrays in tuples, lists, dicts or None (no other node, no other leaf) for its program to be
+    kept; array arguments are traced, everything else is static, as with `filter_jit`.
 
     **Arguments:** `fun`, a function defined at the top level of an lvflow module.
 
@@ -250,6 +252,21 @@ def _host() -> str:
     return repr((platform.machine(), lines))
 
 
+@functools.cache
+def _lapack_ready() -> bool:
+    """Set up JAX's CPU LAPACK kernels (it imports scipy), as `jax.export` does before it runs a
+    program: JAX sets them up only when it first lowers a call to them, and a loaded program that
+    calls them before then (a least-squares solver's QR) crashes the process. False where JAX's
+    private function for it is missing (then no such program is loaded)."""
+    try:
+        from jax._src.lax import linalg
+
+        linalg.initialize_lapack()
+    except Exception:  # noqa: BLE001 — another JAX: compile the program rather than risk a crash
+        return False
+    return True
+
+
 def _path(key: str) -> Path:
     assert _DIRECTORY is not None
     return _DIRECTORY / f"{key}.bin"
@@ -275,12 +292,17 @@ def _load(key: str, dynamic) -> Any:
         if head != MAGIC or hashlib.sha256(body).digest() != digest:
             raise ValueError("corrupt")
         (n_key,) = struct.unpack_from("<I", body)
-        stored_key, (n_out,) = body[4 : 4 + n_key].decode(), struct.unpack_from("<I", body, 4 + n_key)
+        stored_key, (n_tree,) = body[4 : 4 + n_key].decode(), struct.unpack_from("<I", body, 4 + n_key)
         if stored_key != key:
             raise ValueError("another program")
         in_tree = jax.tree_util.tree_structure(((dynamic,), {}))
-        out_tree = jax.tree_util.tree_structure((0,) * n_out)
-        compiled = serialize_executable.deserialize_and_load(body[8 + n_key :], in_tree, out_tree)
+        out_tree = pickle.loads(body[8 + n_key : 8 + n_key + n_tree])
+        (lapack,) = struct.unpack_from("<B", body, 8 + n_key + n_tree)
+        if not _plain_tree(out_tree) or lapack > 1:
+            raise ValueError("another output")
+        if lapack and not _lapack_ready():
+            raise ValueError("LAPACK not set up")
+        compiled = serialize_executable.deserialize_and_load(body[9 + n_key + n_tree :], in_tree, out_tree)
         with contextlib.suppress(OSError):  # (a read-only directory)
             os.utime(path)  # recently used
         return compiled
@@ -296,7 +318,8 @@ def _compile_and_keep(fun, key, dynamic, static, jitted, args):
 
     def program(dynamic):
         out = fun(*eqx.combine(dynamic, static))
-        if not (isinstance(out, tuple) and all(isinstance(a, jax.Array) for a in out)):
+        leaves, tree = jax.tree_util.tree_flatten(out)
+        if not (_plain_tree(tree) and all(isinstance(a, jax.Array) for a in leaves)):
             raise _NotKept
         return out
 
@@ -304,13 +327,17 @@ def _compile_and_keep(fun, key, dynamic, static, jitted, args):
     try:
         compiled = _compile_anew(jax.jit(program).lower(dynamic))
         body, _, out_tree = serialize_executable.serialize(compiled)
-    except Exception:  # noqa: BLE001 — not a tuple of arrays (`_NotKept`), a host callback (not serializable), …
+    except Exception:  # noqa: BLE001 — outputs not kept (`_NotKept`), a host callback (not serializable), …
         _UNKEPT.add(key)
         return jitted(*args)
     _LOADED[key] = compiled
-    n_out = out_tree.num_leaves
-    encoded = key.encode()
-    payload = struct.pack("<I", len(encoded)) + encoded + struct.pack("<I", n_out) + body
+    encoded, tree = key.encode(), pickle.dumps(out_tree)
+    try:  # whether the program calls JAX's LAPACK kernels (`_lapack_ready`)
+        lapack = "lapack_" in (compiled.as_text() or "lapack_")
+    except Exception:  # noqa: BLE001 — its text unknown: set them up on loading, to be safe
+        lapack = True
+    payload = struct.pack("<I", len(encoded)) + encoded + struct.pack("<I", len(tree)) + tree
+    payload += struct.pack("<B", lapack) + body
     try:
         assert _DIRECTORY is not None
         _DIRECTORY.mkdir(parents=True, exist_ok=True)
@@ -319,6 +346,17 @@ def _compile_and_keep(fun, key, dynamic, static, jitted, args):
     except Exception:  # noqa: BLE001 — an unwritable cache costs speed, not correctness
         pass
     return compiled(dynamic)
+
+
+def _plain_tree(tree) -> bool:
+    """Whether a pytree structure has only tuples, lists, dicts and None for nodes (its pickle
+    loads back as the same structure; an equinox module's may not: its static data)."""
+    if tree.num_nodes == 1 and tree.num_leaves == 1:
+        return True
+    data = tree.node_data()
+    if data is None or data[0] not in (tuple, list, dict, type(None)):
+        return False
+    return all(_plain_tree(c) for c in tree.children())
 
 
 def _compile_anew(lowered):

@@ -9,9 +9,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optimistix as optx
 from jaxtyping import Array, Float
 
+from .._core.programs import persistent_jit
 from .._core.validate import to_jax
 from .base import AbstractCurveModel, Criterion
 
@@ -226,8 +226,10 @@ def residuals(theta, args):
     return jnp.concatenate([r, model.penalty()])
 
 
-@eqx.filter_jit
+@persistent_jit
 def _solve_many(template: AbstractCurveModel, thetas, data: Binned, max_steps: int):
+    import optimistix as optx  # when traced: a process that loads the kept program never imports it
+
     solver = optx.LevenbergMarquardt(rtol=1e-7, atol=1e-7)
 
     def one(theta0):
@@ -344,7 +346,7 @@ def jacobian(template: AbstractCurveModel, theta, data: Binned):
     return np.asarray(_jac(template, to_jax(np.asarray(theta, dtype=float)), data))
 
 
-@eqx.filter_jit
+@persistent_jit
 def _jac(template, theta, data):
     return jax.jacfwd(residuals)(theta, (template, data))
 
@@ -358,40 +360,55 @@ def information_criterion(chi2: float, n: int, p: float, kind: Criterion) -> flo
 
 
 # Compiled helpers: the fit's bookkeeping through these instead of eager JAX operations, each of
-# which would compile on first use (hundreds of small compilations cost more than the fit).
+# which would compile on first use (hundreds of small compilations cost more than the fit). All
+# are `persistent_jit`: the `lvflow fit` command keeps them across processes.
 
 
-@eqx.filter_jit
 def model_of(template: _Model, theta) -> _Model:
-    """`template.from_vector(theta)`, compiled."""
-    return template.from_vector(theta)
+    """`template.from_vector(theta)`, compiled (`_from_vector`'s arrays put back into the
+    template's structure: a kept program returns no module)."""
+    dynamic, static = eqx.partition(template, eqx.is_array)
+    leaves = _from_vector(template, theta)
+    return eqx.combine(jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(dynamic), leaves), static)
 
 
-@eqx.filter_jit
+@persistent_jit
+def _from_vector(template: AbstractCurveModel, theta):
+    """The arrays of `template.from_vector(theta)`, in the order of the template's.
+
+    **Raises:** `TypeError` (when traced) if `from_vector` changed which fields are arrays."""
+    dynamic = eqx.filter(template, eqx.is_array)
+    out = eqx.filter(template.from_vector(theta), eqx.is_array)
+    if jax.tree_util.tree_structure(out) != jax.tree_util.tree_structure(dynamic):
+        raise TypeError(f"{type(template).__name__}.from_vector changed the model's structure")
+    return tuple(jax.tree_util.tree_leaves(out))
+
+
+@persistent_jit
 def vector_of(model: AbstractCurveModel):
     """`model.to_vector()`, compiled."""
     return model.to_vector()
 
 
-@eqx.filter_jit
+@persistent_jit
 def data_residuals(template: AbstractCurveModel, theta, data: Binned):
     """The data rows of `residuals` (without the prior's)."""
     return residuals(theta, (template, data))[: data.y.shape[0]]
 
 
-@eqx.filter_jit
+@persistent_jit
 def drops_of(model: AbstractCurveModel):
     """`model.drops()`, compiled."""
     return model.drops()
 
 
-@eqx.filter_jit
+@persistent_jit
 def log_loss_of(model: AbstractCurveModel, t):
     """`model.log_loss(t)`, compiled."""
     return model.log_loss(t)
 
 
-@eqx.filter_jit
+@persistent_jit
 def log_loss_and_jac(template: AbstractCurveModel, theta, t):
     """`ln L̂(t)` and its Jacobian with respect to `theta`, for the delta method."""
     f = lambda th: template.from_vector(th).log_loss(t)
@@ -403,6 +420,7 @@ def _ln_crossing(model: AbstractCurveModel, ln_t0: Float[Array, " n"], ln_level:
     searched within 40 e-folds of `t0` (`optx.Bisection`; its derivative with respect to the
     model is the implicit function theorem's, `optx.ImplicitAdjoint`). NaN where the loss does
     not cross the level in that range."""
+    import optimistix as optx  # when traced (`_solve_many`)
 
     def fn(x, args):
         m, level = args
@@ -433,6 +451,7 @@ def _ln_flattest(model: AbstractCurveModel, ln_a: Float[Array, " n"], ln_b: Floa
     them. Found on a grid of `_FLAT_GRID` points, then exactly by `optx.Bisection` on
     `d² ln L/d(ln t)² = −g'`, which falls through 0 there (derivative by the implicit function
     theorem). NaN where `g` has no minimum inside (two drops that merge into one fall)."""
+    import optimistix as optx  # when traced (`_solve_many`)
 
     def slope(x, m):
         return jax.grad(lambda u: m.log_loss(jnp.exp(u)[None])[0])(x)
@@ -481,7 +500,7 @@ def _curve_plateaus(model: AbstractCurveModel, ln_t: Float[Array, " n"], before,
     )
 
 
-@eqx.filter_jit
+@persistent_jit
 def summaries_and_jac(template: AbstractCurveModel, theta, t_curve, t_horizon, order):
     """Every quantity `fit` reports as a function of the fit's coordinates, and its Jacobian
     (`jax.jacfwd`): the reported parameters, the drops `order` (their `ln t*`, the `ln` of the
@@ -513,7 +532,7 @@ def summaries_and_jac(template: AbstractCurveModel, theta, t_curve, t_horizon, o
     return g(theta), jax.jacfwd(g)(theta)
 
 
-@eqx.filter_jit
+@persistent_jit
 def log_z0_minus_eps(model):
     """`ln c_k = ln z_k(0) − ln ε` of a `DecoupledModes`, compiled."""
     return model.log_z0() - model.log_eps
