@@ -61,21 +61,26 @@ def _fit(*args, **kw):
 
 def five_mode_log(*, n_points: int = 1000, r=None, eps: float = 1e-5, lr: float = 0.01, span: float = 1.45):
     """GD on the Fig 3 five-mode NQF: steps, loss, and per mode the first step at which the loss
-    is at or below its drop's midpoint `Σ_{j>k} V_j + V_k/2` (`V_j = r_j²/8`): the drop's step as
-    one reads it off the curve, which `fit` reports as `step`."""
+    is at or below the midpoint between the plateaus GD's curve shows on either side of its drop:
+    the drop's step as one reads it off the curve, which `fit` reports as `step`. Between two
+    drops the plateau is the loss where the curve is flattest on log-log axes (the least
+    `−Δ ln L/Δ ln step` between the steps the loss crosses the staircase's midpoints
+    `Σ_{j>k} V_j + V_k/2`, `V_j = r_j²/8`); before the first drop `Σ V_j`, after the last 0."""
     r = 0.5 ** np.arange(5) if r is None else np.asarray(r, float)
     t_last = math.log(r[-1] / eps) / r[-1]
     N = int(round(span * t_last / lr))
     w = np.full(r.size, math.sqrt(eps))
     L = np.empty(N + 1)
     V = r**2 / 8
-    level = np.array([V[k + 1 :].sum() + V[k] / 2 for k in range(r.size)])
-    mid = np.full(r.size, np.nan)
     for n in range(N + 1):
         z = w * w
         L[n] = np.sum((z - r) ** 2) / 8
-        mid[np.isnan(mid) & (L[n] <= level)] = n
         w = w - lr * w * (z - r) / 2
+    stair = [int(np.argmax(L <= V[k + 1 :].sum() + V[k] / 2)) for k in range(r.size)]
+    g = -np.diff(np.log(L[1:])) / np.diff(np.log(np.arange(1, N + 1)))  # interval i: steps i+1, i+2
+    shown = [V.sum()] + [L[a + int(np.argmin(g[a - 1 : b - 1]))] for a, b in zip(stair[:-1], stair[1:])] + [0.0]
+    level = 0.5 * (np.array(shown[:-1]) + np.array(shown[1:]))
+    mid = np.array([float(np.argmax(L <= v)) for v in level])
     idx = np.unique(np.linspace(0, N, n_points).astype(int))
     return idx.astype(float), L[idx], mid, lr
 

@@ -281,6 +281,7 @@ def test_a_floor_or_a_drop_to_come_three_scenarios(three_modes, three_mids, thre
     assert any("3 scenarios" in w for w in res.warnings)
     sc = res.scenarios
     assert len(sc) == 3 and sc[0] is res
+    assert res.next_drop()["lo"] >= res.fit_until  # a drop to come comes after the seen part
     drop = [x for x in sc if x.future_drops["step"].size]
     floor = [x for x in sc if not x.future_drops["step"].size]
     assert len(drop) == 2 and len(floor) == 1
@@ -542,6 +543,20 @@ def test_power_law_exponents():
     P = res.parameters
     assert abs(P["alpha1"] / a1 - 1) < 0.05 and abs(P["alpha2"] / a2 - 1) < 0.05
     assert abs(P["kappa"] / ((a1 - 1) / a2) - 1) < 0.05
+
+
+@pytest.mark.slow
+def test_a_curve_without_drops_is_fitted():
+    """A smooth power-law decay `(1 + t/10)^(−1/2)` has no plateau and no drop: the power law's
+    fit lists none (it raised before: the drop summaries' Jacobian over zero drops), forecasts
+    none, and follows the curve in its power-law part (from `t = 100`; at `t = 1` it is 18 % off)."""
+    t = np.arange(0, 3000.0)
+    loss = (1 + t / 10) ** -0.5
+    res = quiet_fit(t, loss, learning_rate=1.0, family="power_law")
+    assert np.size(res.drops["step"]) == 0
+    nd = res.next_drop()
+    assert nd["probability"] == 0.0 and nd["lo"] == nd["hi"] == math.inf
+    np.testing.assert_allclose(res.predict(t[100::100]), loss[100::100], rtol=0.02)
 
 
 def power_law_log(K, a1, a2, beta, eps, zeta1, V1, t, noise, seed=0):

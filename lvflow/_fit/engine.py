@@ -522,7 +522,7 @@ def summaries_and_jac(template: AbstractCurveModel, theta, t_curve, t_horizon, o
         return {
             "reported": m.reported(),
             "ln_t_star": jnp.log(t_sel),
-            "ln_t_mid": _ln_crossing(m, jnp.log(t_sel), mid),
+            "ln_t_mid": _ln_crossing(m, jnp.log(t_sel), mid) if t_sel.shape[0] else jnp.zeros(0),
             "ln_before": jnp.log(jnp.maximum(shown_before, tiny)),
             "ln_after": jnp.log(jnp.maximum(shown_after, tiny)),
             "ln_final": m.log_loss(t_horizon),

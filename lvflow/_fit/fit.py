@@ -237,7 +237,7 @@ class FitResult(eqx.Module):
         wider than `UNDETERMINED_DECADES` (the log does not bound it) is known only to drop after
         the seen part: its weight is put at `fit_until`
         for the lower quantile and at "no drop" for the upper (the interval every distribution
-        on that range would give at most).
+        on that range would give at most). The lower end is at least `fit_until`.
 
         **Returns:** dict: `probability` (the weight of the scenarios with such a drop), `step`
         (the point forecast, below), `lo`, `hi` (`hi = inf`: "no drop" lies inside the
@@ -283,6 +283,9 @@ class FitResult(eqx.Module):
         atoms = [0.0] * len(w)
         lo = float(_mixture_quantiles(weights, mm, ss, np.array(atoms + [0.0, 1.0]), np.array([tail]))[0, 0])
         hi = float(_mixture_quantiles(weights, mm, ss, np.array(atoms + [1.0, 1.0]), np.array([1 - tail]))[0, 0])
+        # a drop to come comes after the seen part: a log-normal's tail before it is cut off (the
+        # quantiles of the mixture conditioned on it lie at or above `lo`: this end is the wider)
+        lo = max(lo, at_cut)
         out.update(step=point, lo=_exp_or_inf(lo), hi=_exp_or_inf(hi))
         if undetermined > tail:
             out["note"] = (
