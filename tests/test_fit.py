@@ -489,18 +489,21 @@ def test_uncertainties_are_the_delta_method(fitted):
     # its drop (between two drops: where −d ln L/d ln t is least; before the first and after the
     # last, the staircase's L_∞ + Σ V and L_∞): the least on a grid, then brentq on
     # d² ln L/d(ln t)² = 0 there; the crossing by brentq; differentiated by differences
+    f = lambda x, th: model.from_vector(th).log_loss(jnp.exp(x)[None])[0]  # ln L at ln t = x
+    f_, g_ = jax.jit(f), jax.jit(jax.vmap(jax.grad(f), (0, None)))
+    g1_ = jax.jit(jax.grad(jax.grad(f)))
+
     def ln_t_mid(th):
-        m = model.from_vector(jnp.asarray(th))
+        m, th = model.from_vector(jnp.asarray(th)), jnp.asarray(th)
         t_all, V_all, _ = (np.asarray(a) for a in m.drops())
         o = np.argsort(t_all)
-        f = lambda x: m.log_loss(jnp.exp(x)[None])[0]
-        ln_L, g, g1 = lambda x: float(f(x)), jax.grad(f), jax.grad(jax.grad(f))
+        ln_L = lambda x: float(f_(x, th))
         x_star = np.log(t_all[o])
         levels = [float(m.offset) + V_all.sum()]
         for a, b in zip(x_star[:-1], x_star[1:]):
             grid = np.linspace(a, b, 200)
-            i = int(np.argmax([float(g(x)) for x in grid]))  # the least −d ln L/d ln t
-            flat = brentq(lambda x: float(g1(x)), grid[i - 1], grid[i + 1], xtol=1e-15)
+            i = int(np.argmax(np.asarray(g_(jnp.asarray(grid), th))))  # the least −d ln L/d ln t
+            flat = brentq(lambda x: float(g1_(x, th)), grid[i - 1], grid[i + 1], xtol=1e-15)
             levels.append(math.exp(ln_L(flat)))
         levels.append(float(m.offset))
         mids = 0.5 * (np.array(levels[:-1]) + np.array(levels[1:]))
