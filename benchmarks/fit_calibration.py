@@ -746,6 +746,10 @@ def _on_grid(base: Log, rec: Record) -> Log:
     )
 
 
+#: The perturbed copies in each group of `overlap_groups`: kind, the members' names, `perturbed`'s `k`.
+_PERTURBATIONS = (("smooth", ("smooth +", "smooth −"), (0, 1)), ("noise", ("noise 1", "noise 2"), (1, 2)))
+
+
 def perturbed(log: Log, kind: str, k: int) -> Log:
     """`log` with its seen part multiplied by `1 + PERTURB · u`: `kind` "smooth", `u = ±sin(3 ·
     2π s + φ)` (`s` from 0 to 1 across the seen part in `ln step`, `φ` from the seed, the sign
@@ -779,24 +783,9 @@ def overlap_groups(n_logs: int, seed_groups: int, families=FAMILIES, *, skip: in
     for fam in families:
         fam_logs = [g for g in logs if g.family == fam]
         for log in fam_logs[:n_logs]:
-            groups.append(
-                Group(
-                    fam,
-                    "smooth",
-                    log.seed,
-                    ["log", "smooth +", "smooth −"],
-                    [log] + [perturbed(log, "smooth", k) for k in (0, 1)],
-                )
-            )
-            groups.append(
-                Group(
-                    fam,
-                    "noise",
-                    log.seed,
-                    ["log", "noise 1", "noise 2"],
-                    [log] + [perturbed(log, "noise", k) for k in (1, 2)],
-                )
-            )
+            for kind, names, ks in _PERTURBATIONS:
+                members = [log] + [perturbed(log, kind, k) for k in ks]
+                groups.append(Group(fam, kind, log.seed, ["log", *names], members))
         if fam not in ("MLP linear", "MLP tanh", "minibatch SGD"):
             continue
         sgd = fam == "minibatch SGD"

@@ -415,32 +415,43 @@ def log_loss_and_jac(template: AbstractCurveModel, theta, t):
     return f(theta), jax.jacfwd(f)(theta)
 
 
+def _ln_loss_at(x, model: AbstractCurveModel):
+    """`ln L̂` at `ln t = x` (a scalar)."""
+    return model.log_loss(jnp.exp(x)[None])[0]
+
+
+def _bisect(fn, x0, args, lower, upper, bracketed, tol: float):
+    """The root of `fn(x, args)` in `[lower, upper]`, where `fn(lower) > 0 > fn(upper)`
+    (`bracketed`), by `optx.Bisection` (its derivative with respect to `args` the implicit
+    function theorem's, `optx.ImplicitAdjoint`); NaN where not `bracketed` or not converged."""
+    import optimistix as optx  # when traced (`_solve_many`)
+
+    sol = optx.root_find(
+        fn,
+        optx.Bisection(rtol=tol, atol=tol, flip=True),
+        x0,
+        args,
+        options=dict(lower=lower, upper=upper),
+        max_steps=200,
+        throw=False,
+    )
+    return jnp.where(bracketed & (sol.result == optx.RESULTS.successful), sol.value, jnp.nan)
+
+
 def _ln_crossing(model: AbstractCurveModel, ln_t0: Float[Array, " n"], ln_level: Float[Array, " n"]):
     """Per entry, the `ln t` at which the model's loss (non-increasing in `t`) crosses `level`,
-    searched within 40 e-folds of `t0` (`optx.Bisection`; its derivative with respect to the
-    model is the implicit function theorem's, `optx.ImplicitAdjoint`). NaN where the loss does
-    not cross the level in that range."""
-    import optimistix as optx  # when traced (`_solve_many`)
+    searched within 40 e-folds of `t0` (`_bisect`). NaN where the loss does not cross the level
+    in that range."""
 
     def fn(x, args):
         m, level = args
-        return m.log_loss(jnp.exp(x)[None])[0] - level
+        return _ln_loss_at(x, m) - level
 
     def one(x0, level):
         x0 = jax.lax.stop_gradient(x0)
         lo, hi = x0 - 40.0, x0 + 40.0
         crosses = (fn(lo, (model, level)) > 0) & (fn(hi, (model, level)) < 0)
-        sol = optx.root_find(
-            fn,
-            optx.Bisection(rtol=1e-13, atol=1e-13, flip=True),
-            x0,
-            (model, level),
-            options=dict(lower=lo, upper=hi),
-            max_steps=200,
-            throw=False,
-        )
-        ok = crosses & (sol.result == optx.RESULTS.successful)
-        return jnp.where(ok, sol.value, jnp.nan)
+        return _bisect(fn, x0, (model, level), lo, hi, crosses, 1e-13)
 
     return jax.vmap(one)(ln_t0, ln_level)
 
@@ -448,16 +459,11 @@ def _ln_crossing(model: AbstractCurveModel, ln_t0: Float[Array, " n"], ln_level:
 def _ln_flattest(model: AbstractCurveModel, ln_a: Float[Array, " n"], ln_b: Float[Array, " n"]):
     """Per entry, the `ln t` between `ln_a` and `ln_b` (two consecutive drops' `ln t*`) where the
     loss is flattest, the minimum of `g = −d ln L/d ln t`: the plateau the curve shows between
-    them. Found on a grid of `_FLAT_GRID` points, then exactly by `optx.Bisection` on
-    `d² ln L/d(ln t)² = −g'`, which falls through 0 there (derivative by the implicit function
-    theorem). NaN where `g` has no minimum inside (two drops that merge into one fall)."""
-    import optimistix as optx  # when traced (`_solve_many`)
-
-    def slope(x, m):
-        return jax.grad(lambda u: m.log_loss(jnp.exp(u)[None])[0])(x)
-
-    def curvature(x, m):
-        return jax.grad(slope)(x, m)
+    them. Found on a grid of `_FLAT_GRID` points, then exactly by `_bisect` on
+    `d² ln L/d(ln t)² = −g'`, which falls through 0 there. NaN where `g` has no minimum inside
+    (two drops that merge into one fall)."""
+    slope = jax.grad(_ln_loss_at)
+    curvature = jax.grad(slope)
 
     def one(a, b):
         a, b = jax.lax.stop_gradient(a), jax.lax.stop_gradient(b)
@@ -465,17 +471,7 @@ def _ln_flattest(model: AbstractCurveModel, ln_a: Float[Array, " n"], ln_b: Floa
         i = jnp.argmax(jax.lax.stop_gradient(jax.vmap(slope, in_axes=(0, None))(x, model)))  # min of g
         lo, hi = x[jnp.maximum(i - 1, 0)], x[jnp.minimum(i + 1, _FLAT_GRID - 1)]
         inside = (i > 0) & (i < _FLAT_GRID - 1) & (curvature(lo, model) > 0) & (curvature(hi, model) < 0)
-        sol = optx.root_find(
-            curvature,
-            optx.Bisection(rtol=1e-12, atol=1e-12, flip=True),
-            x[i],
-            model,
-            options=dict(lower=lo, upper=hi),
-            max_steps=200,
-            throw=False,
-        )
-        ok = inside & (sol.result == optx.RESULTS.successful)
-        return jnp.where(ok, sol.value, jnp.nan)
+        return _bisect(curvature, x[i], model, lo, hi, inside, 1e-12)
 
     return jax.vmap(one)(ln_a, ln_b)
 
