@@ -78,6 +78,20 @@ def test_true_drops_match_the_staircase():
     assert fc.true_drops(steps, 1.0 + 0.5 * np.exp(-lr * steps / 100), lr).size == 0
 
 
+def test_a_slower_rate_in_an_exponential_tail_is_not_a_plateau():
+    # L = e^{−t} + 10⁻⁶ e^{−0.3 t}: one fall from the start, whose tail turns to the slower rate
+    # near t = 20, where g = −d ln L/d ln t has a local minimum of about 8 (the loss falling as
+    # t^−8): not a plateau, so one drop, at the first crossing of the midpoint between the start
+    # and the record's end; with every local minimum a plateau the tail makes a second one
+    lr = 0.01
+    steps = np.arange(0.0, 6000.0, 1.0)
+    t = lr * steps
+    L = np.exp(-t) + 1e-6 * np.exp(-0.3 * t)
+    want = steps[np.flatnonzero(L <= 0.5 * (L[1] + L[-1]))[0]]  # the first step t > 0 starts it
+    np.testing.assert_allclose(fc.true_drops(steps, L, lr), [want], rtol=0.02)
+    assert fc.true_drops(steps, L, lr, plateau_slope=math.inf).size == 2
+
+
 def test_domhan_recovers_its_own_family():
     x = np.arange(1.0, 101.0)
     y = 0.1 + 2.0 * x**-0.7

@@ -500,9 +500,9 @@ def _curve_plateaus(model: AbstractCurveModel, ln_t: Float[Array, " n"], before,
 def summaries_and_jac(template: AbstractCurveModel, theta, t_curve, t_horizon, order):
     """Every quantity `fit` reports as a function of the fit's coordinates, and its Jacobian
     (`jax.jacfwd`): the reported parameters, the drops `order` (their `ln t*`, the `ln` of the
-    plateau levels the curve shows before and after each, `_curve_plateaus`, and the `ln t` at
-    which the loss crosses the midpoint between them), `ln L̂` at the horizon and on the curve
-    grid."""
+    plateau levels the curve shows before and after each, `_curve_plateaus`, the `ln` of their
+    ratio, and the `ln t` at which the loss crosses the midpoint between them), `ln L̂` at the
+    horizon and on the curve grid."""
 
     def g(th):
         m = template.from_vector(th)
@@ -521,6 +521,7 @@ def summaries_and_jac(template: AbstractCurveModel, theta, t_curve, t_horizon, o
             "ln_t_mid": _ln_crossing(m, jnp.log(t_sel), mid) if t_sel.shape[0] else jnp.zeros(0),
             "ln_before": jnp.log(jnp.maximum(shown_before, tiny)),
             "ln_after": jnp.log(jnp.maximum(shown_after, tiny)),
+            "ln_fall": jnp.log(jnp.maximum(shown_before, tiny)) - jnp.log(jnp.maximum(shown_after, tiny)),
             "ln_final": m.log_loss(t_horizon),
             "ln_curve": m.log_loss(t_curve),
         }

@@ -62,8 +62,9 @@ class FitResult(eqx.Module):
       `loss_before`, `loss_after` (the plateau levels the fitted curve shows, with `_lo`/`_hi`:
       between two drops, the loss where the curve is flattest on a log-log plot, the minimum
       of `−d ln L/d ln t`; before the first drop and after the last, the ε → 0 staircase's
-      levels, `L_∞ + Σ V_k` and `L_∞`), `resolved` (its gap to the next drop exceeds their
-      widths) and `future` (after `fit_until`).
+      levels, `L_∞ + Σ V_k` and `L_∞`), `fall` (`loss_before / loss_after`, with `_lo`/`_hi`
+      from its own standard error: the two levels' errors are correlated), `resolved` (its gap
+      to the next drop exceeds their widths) and `future` (after `fit_until`).
     - `curve`: the fitted and extrapolated loss on `_CURVE` steps up to the horizon (`step`,
       `loss`, and the band `lo`, `hi`).
     - `horizon`: the step the extrapolation runs to; `final_loss` (`_lo`, `_hi`): the predicted
@@ -233,13 +234,17 @@ class FitResult(eqx.Module):
         (`loss_before / loss_after`), forecast by the mixture of the scenarios: each scenario's
         drop step log-normal (its `step_lo`, `step_hi` are `±z` standard errors of `ln step`),
         a scenario without such a drop an atom at "no drop"; the mixture's `(1 ∓ level)/2`
-        quantiles. A scenario whose drop time has an infinite standard error or an interval
-        wider than `UNDETERMINED_DECADES` (the log does not bound it) is known only to drop after
-        the seen part: its weight is put at `fit_until`
-        for the lower quantile and at "no drop" for the upper (the interval every distribution
-        on that range would give at most). The lower end is at least `fit_until`.
+        quantiles. Whether a drop divides the loss by `min_fall` is itself uncertain when its
+        levels are: a scenario's future drop `k` is its first such drop with probability
+        `p_k Π_{j<k} (1 − p_j)`, `p_k = Φ((ln fall_k − ln min_fall)/s_k)` (`s_k` the standard
+        error of `ln fall_k`; `p_k = 1/2` when it is infinite, `1` for `min_fall ≤ 1`), and the
+        rest of the scenario's weight is at "no drop". A drop whose time has an infinite
+        standard error or an interval wider than `UNDETERMINED_DECADES` (the log does not bound
+        it) is known only to come after the seen part: its weight is put at `fit_until` for the
+        lower quantile and at "no drop" for the upper (the interval every distribution on that
+        range would give at most). The lower end is at least `fit_until`.
 
-        **Returns:** dict: `probability` (the weight of the scenarios with such a drop), `step`
+        **Returns:** dict: `probability` (the weight of such a drop over the scenarios), `step`
         (the point forecast, below), `lo`, `hi` (`hi = inf`: "no drop" lies inside the
         interval), `note` (`""`; a sentence when the drop's time is not determined beyond coming
         after the seen part, `lo`, `hi` then the bounds above; or "not determined by this log:
@@ -255,18 +260,21 @@ class FitResult(eqx.Module):
         for r in self.scenarios:
             d = r.drops
             i = np.flatnonzero(d["future"] & (d["loss_before"] >= min_fall * d["loss_after"]))
-            if i.size == 0:
-                continue
-            k = int(i[0])
-            lo_k, hi_k, st = float(d["step_lo"][k]), float(d["step_hi"][k]), float(d["step"][k])
-            if r is top:
-                point = st
-            if _time_undetermined(lo_k, hi_k):
-                undetermined += r.weight
-                continue
-            w.append(r.weight)
-            m.append(math.log(st))
-            sd.append((math.log(hi_k) - math.log(lo_k)) / (2 * z))
+            if r is top and i.size:
+                point = float(d["step"][int(i[0])])
+            none_before = 1.0  # the chance that no earlier drop to come divided the loss by min_fall
+            for k in np.flatnonzero(d["future"]):
+                p_k = _fall_probability(d, int(k), min_fall, z)
+                w_k, none_before = r.weight * none_before * p_k, none_before * (1.0 - p_k)
+                if w_k <= 0.0:
+                    continue
+                lo_k, hi_k, st = float(d["step_lo"][k]), float(d["step_hi"][k]), float(d["step"][k])
+                if _time_undetermined(lo_k, hi_k):
+                    undetermined += w_k
+                    continue
+                w.append(w_k)
+                m.append(math.log(st))
+                sd.append((math.log(hi_k) - math.log(lo_k)) / (2 * z))
         p = float(sum(w)) + undetermined
         out: dict[str, Any] = {"probability": p, "step": math.inf, "lo": math.nan, "hi": math.nan, "note": ""}
         if not w and not undetermined:
@@ -550,6 +558,25 @@ def _time_undetermined(lo: float, hi: float) -> bool:
     if not (lo > 0 and math.isfinite(hi)):
         return True
     return math.log10(hi / lo) > UNDETERMINED_DECADES
+
+
+def _fall_probability(drops: dict[str, np.ndarray], k: int, min_fall: float, z: float) -> float:
+    """`P(fall_k ≥ min_fall)` for row `k` of a drop table, `ln fall_k` normal with the standard
+    error `s` that its interval gives (`fall_lo = fall_k e^{−z s}`):
+    `Φ((ln fall_k − ln min_fall)/s)`; `1/2` when `s` is infinite (the log does not determine
+    the fall); `1` for `min_fall ≤ 1` (a drop divides the loss by more than 1) and for a drop
+    to `L = 0` (`fall = inf`)."""
+    lf, lo = float(drops["fall"][k]), float(drops["fall_lo"][k])
+    if min_fall <= 1.0 or lf == math.inf:
+        return 1.0
+    if not lf > 0:
+        return 0.0
+    if not lo > 0:  # an infinite (or NaN) standard error
+        return 0.5
+    gap, s = math.log(lf / min_fall), math.log(lf / lo) / z
+    if s <= 0.0:
+        return float(gap >= 0.0)
+    return 0.5 * (1.0 + math.erf(gap / (s * math.sqrt(2.0))))
 
 
 def _exp_or_inf(x: float) -> float:
@@ -1247,6 +1274,7 @@ def _drop_table(out, sd, model, order, resolved, lg: TrainingLog, fit_until: flo
     lm, sm = out["ln_t_mid"], sd["ln_t_mid"]
     lb, sb = out["ln_before"], sd["ln_before"]
     la, sa = out["ln_after"], sd["ln_after"]
+    lf, sf = out["ln_fall"], sd["ln_fall"]
     _, V, r = (np.asarray(a) for a in engine.drops_of(model))
     t_star = np.exp(out["ln_t_star"])
     step = lg.step_of(np.exp(lm))
@@ -1265,6 +1293,9 @@ def _drop_table(out, sd, model, order, resolved, lg: TrainingLog, fit_until: flo
         "loss_after": np.exp(la),
         "loss_after_lo": np.exp(la - z * sa),
         "loss_after_hi": expo(la + z * sa),
+        "fall": expo(lf),
+        "fall_lo": np.exp(lf - z * sf),
+        "fall_hi": expo(lf + z * sf),
         "resolved": np.asarray(resolved, bool),
         "future": step > fit_until,
     }
