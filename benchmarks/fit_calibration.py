@@ -378,7 +378,7 @@ def summarise(scores: list[dict]) -> dict[str, float]:
 def _next_drop(res, fit_until: float):
     """The fit's first future drop falling by at least `DROP_FACTOR`: (step, lo, hi), NaN if none."""
     d = res.drops
-    ok = d["future"] & (d["loss_before"] >= DROP_FACTOR * d["loss_after"])
+    ok = d["future"] & (d["fall"] >= DROP_FACTOR)
     ok &= d["step"] > fit_until
     i = np.flatnonzero(ok)
     if i.size == 0:
@@ -869,7 +869,7 @@ def _scenario_lines(r: dict) -> list[str]:
     out = []
     for s in sorted(r["per_scenario"], key=lambda s: -s["weight"]):
         d = {k: np.asarray(v) for k, v in s["drops"].items()}
-        ok = np.flatnonzero(d["future"].astype(bool) & (d["loss_before"] >= DROP_FACTOR * d["loss_after"]))
+        ok = np.flatnonzero(d["future"].astype(bool) & (d["fall"] >= DROP_FACTOR))
         drop = (
             "no drop ≥ 3x"
             if ok.size == 0

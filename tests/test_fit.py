@@ -427,6 +427,36 @@ def test_a_drop_time_the_log_does_not_bound_is_after_the_seen_part(fitted):
     )
 
 
+def test_a_drop_whose_fall_is_uncertain_counts_with_its_probability(fitted):
+    """`next_drop(min_fall)` counts a drop whose fall `loss_before / loss_after` the log leaves
+    uncertain around `min_fall` with the probability that it reaches `min_fall`
+    (`Φ((ln fall − ln min_fall)/s)`, `s` the standard error of `ln fall`); the rest of the
+    scenario's weight is at "no drop". Checked against the mixture's quantile solved here."""
+    z = norm.ppf(0.975)
+    d = {k: np.array(v, copy=True) for k, v in fitted.drops.items()}
+    k = int(np.flatnonzero(d["future"])[0])
+    fall, s = 2.5, 0.4
+
+    def with_fall(lo, hi):
+        d["fall"][k], d["fall_lo"][k], d["fall_hi"][k] = fall, lo, hi
+        return eqx.tree_at(lambda r: r.drops, fitted, d)
+
+    nd = with_fall(fall * math.exp(-z * s), fall * math.exp(z * s)).next_drop(min_fall=3.0)
+    p = norm.cdf(math.log(fall / 3.0) / s)
+    assert nd["probability"] == pytest.approx(p, rel=1e-9)
+    # the mixture: p at the drop's log-normal step, 1 − p at "no drop"; its 2.5 % quantile
+    m = math.log(d["step"][k])
+    sd = (math.log(d["step_hi"][k]) - math.log(d["step_lo"][k])) / (2 * z)
+    want = math.exp(brentq(lambda x: p * norm.cdf((x - m) / sd) - 0.025, m - 20 * sd, m + 20 * sd))
+    assert nd["lo"] == pytest.approx(max(want, fitted.fit_until), rel=1e-6) and nd["hi"] == math.inf
+    assert nd["step"] == math.inf  # the point: the scenario's own fall, 2.5 < 3, is no such drop
+    # a fall the log determines below min_fall: no drop; one it does not determine: even odds
+    assert with_fall(fall, fall).next_drop(min_fall=3.0)["probability"] == 0.0
+    assert with_fall(0.0, math.inf).next_drop(min_fall=3.0)["probability"] == pytest.approx(0.5)
+    # every drop divides the loss by at least 1
+    assert with_fall(fall * math.exp(-z * s), fall * math.exp(z * s)).next_drop()["probability"] == 1.0
+
+
 def test_a_loss_the_log_does_not_determine_is_bounded_by_the_log(fitted, three_modes):
     """With every parameter undetermined (infinite covariance), the forecast past the seen part is
     the bound the model allows: above 0 (no floor: `offset=0`), below the highest loss logged in

@@ -259,7 +259,7 @@ class FitResult(eqx.Module):
         point = math.inf
         for r in self.scenarios:
             d = r.drops
-            i = np.flatnonzero(d["future"] & (d["loss_before"] >= min_fall * d["loss_after"]))
+            i = np.flatnonzero(d["future"] & (d["fall"] >= min_fall))
             if r is top and i.size:
                 point = float(d["step"][int(i[0])])
             none_before = 1.0  # the chance that no earlier drop to come divided the loss by min_fall
