@@ -429,9 +429,9 @@ def test_a_drop_time_the_log_does_not_bound_is_after_the_seen_part(fitted):
 
 def test_a_drop_whose_fall_is_uncertain_counts_with_its_probability(fitted):
     """`next_drop(min_fall)` counts a drop whose fall `loss_before / loss_after` the log leaves
-    uncertain around `min_fall` with the probability that it reaches `min_fall`
-    (`Φ((ln fall − ln min_fall)/s)`, `s` the standard error of `ln fall`); the rest of the
-    scenario's weight is at "no drop". Checked against the mixture's quantile solved here."""
+    uncertain around `min_fall` with the probability that it reaches `min_fall` (`ln fall`
+    normal with its standard error `s`, given `fall ≥ 1`); the rest of the scenario's weight is
+    at "no drop". Checked against the mixture's quantile solved here."""
     z = norm.ppf(0.975)
     d = {k: np.array(v, copy=True) for k, v in fitted.drops.items()}
     k = int(np.flatnonzero(d["future"])[0])
@@ -442,7 +442,7 @@ def test_a_drop_whose_fall_is_uncertain_counts_with_its_probability(fitted):
         return eqx.tree_at(lambda r: r.drops, fitted, d)
 
     nd = with_fall(fall * math.exp(-z * s), fall * math.exp(z * s)).next_drop(min_fall=3.0)
-    p = norm.cdf(math.log(fall / 3.0) / s)
+    p = norm.cdf(math.log(fall / 3.0) / s) / norm.cdf(math.log(fall) / s)  # given fall ≥ 1
     assert nd["probability"] == pytest.approx(p, rel=1e-9)
     # the mixture: p at the drop's log-normal step, 1 − p at "no drop"; its 2.5 % quantile
     m = math.log(d["step"][k])

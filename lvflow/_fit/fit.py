@@ -236,9 +236,10 @@ class FitResult(eqx.Module):
         a scenario without such a drop an atom at "no drop"; the mixture's `(1 ∓ level)/2`
         quantiles. Whether a drop divides the loss by `min_fall` is itself uncertain when its
         levels are: a scenario's future drop `k` is its first such drop with probability
-        `p_k Π_{j<k} (1 − p_j)`, `p_k = Φ((ln fall_k − ln min_fall)/s_k)` (`s_k` the standard
-        error of `ln fall_k`; `p_k = 1/2` when it is infinite, `1` for `min_fall ≤ 1`), and the
-        rest of the scenario's weight is at "no drop". A drop whose time has an infinite
+        `p_k Π_{j<k} (1 − p_j)`, `p_k = Φ((ln fall_k − ln min_fall)/s_k) / Φ(ln fall_k / s_k)`
+        (`ln fall_k` normal with its standard error `s_k`, given `fall_k ≥ 1`; `p_k = 1/2` when
+        `s_k` is infinite, `1` for `min_fall ≤ 1`), and the rest of the scenario's weight is at
+        "no drop". A drop whose time has an infinite
         standard error or an interval wider than `UNDETERMINED_DECADES` (the log does not bound
         it) is known only to come after the seen part: its weight is put at `fit_until` for the
         lower quantile and at "no drop" for the upper (the interval every distribution on that
@@ -562,10 +563,11 @@ def _time_undetermined(lo: float, hi: float) -> bool:
 
 def _fall_probability(drops: dict[str, np.ndarray], k: int, min_fall: float, z: float) -> float:
     """`P(fall_k ≥ min_fall)` for row `k` of a drop table, `ln fall_k` normal with the standard
-    error `s` that its interval gives (`fall_lo = fall_k e^{−z s}`):
-    `Φ((ln fall_k − ln min_fall)/s)`; `1/2` when `s` is infinite (the log does not determine
-    the fall); `1` for `min_fall ≤ 1` (a drop divides the loss by more than 1) and for a drop
-    to `L = 0` (`fall = inf`)."""
+    error `s` that its interval gives (`fall_lo = fall_k e^{−z s}`) and conditioned on
+    `fall_k ≥ 1` (a mode only removes loss: `loss_after ≤ loss_before`):
+    `Φ((ln fall_k − ln min_fall)/s) / Φ(ln fall_k / s)`; `1/2` when `s` is infinite (the log
+    does not determine the fall); `1` for `min_fall ≤ 1` and for a drop to `L = 0`
+    (`fall = inf`)."""
     lf, lo = float(drops["fall"][k]), float(drops["fall_lo"][k])
     if min_fall <= 1.0 or lf == math.inf:
         return 1.0
@@ -573,10 +575,12 @@ def _fall_probability(drops: dict[str, np.ndarray], k: int, min_fall: float, z: 
         return 0.0
     if not lo > 0:  # an infinite (or NaN) standard error
         return 0.5
-    gap, s = math.log(lf / min_fall), math.log(lf / lo) / z
+    s = math.log(lf / lo) / z
     if s <= 0.0:
-        return float(gap >= 0.0)
-    return 0.5 * (1.0 + math.erf(gap / (s * math.sqrt(2.0))))
+        return float(lf >= min_fall)
+    cdf = lambda x: 0.5 * math.erfc(-x / (s * math.sqrt(2.0)))  # noqa: E731
+    above_one = cdf(math.log(lf))
+    return min(cdf(math.log(lf / min_fall)) / above_one, 1.0) if above_one > 0 else 0.0
 
 
 def _exp_or_inf(x: float) -> float:

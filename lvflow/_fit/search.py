@@ -122,7 +122,9 @@ def search_modes(
     started at several times (inside the logged range and after it) with several drops, every
     start is refined by Levenberg–Marquardt at once (`SCREEN_STEPS` steps for every start, then
     the `SCREEN_KEEP` best for `SEARCH_STEPS` more: `engine.solve_robust`), and the best is
-    kept; `K` stops growing when the criterion has not improved for two steps. With `modes`
+    kept; `K` stops growing when the criterion has not improved for two steps, or when the best
+    fit's `χ²` is within the bins' errors (`χ² ≤ n`: no larger `K` can score lower, its data
+    term being 0 already and its penalty larger). With `modes`
     given, `K = modes` is fitted from the drop-based starts alone, and only if that fit's residuals
     exceed `LOOSE_MISFIT` times the bins' errors (the starts missed the staircase) is the path grown
     from one mode to `modes` as well, keeping the lower `χ²`. Returns the best candidate by the
@@ -232,6 +234,8 @@ def search_modes(
                 since += 1
                 if since >= 2:
                     break
+            if best.rss <= best.n:
+                break  # χ² within the bins' errors: the data term is 0, and a larger K only adds penalty
     if best is None and floor is None:
         raise RuntimeError("no start of the decoupled-modes fit converged")
     return best, scores
