@@ -259,8 +259,19 @@ def test_a_drop_to_come_chosen_when_the_clean_log_shows_its_rise(three_modes, th
     assert fut["step"].size == 1
     assert fut["step"][0] == pytest.approx(three_mids[2], rel=0.05)
     assert fut["step_lo"][0] <= three_mids[2] <= fut["step_hi"][0]
+    # the drop to nothing divides the loss by any factor; the drop to a next plateau (a level
+    # the log does not see) by 3 with the probability its fall's interval gives (ln fall
+    # normal, given fall ≥ 1), computed here
+    z = norm.ppf(0.975)
+    want = 0.0
+    for r in res.scenarios:
+        f, lo = r.future_drops["fall"][0], r.future_drops["fall_lo"][0]
+        assert (f == math.inf) == (r.asymptote == 0.0)
+        s = math.log(f / lo) / z if math.isfinite(f) else 0.0
+        want += r.weight * (1.0 if f == math.inf else norm.cdf(math.log(f / 3.0) / s) / norm.cdf(math.log(f) / s))
     nd = res.next_drop(min_fall=3.0)
-    assert nd["probability"] == pytest.approx(1.0) and nd["lo"] <= three_mids[2] <= nd["hi"]
+    assert nd["probability"] == pytest.approx(want, rel=1e-9) and nd["lo"] <= three_mids[2] <= nd["hi"]
+    assert res.next_drop()["probability"] == pytest.approx(1.0)  # a drop to come, decided
 
 
 @pytest.fixture(scope="module")
