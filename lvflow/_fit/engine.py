@@ -515,13 +515,14 @@ def summaries_and_jac(template: AbstractCurveModel, theta, t_curve, t_horizon, o
         tiny = jnp.finfo(float).tiny
         shown_before, shown_after = _curve_plateaus(m, jnp.log(t_sel), before, after)
         mid = jnp.log(jnp.maximum(0.5 * (shown_before + shown_after), tiny))
+        ln_before, ln_after = jnp.log(jnp.maximum(shown_before, tiny)), jnp.log(jnp.maximum(shown_after, tiny))
         return {
             "reported": m.reported(),
             "ln_t_star": jnp.log(t_sel),
             "ln_t_mid": _ln_crossing(m, jnp.log(t_sel), mid) if t_sel.shape[0] else jnp.zeros(0),
-            "ln_before": jnp.log(jnp.maximum(shown_before, tiny)),
-            "ln_after": jnp.log(jnp.maximum(shown_after, tiny)),
-            "ln_fall": jnp.log(jnp.maximum(shown_before, tiny)) - jnp.log(jnp.maximum(shown_after, tiny)),
+            "ln_before": ln_before,
+            "ln_after": ln_after,
+            "ln_fall": ln_before - ln_after,
             "ln_final": m.log_loss(t_horizon),
             "ln_curve": m.log_loss(t_curve),
         }
