@@ -578,9 +578,8 @@ def _fall_probability(drops: dict[str, np.ndarray], k: int, min_fall: float, z: 
     s = math.log(lf / lo) / z
     if s <= 0.0:
         return float(lf >= min_fall)
-    cdf = lambda x: 0.5 * math.erfc(-x / (s * math.sqrt(2.0)))  # noqa: E731
-    above_one = cdf(math.log(lf))
-    return min(cdf(math.log(lf / min_fall)) / above_one, 1.0) if above_one > 0 else 0.0
+    above_one = float(_normal_cdf(math.log(lf) / s))
+    return min(float(_normal_cdf(math.log(lf / min_fall) / s)) / above_one, 1.0) if above_one > 0 else 0.0
 
 
 def _exp_or_inf(x: float) -> float:
@@ -898,7 +897,7 @@ def fit(
             if drops_:
                 k = _evidence_discount(min([best, *drops_], key=lambda c: c.rss), data)
                 d_best = min(drops_, key=lambda c: c.score)
-                if abs(_data_term(d_best) - _data_term(best)) / k < _DECISIVE:
+                if abs(d_best.data_term - best.data_term) / k < _DECISIVE:
                     kept = [best, *drops_]
                 elif d_best.score < best.score:
                     kept = drops_  # a drop to come, decided; where the loss then rests is not
@@ -1018,11 +1017,11 @@ def _unseen_timing(model: DecoupledModes, future: np.ndarray) -> np.ndarray:
 
 
 def _weights(cands, p_eff, k: float = 1.0) -> list[float]:
-    """The scenarios' weights `e^{−S/2}`, normalised: `S` the data's term (`_data_term`) over the
+    """The scenarios' weights `e^{−S/2}`, normalised: `S` the data's term (`Candidate.data_term`) over the
     evidence's discount `k` (`_evidence_discount`: `n/k` independent residuals) plus
     the criterion's penalty for the effective number of parameters (`p_eff ln(n/k)` for BIC,
     `2 p_eff` for AIC)."""
-    S = np.array([_data_term(c) / k + c.criterion.penalty(p, max(c.n / k, 1.0)) for c, p in zip(cands, p_eff)])
+    S = np.array([c.data_term / k + c.criterion.penalty(p, max(c.n / k, 1.0)) for c, p in zip(cands, p_eff)])
     e = np.exp(-0.5 * (S - S.min()))
     return [float(v) for v in e / e.sum()]
 
@@ -1092,11 +1091,6 @@ def _correlation_factor(r: np.ndarray) -> float:
     return (1.0 + rho) / (1.0 - rho)
 
 
-def _data_term(c: Candidate) -> float:
-    """The information criterion less its penalty: what the data say about a candidate."""
-    return engine.information_criterion(c.rss, c.n, 0, c.criterion)
-
-
 def _default_horizon(c: Candidate, lg: TrainingLog) -> float:
     """The last logged step, or 1.5× the last drop's time if later."""
     ts, V, _ = (np.asarray(a) for a in engine.drops_of(c.model))
@@ -1120,7 +1114,7 @@ def _undecided(cands: list[Candidate], results: list[FitResult], k: float) -> st
         return f"the loss levels off at L_inf = {r.asymptote:.4g} (no drop to come)"
 
     crit = cands[0].criterion.value.upper()
-    terms = [_data_term(c) for c in cands]
+    terms = [c.data_term for c in cands]
     spread = max(terms) - min(terms)
     each = "; or ".join(f"{says(r)} (weight {r.weight:.3g})" for r in results)
     return (

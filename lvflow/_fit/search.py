@@ -42,6 +42,12 @@ class Candidate:
     def model(self):
         return engine.model_of(self.template, to_jax(self.theta))
 
+    @property
+    def data_term(self) -> float:
+        """The information criterion less its penalty: what the data say about this candidate
+        (0 for a `χ²` within the bins' errors)."""
+        return engine.information_criterion(self.rss, self.n, 0, self.criterion)
+
 
 def _level(data: Binned, t: float) -> float:
     """The observed loss near time `t` (interpolated in `ln t`; held at the ends)."""
@@ -234,8 +240,8 @@ def search_modes(
                 since += 1
                 if since >= 2:
                     break
-            if best.rss <= best.n:
-                break  # χ² within the bins' errors: the data term is 0, and a larger K only adds penalty
+            if best.data_term == 0.0:
+                break  # χ² within the bins' errors: a larger K only adds penalty
     if best is None and floor is None:
         raise RuntimeError("no start of the decoupled-modes fit converged")
     return best, scores
