@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _cli import main
+from hypothesis import given, settings, strategies as st
 from scipy.optimize import brentq
 from scipy.stats import norm
 
@@ -118,6 +119,48 @@ def test_decoupled_modes_curve_is_thm6():
     rep = model.reported()
     z0_model = np.asarray(rep["c"]) * float(rep["eps"]) * 8 * V / r / (r / C)  # in the paper's units
     np.testing.assert_allclose(z0_model, z0, rtol=1e-10)
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_decoupled_modes_derivatives_are_the_mode_sums(seed):
+    """`log_excess`'s closed-form derivative (in the fit's coordinates and in `t`, to second
+    order: the Jacobian of every solve, the drops' times and the plateaus' curvature) against
+    automatic differentiation of the mode sum written out with `logsumexp` and `softplus`,
+    over random modes, masked slots and times from before the first drop to deep in the tail."""
+    rng = np.random.default_rng(seed)
+    K = 4
+    r = np.exp(rng.uniform(-3, 1, K))
+    tstar = (math.log(9) + np.exp(rng.uniform(-1, 3, K))) / r
+    active = rng.random(K) < 0.7
+    active[rng.integers(K)] = True
+    model = lvflow.DecoupledModes.from_physical(r, np.exp(rng.uniform(-8, 0, K)), tstar, 1e-3)
+    model = eqx.tree_at(lambda m: m.active, model, jnp.asarray(active))
+
+    def direct(theta, t):
+        m = model.from_vector(theta)
+        x = jnp.exp(m.log_rate)[None, :] * (t[:, None] - jnp.exp(m.log_tstar)[None, :])
+        terms = jnp.where(jnp.asarray(active)[None, :], m.log_drop[None, :] - 2.0 * jax.nn.softplus(x), -jnp.inf)
+        return jax.nn.logsumexp(terms, axis=-1)
+
+    ours = lambda theta, t: model.from_vector(theta).log_excess(t)
+    theta = model.to_vector()
+    t = jnp.asarray(np.geomspace(1e-2, 30 * tstar.max(), 25))
+
+    def close(a, b):
+        a, b = np.asarray(a), np.asarray(b)
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12 * max(np.abs(b).max(), 1.0))
+
+    close(ours(theta, t), direct(theta, t))
+    for d in (jax.jacfwd, jax.jacrev):
+        close(d(ours)(theta, t), jax.jacfwd(direct)(theta, t))
+    at = lambda f: lambda th, s: f(th, s[None])[0]  # one time
+    d1 = jax.vmap(jax.grad(at(ours), 1), (None, 0))
+    d2 = jax.vmap(jax.grad(jax.grad(at(ours), 1), 1), (None, 0))
+    close(d1(theta, t), jax.vmap(jax.grad(at(direct), 1), (None, 0))(theta, t))
+    close(d2(theta, t), jax.vmap(jax.grad(jax.grad(at(direct), 1), 1), (None, 0))(theta, t))
+    close(jax.jacfwd(d1)(theta, t), jax.jacfwd(jax.vmap(jax.grad(at(direct), 1), (None, 0)))(theta, t))
+    close(jax.hessian(lambda th: ours(th, t).sum())(theta), jax.hessian(lambda th: direct(th, t).sum())(theta))
 
 
 def test_power_law_curve_is_the_mode_sum():
@@ -709,10 +752,15 @@ def test_rising_part_gives_a_warning_and_a_fit(capsys, tmp_path, three_modes):
     assert rc == 0, err
     rec = json.loads(out)
     assert any(w.startswith("loss: rises by") and "near step 1" in w for w in rec["warnings"])
-    # the Cauchy loss discounts the spike: the seen drops where they were (GD's, `gd_midpoints`)
+    # the Cauchy loss discounts the spike: the first drop where GD's is (`gd_midpoints`: 839), the
+    # second seen, between it and the end of the seen part. Where the second lands is decided by
+    # the search's rounding: over 20 copies of this log perturbed by 1e-13 (relative), it was at
+    # 1253–1784 against GD's 1585 (35–45 % of copies within 10 %, before and after `log_excess`'s
+    # closed-form Jacobian), the first at 838–844 in every copy.
     steps_pred = np.array(rec["drops"]["step"])
     assert rec["drops"]["future"][:2] == [False, False]
-    np.testing.assert_allclose(steps_pred[:2], [839, 1585], rtol=0.1)
+    np.testing.assert_allclose(steps_pred[0], 839, rtol=0.02)
+    assert 839 < steps_pred[1] < 2000
 
 
 @pytest.mark.xfail(

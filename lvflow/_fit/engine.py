@@ -253,10 +253,11 @@ ROUND_STEPS = 40
 #: compiled solver) and goes on only from the `SCREEN_KEEP` best.
 SCREEN_STEPS = 20
 SCREEN_KEEP = 8
-#: The starts solved at once (padded by repeating the last): one array size for every call, so
-#: that two compiled solvers serve a fit (compiling it, or even tracing it again in a process
+#: The starts solved at once (padded by repeating the last): few array sizes for every call, so
+#: that few compiled solvers serve a fit (compiling it, or even tracing it again in a process
 #: that finds it in the persistent cache, costs more than solving), small enough that a call
-#: of one start (a refinement) or of the `SCREEN_KEEP` survivors does not pay for many more.
+#: of the `SCREEN_KEEP` survivors does not pay for many more. A single start (a refinement) is
+#: solved alone: padded to `BATCH` it would cost `BATCH` starts' time.
 BATCH = SCREEN_KEEP
 #: The starts (best by the plain least-squares objective) that `solve_robust` refines again with
 #: the Cauchy loss; the rest keep their plain optimum with an infinite objective.
@@ -330,12 +331,14 @@ def solve_many(
 
 
 def _rounds(template: AbstractCurveModel, thetas: np.ndarray, data: Binned, steps: int):
-    """One round of `steps` steps from every row of `thetas`, in padded batches of `BATCH`."""
+    """One round of `steps` steps from every row of `thetas`, in batches of `BATCH` (a last
+    partial batch padded by repeating its last row; a single row alone)."""
     out = []
     for i in range(0, thetas.shape[0], BATCH):
         chunk = thetas[i : i + BATCH]
         k = chunk.shape[0]
-        pad = np.concatenate([chunk, np.repeat(chunk[-1:], BATCH - k, axis=0)])
+        size = 1 if k == 1 else BATCH
+        pad = np.concatenate([chunk, np.repeat(chunk[-1:], size - k, axis=0)])
         res = _solve_many(template, to_jax(pad), data, steps)
         out.append(tuple(np.asarray(a)[:k] for a in res))
     return tuple(np.concatenate(parts) for parts in zip(*out))

@@ -12,7 +12,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._core.errors import LvflowError
 from .._core.validate import to_jax
-from .base import AbstractCurveModel, sigmoid_log_sq
+from .base import AbstractCurveModel
 
 #: `ℓ = r t* = ln(z(∞)/z(0) − 1) > ln 9`: every mode starts below a tenth of its plateau, the
 #: small initialisation the theory assumes. Without it a mode could start half-way at `t = 0`
@@ -117,10 +117,7 @@ class DecoupledModes(AbstractCurveModel):
         return math.log(8.0) + self.log_drop - self.log_rate - jnp.logaddexp(0.0, ell)
 
     def log_excess(self, t):
-        t = jnp.asarray(t, dtype=float)
-        x = jnp.exp(self.log_rate)[None, :] * (t[:, None] - jnp.exp(self.log_tstar)[None, :])
-        terms = jnp.where(self.active[None, :], self.log_drop[None, :] + sigmoid_log_sq(x), -jnp.inf)
-        return jax.nn.logsumexp(terms, axis=-1)
+        return _log_excess(self.log_rate, self.log_drop, self.log_tstar, self.active, jnp.asarray(t, dtype=float))
 
     def penalty(self):
         starts = jnp.where(self.active, (self.log_z0() - self.log_eps) / self.prior_width, 0.0)
@@ -198,3 +195,50 @@ class DecoupledModes(AbstractCurveModel):
             self,
             (pick(self.log_rate), pick(self.log_drop), pick(self.log_tstar), pick(self.active)),
         )
+
+
+def _excess_terms(log_rate, log_drop, log_tstar, active, t):
+    """The pieces of `ln E(t) = ln Σ_k V_k σ(−x_k)²`, `x_k = r_k (t − t*_k)` (Eq. 163, Thm 6), with
+    two exponentials per bin and mode and no logarithm: `σ(−x)² = e^{−2 max(x, 0)}/(1 + e^{−|x|})²`,
+    the largest `ln V_k − 2 max(x_k, 0)` of each bin factored out (the sum is then at least ¼, so
+    no drop of any depth underflows). Returns `x`, `e^{−|x|}`, each term over the bin's largest,
+    their sum and `ln E`."""
+    r, tstar = jnp.exp(log_rate), jnp.exp(log_tstar)
+    x = r[None, :] * (t[:, None] - tstar[None, :])
+    pos = x >= 0
+    e = jnp.exp(jnp.where(pos, -x, x))
+    a = jnp.where(active[None, :], log_drop[None, :] - 2.0 * jnp.where(pos, x, 0.0), -jnp.inf)
+    top = jnp.max(a, axis=-1)
+    top = jnp.where(jnp.isfinite(top), top, 0.0)  # no active mode: ln E = −inf below
+    share = jnp.exp(a - top[:, None]) / (1.0 + e) ** 2
+    total = jnp.sum(share, axis=-1)
+    return x, e, share, total, top + jnp.log(total)
+
+
+@jax.custom_jvp
+def _log_excess(
+    log_rate: Float[Array, " K"],
+    log_drop: Float[Array, " K"],
+    log_tstar: Float[Array, " K"],
+    active: Bool[Array, " K"],
+    t: Float[Array, " n"],
+) -> Float[Array, " n"]:
+    """`ln E(t) = ln Σ_k V_k σ(−r_k (t − t*_k))²` over the active modes (Eq. 163 with Thm 6's
+    logistic `z_k`). Its derivative (`_log_excess_jvp`) is a product of `(n, K)` matrices, computed
+    with the curve, with the tangents: the fit's Jacobian, every start's at every step, costs a
+    few evaluations of the curve, not one per parameter."""
+    return _excess_terms(log_rate, log_drop, log_tstar, active, t)[-1]
+
+
+@_log_excess.defjvp
+def _log_excess_jvp(primals, tangents):
+    """`d ln E = Σ_k w_k (d ln V_k − 2 σ(x_k) dx_k)`, `dx_k = x_k d ln r_k − r_k t*_k d ln t*_k + r_k dt`,
+    `w_k` the mode's share of `E` at `t`."""
+    log_rate, _, log_tstar, _, _ = primals
+    d_rate, d_drop, d_tstar, _, d_t = tangents
+    x, e, share, total, out = _excess_terms(*primals)
+    w = share / jnp.where(total > 0, total, 1.0)[:, None]  # (no active mode: w = 0)
+    g = -2.0 * w * jnp.where(x >= 0, 1.0, e) / (1.0 + e)  # ∂ ln E/∂x_k = −2 w_k σ(x_k)
+    r = jnp.exp(log_rate)
+    d_out = w @ d_drop + (g * x) @ d_rate - (g * (r * jnp.exp(log_tstar))[None, :]) @ d_tstar + (g @ r) * d_t
+    return out, d_out
