@@ -667,6 +667,12 @@ def table(results: list[dict]) -> tuple[str, dict]:
             f"| {fam} | {len(rs)} | {_fmt(drop['coverage'], 'pct')} | {_fmt(drop['width'], 'num')} | "
             f"{_fmt(loss['coverage'], 'pct')} | {_fmt(loss['width'], 'num')} |"
         )
+    head4 = "| family | last loss: two-sided | [0, hi] | next drop: two-sided | [lo, no drop] |\n" + "|---" * 5 + "|"
+    lines4 = [head4]
+    for fam, rs in groups.items():
+        kinds = by_kind(rs)
+        summary[fam]["by_kind"] = kinds
+        lines4.append(f"| {fam} | " + " | ".join(f"{c}/{n}" for c, n in kinds.values()) + " |")
     names = list(CURVES) + ["ensemble"]
     head2 = "| family | " + " | ".join(names) + " |\n|---|" + "---|" * len(names)
     lines2 = [head2]
@@ -676,12 +682,39 @@ def table(results: list[dict]) -> tuple[str, dict]:
     if len(lines3) > 1:
         lines.append("\nThe preferred scenario alone (its delta-method intervals, no mixture):\n")
         lines += lines3
+    lines.append(
+        "\nCovered / logs, by the kind of interval: bounded on both sides (nominal 95 %), or open on one "
+        "(a loss the log does not bound below, a drop that may not come: nominal 97.5 %, one tail):\n"
+    )
+    lines += lines4
     text = (
         "\n".join(lines)
         + "\n\nMedian held-out |ln error| at the last step, per baseline family:\n\n"
         + "\n".join(lines2)
     )
     return text, summary
+
+
+def by_kind(results: list[dict]) -> dict[str, tuple[int, int]]:
+    """`(covered, logs)` of the mixture's intervals by their kind: the last loss's `[0, hi]` or
+    bounded on both sides, the next drop's `[lo, no drop]` or bounded (a missing prediction
+    counts as a bounded interval that missed). A
+    one-sided interval can miss on one side only (nominal coverage 97.5 % for a 95 % interval),
+    so the overall coverage mixes two nominal levels in the proportions of the kinds."""
+
+    def count(rs, key):
+        return sum(bool(r[key]["covered"]) for r in rs), len(rs)
+
+    open_loss = [r for r in results if r["loss_pred"][1] == 0]
+    two_loss = [r for r in results if r["loss_pred"][1] != 0]  # (a missing prediction, NaN: missed here)
+    open_drop = [r for r in results if r["next_drop_pred"][2] == math.inf]
+    two_drop = [r for r in results if r["next_drop_pred"][2] != math.inf]
+    return {
+        "loss two-sided": count(two_loss, "loss"),
+        "loss [0, hi]": count(open_loss, "loss"),
+        "drop two-sided": count(two_drop, "drop"),
+        "drop [lo, no drop]": count(open_drop, "drop"),
+    }
 
 
 def evaluate(
