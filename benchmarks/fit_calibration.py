@@ -667,7 +667,9 @@ def table(results: list[dict]) -> tuple[str, dict]:
             f"| {fam} | {len(rs)} | {_fmt(drop['coverage'], 'pct')} | {_fmt(drop['width'], 'num')} | "
             f"{_fmt(loss['coverage'], 'pct')} | {_fmt(loss['width'], 'num')} |"
         )
-    head4 = "| family | last loss: two-sided | [0, hi] | next drop: two-sided | [lo, no drop] |\n" + "|---" * 5 + "|"
+    head4 = (
+        "| family | last loss: determined | bounds only | next drop: two-sided | [lo, no drop] |\n" + "|---" * 5 + "|"
+    )
     lines4 = [head4]
     for fam, rs in groups.items():
         kinds = by_kind(rs)
@@ -683,8 +685,9 @@ def table(results: list[dict]) -> tuple[str, dict]:
         lines.append("\nThe preferred scenario alone (its delta-method intervals, no mixture):\n")
         lines += lines3
     lines.append(
-        "\nCovered / logs, by the kind of interval: bounded on both sides (nominal 95 %), or open on one "
-        "(a loss the log does not bound below, a drop that may not come: nominal 97.5 %, one tail):\n"
+        "\nCovered / logs, by the kind of answer (`by_kind`): the last loss's 95 % interval where the log "
+        "determines it, else its bounds alone (no nominal level: they hold by construction); the next drop's "
+        "interval bounded on both sides (nominal 95 %) or `[lo, no drop]` (nominal 97.5 %, one tail):\n"
     )
     lines += lines4
     text = (
@@ -696,22 +699,25 @@ def table(results: list[dict]) -> tuple[str, dict]:
 
 
 def by_kind(results: list[dict]) -> dict[str, tuple[int, int]]:
-    """`(covered, logs)` of the mixture's intervals by their kind: the last loss's `[0, hi]` or
-    bounded on both sides, the next drop's `[lo, no drop]` or bounded (a missing prediction
-    counts as a bounded interval that missed). A
-    one-sided interval can miss on one side only (nominal coverage 97.5 % for a 95 % interval),
-    so the overall coverage mixes two nominal levels in the proportions of the kinds."""
+    """`(covered, logs)` by the kind of the mixture's answer. The last loss: a 95 % interval
+    where the log determines it (`FitResult.forecast`'s `determined`), or else the bounds alone
+    (from the scenarios' floors, `0` without one, to the highest loss logged in the last tenth of
+    the seen part: the loss never rises, so they hold by construction and have no nominal
+    level). The next drop: an interval bounded on both sides, or `[lo, no drop]` (the
+    probability of no drop is above 2.5 %; it can miss below only: nominal 97.5 %). A missing
+    prediction counts as a determined loss, or a bounded drop interval, that missed."""
 
     def count(rs, key):
         return sum(bool(r[key]["covered"]) for r in rs), len(rs)
 
-    open_loss = [r for r in results if r["loss_pred"][1] == 0]
-    two_loss = [r for r in results if r["loss_pred"][1] != 0]  # (a missing prediction, NaN: missed here)
+    only = [r["loss_determined"] is False and not math.isnan(r["loss_pred"][1]) for r in results]
+    bounds = [r for r, b in zip(results, only) if b]
+    determined = [r for r, b in zip(results, only) if not b]
     open_drop = [r for r in results if r["next_drop_pred"][2] == math.inf]
     two_drop = [r for r in results if r["next_drop_pred"][2] != math.inf]
     return {
-        "loss two-sided": count(two_loss, "loss"),
-        "loss [0, hi]": count(open_loss, "loss"),
+        "loss determined": count(determined, "loss"),
+        "loss bounds only": count(bounds, "loss"),
         "drop two-sided": count(two_drop, "drop"),
         "drop [lo, no drop]": count(open_drop, "drop"),
     }

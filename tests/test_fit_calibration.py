@@ -48,25 +48,27 @@ def test_summarise_by_hand():
     assert math.isnan(fc.summarise([])["coverage"])
 
 
-def test_coverage_by_kind_of_interval_by_hand():
-    def rec(loss_int, loss_truth, drop_int, drop_truth):
+def test_coverage_by_kind_of_answer_by_hand():
+    def rec(loss_int, loss_truth, determined, drop_int, drop_truth):
         return {
             "loss_pred": [1.0, *loss_int],
             "loss": fc.score_interval(loss_truth, 1.0, *loss_int),
+            "loss_determined": determined,
             "next_drop_pred": [100.0, *drop_int],
             "drop": fc.score_interval(drop_truth, 100.0, *drop_int),
         }
 
     rs = [
-        rec((0.5, 2.0), 1.0, (50.0, 200.0), 300.0),  # two-sided loss covered; two-sided drop missed
-        rec((0.0, 2.0), 1e-9, (50.0, math.inf), 1e6),  # both open, both covered
-        rec((0.0, 2.0), 3.0, (50.0, math.inf), 10.0),  # both open, both missed
-        rec((math.nan, math.nan), 1.0, (math.nan, math.nan), 100.0),  # no prediction: two-sided, missed
+        rec((0.5, 2.0), 1.0, True, (50.0, 200.0), 300.0),  # determined loss covered; two-sided drop missed
+        rec((0.0, 2.0), 1e-9, False, (50.0, math.inf), 1e6),  # bounds and [lo, no drop], both covered
+        rec((0.0, 2.0), 3.0, False, (50.0, math.inf), 10.0),  # both missed
+        rec((0.0, 2.0), 1e-9, True, (50.0, 200.0), 60.0),  # a determined interval reaching 0; drop covered
+        rec((math.nan, math.nan), 1.0, False, (math.nan, math.nan), 100.0),  # no prediction: missed
     ]
     assert fc.by_kind(rs) == {
-        "loss two-sided": (1, 2),
-        "loss [0, hi]": (1, 2),
-        "drop two-sided": (0, 2),
+        "loss determined": (2, 3),
+        "loss bounds only": (1, 2),
+        "drop two-sided": (1, 3),
         "drop [lo, no drop]": (1, 2),
     }
 

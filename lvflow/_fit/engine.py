@@ -332,12 +332,12 @@ def solve_many(
 
 def _rounds(template: AbstractCurveModel, thetas: np.ndarray, data: Binned, steps: int):
     """One round of `steps` steps from every row of `thetas`, in batches of `BATCH` (a last
-    partial batch padded by repeating its last row; a single row alone)."""
+    partial batch padded by repeating its last row), or alone if it is the only row."""
     out = []
+    size = 1 if thetas.shape[0] == 1 else BATCH
     for i in range(0, thetas.shape[0], BATCH):
         chunk = thetas[i : i + BATCH]
         k = chunk.shape[0]
-        size = 1 if k == 1 else BATCH
         pad = np.concatenate([chunk, np.repeat(chunk[-1:], size - k, axis=0)])
         res = _solve_many(template, to_jax(pad), data, steps)
         out.append(tuple(np.asarray(a)[:k] for a in res))

@@ -201,14 +201,14 @@ def _excess_terms(log_rate, log_drop, log_tstar, active, t):
     """The pieces of `ln E(t) = ln Σ_k V_k σ(−x_k)²`, `x_k = r_k (t − t*_k)` (Eq. 163, Thm 6), with
     two exponentials per bin and mode and no logarithm: `σ(−x)² = e^{−2 max(x, 0)}/(1 + e^{−|x|})²`,
     the largest `ln V_k − 2 max(x_k, 0)` of each bin factored out (the sum is then at least ¼, so
-    no drop of any depth underflows). Returns `x`, `e^{−|x|}`, each term over the bin's largest,
-    their sum and `ln E`."""
+    no drop of any depth underflows). Returns `x`, `e^{−|x|}`, each term divided by `e^{top}`
+    (`top` the bin's largest `ln V_k − 2 max(x_k, 0)`), their sum and `ln E`."""
     r, tstar = jnp.exp(log_rate), jnp.exp(log_tstar)
     x = r[None, :] * (t[:, None] - tstar[None, :])
     pos = x >= 0
     e = jnp.exp(jnp.where(pos, -x, x))
     a = jnp.where(active[None, :], log_drop[None, :] - 2.0 * jnp.where(pos, x, 0.0), -jnp.inf)
-    top = jnp.max(a, axis=-1)
+    top = jnp.max(a, axis=-1, initial=-jnp.inf)
     top = jnp.where(jnp.isfinite(top), top, 0.0)  # no active mode: ln E = −inf below
     share = jnp.exp(a - top[:, None]) / (1.0 + e) ** 2
     total = jnp.sum(share, axis=-1)
